@@ -1,0 +1,129 @@
+"""``kappa-ingest``: the command line. Errors become exit codes here, and only here.
+
+    kappa-ingest ingest --input PATH --topic TOPIC [option ...]   # local Spark
+    kappa-ingest kafka start|stop|status [--dir DIR]              # the embedded local Kafka
+    kappa-ingest gen-data --layout wide30 --rows N --out FILE     # test data
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from kappa_ingest.errors import KappaError, UsageError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is a UsageError (one line, exit 2) like any other."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{message} (see --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from kappa_ingest.config import add_ingest_arguments
+    from kappa_ingest.datagen import LAYOUTS
+
+    p = _Parser(prog="kappa-ingest", description="CSV files into a Kafka topic with Spark, measured.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    ing = sub.add_parser("ingest", help="ingest CSV files into a topic (local Spark)")
+    add_ingest_arguments(ing)
+    k = sub.add_parser("kafka", help="the embedded local Kafka broker")
+    k.add_argument("action", choices=["start", "stop", "status"])
+    k.add_argument("--dir", default=".kafka", help="state directory (default .kafka)")
+    k.add_argument("--port", type=int, help="first broker's port (default: a free one)")
+    k.add_argument("--brokers", type=int, default=1, help="brokers in the cluster (default 1)")
+    k.add_argument("--heap", default="512m", help="broker JVM heap (default 512m)")
+    g = sub.add_parser("gen-data", help="write a deterministic test CSV")
+    g.add_argument("--layout", choices=sorted(LAYOUTS), default="wide30")
+    g.add_argument("--rows", type=int, required=True)
+    g.add_argument("--out", required=True)
+    g.add_argument("--gzip", action="store_true", help="gzip the output (.gz appended)")
+    g.add_argument("--seed", type=int, default=42)
+    return p
+
+
+def run_ingest(args: argparse.Namespace, master: str | None = None) -> int:
+    """Shared by ``kappa-ingest ingest`` and ``jobs/ingest_csv.py``."""
+    from kappa_ingest import config
+    from kappa_ingest.ingest import ingest
+    from kappa_ingest.report import RunReport
+    from kappa_ingest.spark_session import build_session
+
+    cfg = config.load(args)
+    spark = None
+    try:
+        spark = build_session(f"kappa-ingest {cfg.run_id}", master or cfg.spark_master)
+        ingest(cfg, spark)
+    except KappaError:
+        raise
+    except Exception:
+        if spark is None:  # Spark did not start: the report is written here instead
+            report = RunReport(cfg.run_id, cfg.sink, cfg.topic, cfg.masked(), status="failed",
+                               error="Spark did not start")  # fmt: skip
+            report.write(cfg.metrics_dir)
+        raise
+    finally:
+        if spark is not None:
+            spark.stop()
+    return 0
+
+
+def _kafka(args: argparse.Namespace) -> int:
+    from kappa_ingest import local_kafka
+
+    if args.action == "start":
+        cluster = local_kafka.start(args.dir, brokers=args.brokers, port=args.port, heap=args.heap)
+        print(f"local Kafka running at {cluster.bootstrap_servers} (state in {cluster.state_dir})")
+    elif args.action == "stop":
+        print("stopped" if local_kafka.stop(args.dir) else f"no local Kafka running from {args.dir}")
+    else:
+        cluster = local_kafka.status(args.dir)
+        if cluster is None:
+            print(f"no local Kafka running from {args.dir}")
+            return 1
+        print(f"local Kafka running at {cluster.bootstrap_servers}: brokers alive {cluster.alive()}")
+    return 0
+
+
+def _gen_data(args: argparse.Namespace) -> int:
+    from kappa_ingest.datagen import generate
+
+    if args.rows < 0:
+        raise UsageError("--rows: expected zero or more")
+    path = generate(args.layout, args.rows, args.out, args.gzip, args.seed)
+    print(f"wrote {args.rows:,} {args.layout} rows to {path}")
+    return 0
+
+
+def guarded(fn, *args) -> int:  # type: ignore[no-untyped-def]
+    """Run ``fn``; map errors to the contract's exit codes with one line on stderr."""
+    try:
+        return fn(*args)
+    except KappaError as e:
+        print(f"kappa-ingest: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("kappa-ingest: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - the last resort: one line, never a bare trace
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        print(f"kappa-ingest: internal error: {type(e).__name__}: {first[:300]} (please report it)", file=sys.stderr)
+        return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    def dispatch() -> int:
+        args = build_parser().parse_args(argv)
+        if args.command == "ingest":
+            return run_ingest(args)
+        if args.command == "kafka":
+            return _kafka(args)
+        return _gen_data(args)
+
+    return guarded(dispatch)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,248 @@
+"""One frozen, typed configuration for a run: ``conf/ingest.yaml`` (or ``--config``)
+overlaid by the command line, validated once at start-up.
+
+Keys are the long option names of contract §1 (``key-column``; ``key_column`` is accepted
+too). Errors name the bad key and what it accepts, and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass, field, fields, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+import secrets
+
+import yaml
+
+from kappa_ingest.errors import UsageError
+from kappa_ingest.kafka_settings import DEFAULT_PRODUCER_SETTINGS, is_secret, validate_settings
+
+SINKS = ("confluent", "spark", "kafka-python")
+DEFAULT_SINK = "confluent"  # the fastest in `make bench` (README, "Performance")
+DEFAULT_CONFIG = Path("conf/ingest.yaml")
+
+
+@dataclass(frozen=True)
+class IngestConfig:
+    """Every setting of one ingest run. Built by :func:`load`; never mutated."""
+
+    inputs: tuple[str, ...]
+    topic: str
+    bootstrap_servers: str | None = None
+    sink: str = DEFAULT_SINK
+    partitions: int | None = None
+    topic_partitions: int = 2
+    replication_factor: int = 1
+    key_column: str | None = None
+    event_time_column: str | None = None
+    event_time_format: str | None = None
+    schema: str | None = None
+    delimiter: str = ","
+    quote: str = '"'
+    escape: str = '"'
+    encoding: str = "utf-8"
+    header: bool = True
+    multiline: bool = False
+    kafka_opts: dict[str, str] = field(default_factory=dict)
+    target_rate: float | None = None
+    metrics_dir: str = "./metrics"
+    run_id: str = ""
+    dry_run: bool = False
+    quiet: bool = False
+    spark_master: str | None = None
+    config_file: str | None = None
+
+    def producer_settings(self) -> dict[str, str]:
+        """Kafka (Java-named) producer settings: the defaults overlaid by ``kafka_opts``."""
+        return {**DEFAULT_PRODUCER_SETTINGS, **self.kafka_opts}
+
+    def masked(self) -> dict[str, Any]:
+        """Every setting, for the run report, with secrets replaced by ``***``."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        out["kafka_opts"] = {k: ("***" if is_secret(k) else v) for k, v in self.producer_settings().items()}
+        if out["bootstrap_servers"]:
+            out["bootstrap_servers"] = _mask_url_password(out["bootstrap_servers"])
+        return out
+
+
+def _mask_url_password(text: str) -> str:
+    return re.sub(r"(//[^:/@]+:)[^@]+@", r"\1***@", text)
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """A time-sortable run id: ``20261122T003425Z-1a2b3c``."""
+    now = now or datetime.now(timezone.utc)
+    return f"{now:%Y%m%dT%H%M%S}Z-{secrets.token_hex(3)}"
+
+
+# -- the command line -------------------------------------------------------------------
+
+
+def add_ingest_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of contract §1, shared by ``jobs/ingest_csv.py`` and ``kappa-ingest ingest``.
+
+    Every default is ``None`` so that the YAML file can fill what the command line leaves out.
+    """
+    a = p.add_argument
+    a("--input", dest="inputs", action="append", metavar="PATH", help="file, directory or glob (.csv, .csv.gz); repeatable")
+    a("--topic", help="target topic (created if absent)")
+    a("--bootstrap-servers", metavar="H:P[,H:P]", help="Kafka cluster; default: start the embedded local broker")
+    a("--sink", choices=SINKS, help=f"who produces (default {DEFAULT_SINK}, the fastest in `make bench`)")
+    a("--partitions", type=int, metavar="N", help="Spark partitions = concurrent producers")
+    a("--topic-partitions", type=int, metavar="N", help="partitions of a topic this run creates (default 2)")
+    a("--replication-factor", type=int, metavar="N", help="replication of a topic this run creates (default 1)")
+    a("--key-column", metavar="COL", help="Kafka key = that column's text")
+    a("--event-time-column", metavar="COL", help="record timestamp and event_ts from that column")
+    a("--event-time-format", metavar="FMT", help="Spark datetime pattern of --event-time-column")
+    a("--schema", metavar="DDL_OR_FILE", help="typed columns, e.g. 'id INT, price DOUBLE'")
+    a("--delimiter", help="field delimiter (default ,)")
+    a("--quote", help='quote character (default ")')
+    a("--escape", help='escape character for quotes inside quoted fields (default ", RFC 4180)')
+    a("--encoding", help="input encoding (default utf-8)")
+    a("--no-header", dest="header", action="store_const", const=False, help="first line is data")
+    a("--multiline", action="store_const", const=True, help="quoted fields may contain newlines")
+    a("--kafka-opt", dest="kafka_opts", action="append", metavar="KEY=VALUE", help="producer setting (Java name); repeatable")
+    a("--target-rate", type=float, metavar="ROWS_PER_S", help="throttle the whole job to this input rate")
+    a("--config", dest="config_file", metavar="FILE", help=f"YAML file of these options (default {DEFAULT_CONFIG})")
+    a("--metrics-dir", metavar="DIR", help="where run reports go (default ./metrics)")
+    a("--run-id", metavar="ID", help="name of this run (default: generated, time-sortable)")
+    a("--dry-run", action="store_const", const=True, help="read, convert and validate; send nothing")
+    a("--quiet", action="store_const", const=True, help="no progress display")
+    a("--master", dest="spark_master", metavar="URL", help="Spark master for `kappa-ingest ingest` (default local[*])")
+
+
+def load(args: argparse.Namespace) -> IngestConfig:
+    """Build the run's configuration: YAML file first, then the command line on top."""
+    explicit = args.config_file is not None
+    path = Path(args.config_file) if explicit else DEFAULT_CONFIG
+    values: dict[str, Any] = {}
+    if path.exists():
+        values.update(_read_yaml(path))
+    elif explicit:
+        raise UsageError(f"--config {path}: no such file")
+    cli = {k: v for k, v in vars(args).items() if v is not None and k in _FIELD_NAMES}
+    if "kafka_opts" in cli:
+        cli["kafka_opts"] = {**values.get("kafka_opts", {}), **_parse_kv(cli["kafka_opts"])}
+    values.update(cli)
+    if path.exists():
+        values["config_file"] = str(path)
+    return validate(values)
+
+
+_FIELD_NAMES = {f.name for f in fields(IngestConfig)}
+_YAML_ALIASES = {"input": "inputs", "kafka_opt": "kafka_opts", "master": "spark_master"}
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise UsageError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from e
+    if not isinstance(raw, dict):
+        raise UsageError(f"{path}: expected a mapping of option names to values")
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = str(key).replace("-", "_")
+        name = _YAML_ALIASES.get(name, name)
+        if name == "no_header":
+            raise UsageError(f"{path}: use 'header: false' instead of 'no-header'")
+        if name not in _FIELD_NAMES or name == "config_file":
+            accepted = ", ".join(sorted(n.replace("_", "-") for n in _FIELD_NAMES - {"config_file", "inputs"}))
+            raise UsageError(f"{path}: unknown key '{key}'; accepted: input, {accepted}")
+        if name == "inputs" and isinstance(value, str):
+            value = [value]
+        if name == "kafka_opts":
+            if not isinstance(value, dict):
+                raise UsageError(f"{path}: 'kafka-opt' must be a mapping of Kafka setting names to values")
+            value = {str(k): _setting_text(v) for k, v in value.items()}
+        out[name] = value
+    return out
+
+
+def _setting_text(v: Any) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def _parse_kv(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--kafka-opt {item!r}: expected KEY=VALUE, e.g. --kafka-opt linger.ms=20")
+        out[key.strip()] = value
+    return out
+
+
+def _single_char(name: str, value: Any) -> str:
+    text = str(value)
+    if text in ("\\t", "tab"):
+        return "\t"
+    if len(text) != 1:
+        raise UsageError(f"--{name} {text!r}: expected one character")
+    return text
+
+
+def validate(values: dict[str, Any]) -> IngestConfig:
+    """Check every value and return the frozen configuration; UsageError names the bad one."""
+    v = dict(values)
+    if not v.get("inputs"):
+        raise UsageError("no input: give --input PATH (a file, directory or glob)")
+    if not v.get("topic"):
+        raise UsageError("no topic: give --topic NAME")
+    v["inputs"] = tuple(str(i) for i in v["inputs"])
+    topic = str(v["topic"])
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", topic) or topic in (".", ".."):
+        raise UsageError(f"--topic {topic!r}: Kafka topic names use only letters, digits, '.', '_' and '-'")
+    sink = v.get("sink", DEFAULT_SINK)
+    if sink not in SINKS:
+        raise UsageError(f"sink {sink!r} is not known; accepted: {', '.join(SINKS)}")
+    for name in ("partitions", "topic_partitions", "replication_factor"):
+        if v.get(name) is not None:
+            try:
+                v[name] = int(v[name])
+            except (TypeError, ValueError) as e:
+                raise UsageError(f"--{name.replace('_', '-')} {v[name]!r}: expected a positive whole number") from e
+            if v[name] < 1:
+                raise UsageError(f"--{name.replace('_', '-')} {v[name]}: expected a positive whole number")
+    if v.get("target_rate") is not None:
+        try:
+            v["target_rate"] = float(v["target_rate"])
+        except (TypeError, ValueError) as e:
+            raise UsageError(f"--target-rate {v['target_rate']!r}: expected rows per second") from e
+        if v["target_rate"] <= 0:
+            raise UsageError(f"--target-rate {v['target_rate']}: expected a positive rate in rows per second")
+    for name in ("delimiter", "quote", "escape"):
+        if name in v:
+            v[name] = _single_char(name, v[name])
+    if "encoding" in v:
+        import codecs
+
+        try:
+            codecs.lookup(str(v["encoding"]))
+        except LookupError as e:
+            raise UsageError(f"--encoding {v['encoding']!r}: not an encoding Python knows, e.g. utf-8, latin-1") from e
+    if bool(v.get("event_time_format")) and not v.get("event_time_column"):
+        raise UsageError("--event-time-format needs --event-time-column")
+    for name in ("header", "multiline", "dry_run", "quiet"):
+        if name in v and not isinstance(v[name], bool):
+            raise UsageError(f"'{name.replace('_', '-')}': expected true or false, got {v[name]!r}")
+    v["kafka_opts"] = dict(v.get("kafka_opts") or {})
+    validate_settings({**DEFAULT_PRODUCER_SETTINGS, **v["kafka_opts"]}, sink)
+    if v.get("bootstrap_servers") is not None:
+        v["bootstrap_servers"] = str(v["bootstrap_servers"])
+        if not re.fullmatch(r"[^,\s]+:\d+(,[^,\s]+:\d+)*", v["bootstrap_servers"]):
+            raise UsageError(f"--bootstrap-servers {v['bootstrap_servers']!r}: expected HOST:PORT[,HOST:PORT...]")
+    v["run_id"] = str(v.get("run_id") or new_run_id())
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", v["run_id"]):
+        raise UsageError(f"--run-id {v['run_id']!r}: use only letters, digits, '.', '_' and '-'")
+    return IngestConfig(**v)
+
+
+def with_bootstrap(cfg: IngestConfig, servers: str) -> IngestConfig:
+    return replace(cfg, bootstrap_servers=servers)

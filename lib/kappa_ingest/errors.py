@@ -1,0 +1,35 @@
+"""Errors for people: each carries the exit code of contract §1 and a one-line message
+naming the cause and the fix. They are mapped to exit codes in one place, ``cli.main``."""
+
+from __future__ import annotations
+
+
+class KappaError(Exception):
+    """Anything else that stops a run (exit 1)."""
+
+    exit_code = 1
+    status = "failed"
+
+
+class UsageError(KappaError):
+    """Bad usage or configuration (exit 2)."""
+
+    exit_code = 2
+
+
+class InputError(KappaError):
+    """Input missing or unreadable (exit 3)."""
+
+    exit_code = 3
+
+
+class KafkaUnavailable(KappaError):
+    """Kafka unreachable, unauthorised or refusing (exit 4)."""
+
+    exit_code = 4
+
+
+class QualityGateFailed(KappaError):
+    """The data-quality gate failed (exit 5)."""
+
+    exit_code = 5

@@ -1,0 +1,274 @@
+"""The embedded local Kafka: KRaft brokers started from Maven Central's jars.
+
+Used by ``make demo``, by the test suite's broker fixture, by ``kappa-ingest kafka
+start|stop|status`` and by the ingest job when no bootstrap servers are configured and the
+master is local. Every broker is a combined broker+controller; N of them form one cluster
+with static voters. Brokers are stopped by the PID recorded in the state directory.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from kappa_ingest.errors import KafkaUnavailable, UsageError
+from kappa_ingest.paths import cache_dir, conf_dir
+
+KAFKA_VERSION = "4.1.1"
+STATE_FILE = "cluster.json"
+
+
+def jars_dir() -> Path:
+    """Resolve the broker's jars into the cache once; later calls download nothing."""
+    target = cache_dir() / f"kafka-{KAFKA_VERSION}"
+    if (target / ".complete").exists():
+        return target
+    if shutil.which("mvn") is None:
+        raise UsageError("Maven (mvn) is needed to fetch the Kafka broker jars; install Maven 3.8+")
+    target.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        "mvn", "-B", "-q", "-f", str(conf_dir() / "kafka-broker-pom.xml"),
+        "dependency:copy-dependencies", f"-DoutputDirectory={target}", "-DincludeScope=runtime",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
+        raise UsageError(f"could not fetch the Kafka {KAFKA_VERSION} jars with Maven: {' | '.join(tail)}")
+    (target / ".complete").write_text(KAFKA_VERSION)
+    return target
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still answers kill(0); it is dead for our purposes.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return True
+
+
+@dataclass(frozen=True)
+class Broker:
+    node_id: int
+    port: int
+    controller_port: int
+    pid: int
+
+
+@dataclass(frozen=True)
+class LocalKafka:
+    """A running local cluster, as recorded in ``<state_dir>/cluster.json``."""
+
+    state_dir: Path
+    brokers: tuple[Broker, ...]
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"127.0.0.1:{b.port}" for b in self.brokers)
+
+    def alive(self) -> list[bool]:
+        return [_pid_alive(b.pid) for b in self.brokers]
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop every broker by PID: SIGTERM, then SIGKILL after ``timeout_s``."""
+        for b in self.brokers:
+            _signal(b.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for b in self.brokers:
+            while _pid_alive(b.pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if _pid_alive(b.pid):
+                _signal(b.pid, signal.SIGKILL)
+        for b in self.brokers:
+            _reap(b.pid)
+        (self.state_dir / STATE_FILE).unlink(missing_ok=True)
+
+    def stop_broker(self, node_id: int) -> None:
+        """Kill one broker (for fault tests); the others keep running."""
+        pid = next(b.pid for b in self.brokers if b.node_id == node_id)
+        _signal(pid, signal.SIGKILL)
+        _reap(pid)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)  # the broker leads its own process group
+    except ProcessLookupError:
+        return
+    except PermissionError:
+        os.kill(pid, sig)
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def _server_properties(node_id: int, ports: list[tuple[int, int]], log_dir: Path, voters: str) -> str:
+    port, cport = ports[node_id - 1]
+    replicas = min(3, len(ports))
+    return "\n".join(
+        [
+            "process.roles=broker,controller",
+            f"node.id={node_id}",
+            f"controller.quorum.voters={voters}",
+            f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            f"log.dirs={log_dir}",
+            "num.partitions=1",
+            f"offsets.topic.replication.factor={replicas}",
+            f"transaction.state.log.replication.factor={replicas}",
+            "transaction.state.log.min.isr=1",
+            f"share.coordinator.state.topic.replication.factor={replicas}",
+            "share.coordinator.state.topic.min.isr=1",
+            "group.initial.rebalance.delay.ms=0",
+            "auto.create.topics.enable=false",
+            "",
+        ]
+    )
+
+
+def start(
+    state_dir: Path | str,
+    brokers: int = 1,
+    port: int | None = None,
+    heap: str = "512m",
+    timeout_s: float = 90.0,
+) -> LocalKafka:
+    """Format storage and start ``brokers`` KRaft brokers on 127.0.0.1; wait until they serve.
+
+    ``port`` fixes the first broker's port (the others take free ones). Raises
+    KafkaUnavailable, naming the log file, if a broker exits or does not answer in time.
+    """
+    state_dir = Path(state_dir).resolve()
+    existing = status(state_dir)
+    if existing is not None:
+        raise UsageError(
+            f"a local Kafka is already running from {state_dir} at {existing.bootstrap_servers};"
+            " stop it first with 'kappa-ingest kafka stop'"
+        )
+    jars = jars_dir()
+    java = shutil.which("java")
+    if java is None:
+        raise UsageError("Java 17 is needed to run the local Kafka broker; install a JDK")
+    ports = [((port if (i == 0 and port) else free_port()), free_port()) for i in range(brokers)]
+    voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports))
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    classpath = f"{jars}/*"
+    started: list[Broker] = []
+    cluster = LocalKafka(state_dir, ())
+    try:
+        for node_id in range(1, brokers + 1):
+            node_dir = state_dir / f"broker-{node_id}"
+            if node_dir.exists():
+                shutil.rmtree(node_dir)
+            (node_dir / "logs").mkdir(parents=True)
+            props = node_dir / "server.properties"
+            props.write_text(_server_properties(node_id, ports, node_dir / "data", voters))
+            fmt = subprocess.run(
+                [java, "-cp", classpath, "kafka.tools.StorageTool", "format",
+                 "-t", cluster_id, "-c", str(props), "--ignore-formatted"],
+                capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            if fmt.returncode != 0:
+                raise KafkaUnavailable(f"formatting broker {node_id} storage failed: {fmt.stderr.strip()[-300:]}")
+            log_dir = node_dir / "logs"
+            with open(log_dir / "stdout.log", "wb") as out:
+                proc = subprocess.Popen(
+                    [java, f"-Xmx{heap}", f"-Xms{heap}", "-XX:+UseG1GC",
+                     f"-Dlog4j2.configurationFile={conf_dir() / 'log4j2-kafka.properties'}",
+                     f"-Dkafka.logs.dir={log_dir}", "-cp", classpath, "kafka.Kafka", str(props)],
+                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )  # fmt: skip
+            started.append(Broker(node_id, ports[node_id - 1][0], ports[node_id - 1][1], proc.pid))
+            cluster = LocalKafka(state_dir, tuple(started))
+            _write_state(cluster)
+        _wait_ready(cluster, timeout_s)
+    except BaseException:
+        cluster.stop(timeout_s=5)
+        raise
+    return cluster
+
+
+def _write_state(cluster: LocalKafka) -> None:
+    state = {"brokers": [b.__dict__ for b in cluster.brokers]}
+    (cluster.state_dir / STATE_FILE).write_text(json.dumps(state, indent=2))
+
+
+def _wait_ready(cluster: LocalKafka, timeout_s: float) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    deadline = time.monotonic() + timeout_s
+    for b in cluster.brokers:
+        while not _port_open(b.port):
+            if not _pid_alive(b.pid):
+                raise KafkaUnavailable(
+                    f"local Kafka broker {b.node_id} exited at start-up; see {cluster.state_dir}/broker-{b.node_id}/logs"
+                )
+            if time.monotonic() > deadline:
+                raise KafkaUnavailable(f"local Kafka broker {b.node_id} did not open port {b.port} in {timeout_s:.0f} s")
+            time.sleep(0.2)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    while True:
+        try:
+            md = admin.list_topics(timeout=5)
+            if len(md.brokers) == len(cluster.brokers):
+                return
+        except Exception:  # noqa: BLE001 - not ready yet; the deadline bounds the loop
+            pass
+        if time.monotonic() > deadline:
+            raise KafkaUnavailable(f"local Kafka cluster did not serve metadata in {timeout_s:.0f} s")
+        time.sleep(0.3)
+
+
+def status(state_dir: Path | str) -> LocalKafka | None:
+    """The cluster recorded in ``state_dir`` if any of its brokers is still alive."""
+    state_dir = Path(state_dir).resolve()
+    f = state_dir / STATE_FILE
+    if not f.exists():
+        return None
+    brokers = tuple(Broker(**b) for b in json.loads(f.read_text())["brokers"])
+    cluster = LocalKafka(state_dir, brokers)
+    return cluster if any(cluster.alive()) else None
+
+
+def stop(state_dir: Path | str) -> bool:
+    """Stop the cluster recorded in ``state_dir``; False if none was running."""
+    cluster = status(state_dir)
+    if cluster is None:
+        (Path(state_dir) / STATE_FILE).unlink(missing_ok=True)
+        return False
+    cluster.stop()
+    return True

@@ -1,0 +1,289 @@
+"""The run report of contract §3: built from Spark's task and stage records joined with
+the producers' own counts, checked for its invariants, printed and written as
+``<metrics-dir>/runs/<run_id>/summary.json``."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from kappa_ingest.sinks.partition_runner import TaskStats
+from kappa_ingest.spark_metrics import SparkRunMetrics, TaskInfo
+
+MB = 1_000_000
+
+
+def iso(dt: datetime | None) -> str | None:
+    if dt is None:
+        return None
+    return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+
+
+def _rate(n: float, seconds: float | None) -> float:
+    return round(n / seconds, 1) if seconds else 0.0
+
+
+@dataclass
+class RunReport:
+    """Everything one run reports; ``summary()`` is the JSON document."""
+
+    run_id: str
+    sink: str
+    topic: str
+    config: dict[str, Any]
+    started_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    status: str = "running"
+    error: str | None = None
+    bootstrap_servers: str | None = None
+    spark_master: str | None = None
+    finished_at: datetime | None = None
+    dry_run: bool = False
+    counted_by: str | None = None
+    rows_read: int = 0
+    rows_sent: int = 0
+    rows_quarantined: int = 0
+    rows_converted: int = 0
+    bytes_sent: int = 0
+    ingest_s: float | None = None
+    executors: list[dict[str, Any]] = field(default_factory=list)
+    stages: list[dict[str, Any]] = field(default_factory=list)
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+    broker_rate: list[dict[str, Any]] = field(default_factory=list)
+    broker: dict[str, Any] = field(default_factory=dict)
+    quarantine: dict[str, Any] = field(default_factory=dict)
+    duplicates: dict[str, Any] = field(default_factory=dict)
+    checks: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def wall_s(self) -> float:
+        end = self.finished_at or datetime.now(timezone.utc)
+        return round((end - self.started_at).total_seconds(), 3)
+
+    def add_run(self, stats: list[TaskStats], spark: SparkRunMetrics) -> None:
+        """Join the producers' per-task counts with Spark's task and stage records."""
+        by_task = {s.task_id: s for s in stats}
+        sending = {(t.stage_id, t.stage_attempt) for t in spark.tasks if t.task_id in by_task}
+        send_tasks = [t for t in spark.tasks if (t.stage_id, t.stage_attempt) in sending]
+        self.rows_converted = sum(s.rows_sent for s in stats)
+        self.rows_quarantined = sum(s.rows_quarantined for s in stats)
+        if not self.dry_run:
+            self.rows_sent = self.rows_converted
+            self.bytes_sent = sum(s.bytes_sent for s in stats)
+        # rows_read comes from Spark's input metrics, independently of the producers' counts.
+        self.rows_read = sum(t.records_read for t in spark.tasks if t.status == "SUCCESS")
+        if send_tasks:
+            start = min(t.launched_at for t in send_tasks)
+            end = max(t.ended_at for t in send_tasks)
+            self.ingest_s = round((end - start).total_seconds(), 3)
+        self.tasks = [self._task(t, by_task.get(t.task_id)) for t in sorted(send_tasks, key=lambda t: t.task_id)]
+        self.executors = self._executors(send_tasks, by_task, spark)
+        self.stages = [
+            {
+                "stage_id": s.stage_id,
+                "attempt": s.attempt,
+                "name": s.name,
+                "status": s.status,
+                "num_tasks": s.num_tasks,
+                "submitted_at": iso(s.submitted_at),
+                "completed_at": iso(s.completed_at),
+                "duration_s": s.duration_s,
+                "executor_run_s": round(s.executor_run_s, 3),
+                "executor_cpu_s": round(s.executor_cpu_s, 3),
+                "input_bytes": s.input_bytes,
+                "input_records": s.input_records,
+                "sends": (s.stage_id, s.attempt) in sending,
+            }
+            for s in spark.stages
+        ]
+        failed = [t for t in send_tasks if t.status != "SUCCESS"]
+        self.duplicates = {
+            "failed_attempts": [{"task_id": t.task_id, "partition": t.partition, "error": t.error} for t in failed],
+            "count": 0,
+        }
+
+    def _task(self, t: TaskInfo, s: TaskStats | None) -> dict[str, Any]:
+        rows = s.rows_sent if s else 0
+        return {
+            "task_id": t.task_id,
+            "stage_id": t.stage_id,
+            "partition": t.partition,
+            "attempt": t.attempt,
+            "status": t.status,
+            "executor_id": t.executor_id,
+            "host": t.host,
+            "launched_at": iso(t.launched_at),
+            "duration_s": t.duration_s,
+            "rows": rows,
+            "bytes": s.bytes_sent if s else 0,
+            "rows_quarantined": s.rows_quarantined if s else 0,
+            "rows_per_s": _rate(rows, t.duration_s),
+        }
+
+    def _executors(self, tasks: list[TaskInfo], by_task: dict[int, TaskStats], spark: SparkRunMetrics) -> list[dict[str, Any]]:
+        groups: dict[str, list[TaskInfo]] = defaultdict(list)
+        for t in tasks:
+            groups[t.executor_id].append(t)
+        out = []
+        for eid, ts in sorted(groups.items()):
+            ok = [t for t in ts if t.task_id in by_task]
+            rows = sum(by_task[t.task_id].rows_sent for t in ok)
+            nbytes = sum(by_task[t.task_id].bytes_sent for t in ok)
+            busy = sum(t.duration_s for t in ts)
+            span = (max(t.ended_at for t in ts) - min(t.launched_at for t in ts)).total_seconds()
+            host = spark.executors[eid].host if eid in spark.executors else ts[0].host
+            out.append(
+                {
+                    "executor_id": eid,
+                    "host": host,
+                    "tasks": len(ts),
+                    "rows": rows,
+                    "bytes": nbytes,
+                    "busy_s": round(busy, 3),
+                    "span_s": round(span, 3),
+                    # An executor's rate is over its span: its tasks run concurrently on its cores.
+                    "rows_per_s": _rate(rows, span),
+                    "mb_per_s": round(nbytes / MB / span, 3) if span else 0.0,
+                }
+            )
+        return out
+
+    def check_offsets(self, before: dict[int, int], after: dict[int, int]) -> None:
+        """The broker's account: the topic grew by rows_sent plus counted retry duplicates."""
+        delta = sum(after.values()) - sum(before.get(p, 0) for p in after)
+        self.broker = {"offsets_before": sum(before.values()), "offsets_after": sum(after.values()), "offset_delta": delta}
+        extra = delta - self.rows_sent
+        if self.duplicates.get("failed_attempts") and extra > 0:
+            self.duplicates["count"] = extra
+            self.check("topic grew by rows_sent + retry duplicates", True, f"{self.rows_sent} + {extra}", delta)
+        else:
+            self.check("topic grew by rows_sent", delta == self.rows_sent, self.rows_sent, delta)
+
+    def check(self, name: str, ok: bool, expected: Any, actual: Any) -> None:
+        self.checks.append({"name": name, "ok": bool(ok), "expected": expected, "actual": actual})
+
+    def check_counts(self) -> None:
+        """The invariants the job checks itself (contract §3)."""
+        counted = self.rows_converted + self.rows_quarantined
+        self.check("rows_read = rows_sent + rows_quarantined", self.rows_read == counted, counted, self.rows_read)
+        exec_rows = sum(e["rows"] for e in self.executors)
+        self.check("executors' rows add up to rows_sent", exec_rows == self.rows_converted, self.rows_converted, exec_rows)
+
+    @property
+    def consistent(self) -> bool:
+        return all(c["ok"] for c in self.checks)
+
+    def summary(self) -> dict[str, Any]:
+        mb = self.bytes_sent / MB
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "error": self.error,
+            "sink": self.sink,
+            "topic": self.topic,
+            "bootstrap_servers": self.config.get("bootstrap_servers") or self.bootstrap_servers,
+            "spark_master": self.spark_master,
+            "dry_run": self.dry_run,
+            "started_at": iso(self.started_at),
+            "finished_at": iso(self.finished_at),
+            "wall_s": self.wall_s,
+            "ingest_s": self.ingest_s,
+            "rows_read": self.rows_read,
+            "rows_sent": self.rows_sent,
+            "rows_quarantined": self.rows_quarantined,
+            "rows_converted": self.rows_converted,
+            "bytes_sent": self.bytes_sent,
+            "rows_per_s": _rate(self.rows_sent, self.ingest_s),
+            "mb_per_s": round(mb / self.ingest_s, 3) if self.ingest_s else 0.0,
+            "counted_by": self.counted_by,
+            "executors": self.executors,
+            "stages": self.stages,
+            "tasks": self.tasks,
+            "broker_rate": self.broker_rate,
+            "broker": self.broker,
+            "quarantine": self.quarantine,
+            "duplicates": self.duplicates,
+            "checks": self.checks,
+            "config": self.config,
+        }
+
+    def write(self, metrics_dir: str | Path) -> Path:
+        path = Path(metrics_dir) / "runs" / self.run_id / "summary.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.summary(), indent=2, default=str) + "\n")
+        tmp.replace(path)
+        return path
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> str:
+    cells = [headers] + [[_fmt(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join("  " + line for line in lines)
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:,.1f}" if abs(v) >= 100 else f"{v:,.2f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return "-" if v is None else str(v)
+
+
+def render(s: dict[str, Any]) -> str:
+    """The report as people read it at the end of a run."""
+    out = [
+        f"kappa-ingest run {s['run_id']}: {s['status'].upper()}" + (" (dry run)" if s["dry_run"] else ""),
+        f"  sink {s['sink']} -> topic {s['topic']} at {s['bootstrap_servers']}; Spark {s['spark_master']}",
+    ]
+    if s["error"]:
+        out.append(f"  error: {s['error']}")
+    out += [
+        f"  rows read {s['rows_read']:,}  sent {s['rows_sent']:,}  quarantined {s['rows_quarantined']:,}"
+        f"  bytes {s['bytes_sent']:,}",
+        f"  ingest {_fmt(s['ingest_s'])} s of {_fmt(s['wall_s'])} s wall:"
+        f"  {s['rows_per_s']:,.0f} rows/s  {s['mb_per_s']:.2f} MB/s",
+    ]
+    if s["executors"]:
+        out += ["", "executors"]
+        out.append(
+            _table(
+                ["executor", "host", "tasks", "rows", "MB", "busy s", "span s", "rows/s", "MB/s"],
+                [
+                    [e["executor_id"], e["host"], e["tasks"], e["rows"], e["bytes"] / MB, e["busy_s"], e["span_s"],
+                     e["rows_per_s"], e["mb_per_s"]]
+                    for e in s["executors"]
+                ],
+            )  # fmt: skip
+        )
+    if s["stages"]:
+        out += ["", "stages"]
+        out.append(
+            _table(
+                ["stage", "tasks", "duration s", "run s", "cpu s", "input MB", "input rows", "name"],
+                [
+                    [f"{st['stage_id']}.{st['attempt']}", st["num_tasks"], st["duration_s"], st["executor_run_s"],
+                     st["executor_cpu_s"], st["input_bytes"] / MB, st["input_records"], st["name"][:40]]
+                    for st in s["stages"]
+                ],
+            )  # fmt: skip
+        )
+    if s["quarantine"].get("rows"):
+        q = s["quarantine"]
+        out += ["", f"quarantined {q['rows']:,} rows -> {q['path']}"]
+        out += [f"  {n:,}  {reason}" for reason, n in q["reasons"].items()]
+    if s["duplicates"].get("count"):
+        d = s["duplicates"]
+        ids = ", ".join(str(t["task_id"]) for t in d["failed_attempts"])
+        out.append(f"retry duplicates: {d['count']:,} records re-sent by retried tasks (failed attempts: {ids})")
+    bad = [c for c in s["checks"] if not c["ok"]]
+    for c in bad:
+        out.append(f"CHECK FAILED: {c['name']}: expected {c['expected']}, got {c['actual']}")
+    if s["checks"] and not bad:
+        out.append(f"checks: {len(s['checks'])} of {len(s['checks'])} hold ({'; '.join(c['name'] for c in s['checks'])})")
+    return "\n".join(out)

@@ -1,0 +1,68 @@
+"""The one Spark session factory, with explicit arguments.
+
+Under ``spark-submit`` (``./spark-submit.sh``) the master, packages and ``conf/`` settings
+are already in the launch configuration and ``getOrCreate`` picks them up; started from
+Python (``kappa-ingest ingest``, tests, notebooks) this adds what the job needs itself.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+from kappa_ingest.paths import conf_dir
+
+SPARK_VERSION = "4.0.0"
+KAFKA_PACKAGE = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION}"
+DELTA_PACKAGE = "io.delta:delta-spark_2.13:4.0.0"
+PACKAGES = (KAFKA_PACKAGE, DELTA_PACKAGE)
+
+
+def launched_by_spark_submit() -> bool:
+    """True when a driver JVM was started by spark-submit before Python ran."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def build_session(
+    app_name: str,
+    master: str | None = None,
+    extra_conf: dict[str, str] | None = None,
+) -> SparkSession:
+    """A session for the job. ``master`` is used only when Python starts the JVM itself
+    (default ``local[*]``); ``extra_conf`` wins over ``conf/`` defaults."""
+    builder = SparkSession.builder.appName(app_name)
+    if not launched_by_spark_submit():
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        log4j = f"-Dlog4j2.configurationFile=file:{conf_dir() / 'log4j2-spark.properties'}"
+        conf = {
+            **_defaults_file(),
+            "spark.jars.packages": ",".join(PACKAGES),
+            "spark.jars.ivySettings": str(conf_dir() / "ivysettings.xml"),
+            "spark.driver.extraJavaOptions": log4j,
+            "spark.executor.extraJavaOptions": log4j,
+        }
+        builder = builder.master(master or "local[*]")
+        for k, v in conf.items():
+            builder = builder.config(k, v)
+    for k, v in (extra_conf or {}).items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def _defaults_file() -> dict[str, str]:
+    """``conf/spark-defaults.conf`` as a dict (spark-submit reads it with --properties-file)."""
+    path = conf_dir() / "spark-defaults.conf"
+    out: dict[str, str] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            line = line.strip()
+            if line and not line.startswith("#"):
+                key, _, value = line.partition(" ")
+                out[key] = value.strip()
+    return out

@@ -1,0 +1,117 @@
+"""Driver-side Kafka administration: reachability, topic creation, end offsets.
+
+Always confluent-kafka's AdminClient, whichever sink produces: it fails fast (an
+unreachable or refusing cluster is an exit-4 error within ~15 s, never a hang).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kappa_ingest.errors import KafkaUnavailable
+from kappa_ingest.kafka_settings import TABLE
+
+TIMEOUT_S = 15.0
+# librdkafka's own connection chatter; the errors that matter reach error_cb and are raised.
+_LOG = logging.getLogger("kappa_ingest.kafka_admin")
+_LOG.addHandler(logging.NullHandler())
+_LOG.propagate = False
+_SETTLING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART}
+_CONNECTION_KEYS = ("security.protocol", "sasl.mechanism", "sasl.username", "sasl.password", "client.id")
+
+
+class Admin:
+    """A connection to one cluster for the driver's questions."""
+
+    def __init__(self, bootstrap_servers: str, settings: dict[str, str] | None = None) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.errors: list[KafkaError] = []
+        conf: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "error_cb": self.errors.append, "logger": _LOG}
+        for key in _CONNECTION_KEYS:
+            if settings and key in settings:
+                target, convert = TABLE[key][0]  # type: ignore[misc]
+                conf[target] = convert(settings[key])
+        self.conf = conf
+        self.client = AdminClient(conf)
+        self._consumer: Consumer | None = None
+
+    def _unavailable(self, what: str, cause: object) -> KafkaUnavailable:
+        auth = [e for e in self.errors if e.code() == KafkaError._AUTHENTICATION]
+        if auth:
+            return KafkaUnavailable(
+                f"Kafka at {self.bootstrap_servers} refused authentication ({auth[0].str()}); check sasl settings"
+            )
+        return KafkaUnavailable(
+            f"Kafka unreachable at {self.bootstrap_servers} ({what}: {cause}); check --bootstrap-servers and that the brokers run"
+        )
+
+    def check_reachable(self, timeout_s: float = TIMEOUT_S) -> int:
+        """The number of brokers; KafkaUnavailable if none answers in ``timeout_s``."""
+        try:
+            md = self.client.list_topics(timeout=timeout_s)
+        except KafkaException as e:
+            raise self._unavailable("no metadata", e.args[0]) from e
+        return len(md.brokers)
+
+    def partitions(self, topic: str) -> int | None:
+        md = self.client.list_topics(topic=topic, timeout=TIMEOUT_S)
+        t = md.topics.get(topic)
+        if t is None or t.error is not None:
+            return None
+        return len(t.partitions)
+
+    def ensure_topic(self, topic: str, partitions: int, replication_factor: int) -> bool:
+        """Create ``topic`` if absent; True if this call created it."""
+        if self.partitions(topic) is not None:
+            return False
+        futures = self.client.create_topics([NewTopic(topic, partitions, replication_factor)])
+        try:
+            futures[topic].result(TIMEOUT_S)
+        except KafkaException as e:
+            err = e.args[0]
+            if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return False
+            raise KafkaUnavailable(f"Kafka refused to create topic {topic!r}: {err.str()}") from e
+        self._wait_for_leaders(topic)
+        return True
+
+    def _wait_for_leaders(self, topic: str) -> None:
+        """A new topic is usable once every partition has a leader (bounded wait)."""
+        deadline = time.monotonic() + TIMEOUT_S
+        while time.monotonic() < deadline:
+            t = self.client.list_topics(topic=topic, timeout=TIMEOUT_S).topics.get(topic)
+            if t is not None and t.error is None and t.partitions and all(p.leader >= 0 for p in t.partitions.values()):
+                return
+            time.sleep(0.1)
+        raise KafkaUnavailable(f"topic {topic!r} was created but its partitions got no leader in {TIMEOUT_S:.0f} s")
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        """The topic's end offset (high watermark) per partition, as the broker reports it.
+
+        A consumer's watermark query, not AdminClient.list_offsets: the latter answers
+        NOT_LEADER for a while after a topic is created.
+        """
+        n = self.partitions(topic)
+        if n is None:
+            return {}
+        if self._consumer is None:
+            self._consumer = Consumer({**self.conf, "group.id": "kappa-ingest-offsets", "enable.auto.commit": False})
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            try:
+                return {p: self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=TIMEOUT_S)[1] for p in range(n)}
+            except KafkaException as e:
+                # Right after a topic is created its leaders take a moment to serve.
+                if e.args[0].code() not in _SETTLING or time.monotonic() > deadline:
+                    raise self._unavailable("reading end offsets", e.args[0]) from e
+                time.sleep(0.2)
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None

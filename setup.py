@@ -1,0 +1,28 @@
+"""kappa-ingest: CSV files into a Kafka stream with Spark, as fast as the hardware allows."""
+
+from setuptools import find_packages, setup
+
+# The pins of ../shared/stack.md: checked to install and run together.
+INSTALL_REQUIRES = [
+    "pyspark==4.0.0",
+    "delta-spark==4.0.0",
+    "great-expectations[spark]==1.24.1",
+    "kafka-python==3.0.12",
+    "confluent-kafka==2.16.1",
+    "orjson>=3.10",
+    "pyarrow==26.0.1",
+    "polars==2.1.0",
+    "pyyaml>=6",
+]
+
+setup(
+    name="kappa-ingest",
+    version="0.1.0",
+    description="Bulk CSV to Kafka with Apache Spark, measured",
+    python_requires=">=3.11",
+    package_dir={"": "lib"},
+    packages=find_packages("lib"),
+    install_requires=INSTALL_REQUIRES,
+    extras_require={"test": ["chispa==0.12.0", "pytest>=9,<10", "ruff>=0.8"]},
+    entry_points={"console_scripts": ["kappa-ingest=kappa_ingest.cli:main"]},
+)
