@@ -8,7 +8,6 @@ The options are those of ``kappa-ingest ingest`` (README, contract §1); the mas
 resources come from spark-submit.
 """
 
-import argparse
 import sys
 
 from kappa_ingest.cli import _Parser, guarded, run_ingest

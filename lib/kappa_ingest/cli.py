@@ -1,8 +1,8 @@
 """``kappa-ingest``: the command line. Errors become exit codes here, and only here.
 
-    kappa-ingest ingest --input PATH --topic TOPIC [option ...]   # local Spark
-    kappa-ingest kafka start|stop|status [--dir DIR]              # the embedded local Kafka
-    kappa-ingest gen-data --layout wide30 --rows N --out FILE     # test data
+kappa-ingest ingest --input PATH --topic TOPIC [option ...]   # local Spark
+kappa-ingest kafka start|stop|status [--dir DIR]              # the embedded local Kafka
+kappa-ingest gen-data --layout wide30 --rows N --out FILE     # test data
 """
 
 from __future__ import annotations

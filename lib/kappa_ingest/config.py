@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import argparse
 import re
+import secrets
 from dataclasses import dataclass, field, fields, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-import secrets
 
 import yaml
 
@@ -77,7 +77,7 @@ def _mask_url_password(text: str) -> str:
 
 def new_run_id(now: datetime | None = None) -> str:
     """A time-sortable run id: ``20261122T003425Z-1a2b3c``."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     return f"{now:%Y%m%dT%H%M%S}Z-{secrets.token_hex(3)}"
 
 
@@ -90,7 +90,13 @@ def add_ingest_arguments(p: argparse.ArgumentParser) -> None:
     Every default is ``None`` so that the YAML file can fill what the command line leaves out.
     """
     a = p.add_argument
-    a("--input", dest="inputs", action="append", metavar="PATH", help="file, directory or glob (.csv, .csv.gz); repeatable")
+    a(
+        "--input",
+        dest="inputs",
+        action="append",
+        metavar="PATH",
+        help="file, directory or glob (.csv, .csv.gz); repeatable",
+    )
     a("--topic", help="target topic (created if absent)")
     a("--bootstrap-servers", metavar="H:P[,H:P]", help="Kafka cluster; default: start the embedded local broker")
     a("--sink", choices=SINKS, help=f"who produces (default {DEFAULT_SINK}, the fastest in `make bench`)")
@@ -107,7 +113,13 @@ def add_ingest_arguments(p: argparse.ArgumentParser) -> None:
     a("--encoding", help="input encoding (default utf-8)")
     a("--no-header", dest="header", action="store_const", const=False, help="first line is data")
     a("--multiline", action="store_const", const=True, help="quoted fields may contain newlines")
-    a("--kafka-opt", dest="kafka_opts", action="append", metavar="KEY=VALUE", help="producer setting (Java name); repeatable")
+    a(
+        "--kafka-opt",
+        dest="kafka_opts",
+        action="append",
+        metavar="KEY=VALUE",
+        help="producer setting (Java name); repeatable",
+    )
     a("--target-rate", type=float, metavar="ROWS_PER_S", help="throttle the whole job to this input rate")
     a("--config", dest="config_file", metavar="FILE", help=f"YAML file of these options (default {DEFAULT_CONFIG})")
     a("--metrics-dir", metavar="DIR", help="where run reports go (default ./metrics)")

@@ -102,14 +102,14 @@ def _schema(spark: SparkSession, cfg: IngestConfig, paths: list[str], options: d
         text = Path(cfg.schema).read_text() if os.path.isfile(cfg.schema) else cfg.schema
         try:
             schema = StructType.fromDDL(text.strip())
-        except Exception as e:  # noqa: BLE001 - Spark raises several kinds for a bad DDL
+        except Exception as e:
             raise UsageError(f"--schema: not a valid Spark DDL schema ({str(e).splitlines()[0][:200]})") from e
         if not isinstance(schema, StructType):
             raise UsageError("--schema: expected column definitions, e.g. 'id INT, name STRING'")
         return schema
     try:
         columns = spark.read.options(**{k: v for k, v in options.items() if k != "enforceSchema"}).csv(paths).columns
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise InputError(f"cannot read the CSV header of {paths[0]}: {str(e).splitlines()[0][:200]}") from e
     columns = [c for c in columns if c != CORRUPT_COL]
     if not columns:

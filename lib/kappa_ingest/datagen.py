@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import gzip
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
@@ -30,8 +30,10 @@ WORDS = [
 
 DEBS_NUMERIC = ["mf01", "mf02", "mf03", "pc13", "pc14", "pc15", "pc25", "pc26", "pc27", "res"]
 DEBS_FLOATS = [f"pp{i:02d}" for i in range(1, 37)]
-DEBS_BOOLS = [f"bm{i:02d}" for i in range(5, 11)] + [f"pc{i:02d}" for i in range(1, 7)] + [f"sw{i:02d}" for i in range(1, 9)]
-DEBS_START_US = int(datetime(2012, 2, 22, 0, 0, tzinfo=timezone.utc).timestamp() * 1_000_000)
+DEBS_BOOLS = (
+    [f"bm{i:02d}" for i in range(5, 11)] + [f"pc{i:02d}" for i in range(1, 7)] + [f"sw{i:02d}" for i in range(1, 9)]
+)
+DEBS_START_US = int(datetime(2012, 2, 22, 0, 0, tzinfo=UTC).timestamp() * 1_000_000)
 
 
 def wide30_chunk(rng: np.random.Generator, first_id: int, n: int) -> pl.DataFrame:

@@ -14,7 +14,7 @@ import contextlib
 import re
 import tempfile
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from pyspark.sql import SparkSession
 
@@ -37,7 +37,9 @@ def kafka_for(cfg: IngestConfig, spark: SparkSession, report: RunReport) -> Iter
         yield cfg.bootstrap_servers
         return
     if not spark.sparkContext.master.startswith("local"):
-        raise UsageError("no --bootstrap-servers: give the Kafka cluster (the embedded broker runs only with a local master)")
+        raise UsageError(
+            "no --bootstrap-servers: give the Kafka cluster (the embedded broker runs only with a local master)"
+        )
     running = local_kafka.status(LOCAL_KAFKA_DIR)
     if running is not None:
         yield running.bootstrap_servers
@@ -112,13 +114,15 @@ def ingest(cfg: IngestConfig, spark: SparkSession, echo: bool = True) -> RunRepo
         report.status, report.error = "failed", f"{type(e).__name__}: {_first_line(e)}"
         raise
     finally:
-        report.finished_at = datetime.now(timezone.utc)
+        report.finished_at = datetime.now(UTC)
         path = report.write(cfg.metrics_dir)
         if echo:
             print(render(report.summary()))
             print(f"report: {path}")
     if not report.consistent:
-        raise KappaError(f"run {cfg.run_id} finished, but its counts do not reconcile; see the CHECK FAILED lines in {path}")
+        raise KappaError(
+            f"run {cfg.run_id} finished, but its counts do not reconcile; see the CHECK FAILED lines in {path}"
+        )
     return report
 
 

@@ -88,7 +88,7 @@ def validate_settings(settings: dict[str, str], sink: str) -> None:
         if entry is None or entry[CLIENTS[sink]] is None:
             accepted = ", ".join(n for n, e in TABLE.items() if e[CLIENTS[sink]] is not None)
             raise UsageError(f"--kafka-opt {name}: not supported by the {sink} sink; accepted: {accepted}")
-        target, convert = entry[CLIENTS[sink]]
+        _target, convert = entry[CLIENTS[sink]]
         try:
             convert(value)
         except (TypeError, ValueError) as e:
@@ -119,7 +119,9 @@ def for_spark(settings: dict[str, str], bootstrap_servers: str) -> dict[str, str
     plain = dict(settings)
     user, password = plain.pop("sasl.username", None), plain.pop("sasl.password", None)
     if user is not None and "sasl.jaas.config" not in plain:
-        module = "plain.PlainLoginModule" if plain.get("sasl.mechanism", "PLAIN") == "PLAIN" else "scram.ScramLoginModule"
+        module = (
+            "plain.PlainLoginModule" if plain.get("sasl.mechanism", "PLAIN") == "PLAIN" else "scram.ScramLoginModule"
+        )
         plain["sasl.jaas.config"] = (
             f"org.apache.kafka.common.security.{module} required username={_jaas_quote(user)} "
             f"password={_jaas_quote(password or '')};"

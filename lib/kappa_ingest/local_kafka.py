@@ -238,7 +238,9 @@ def _wait_ready(cluster: LocalKafka, timeout_s: float) -> None:
                     f"local Kafka broker {b.node_id} exited at start-up; see {cluster.state_dir}/broker-{b.node_id}/logs"
                 )
             if time.monotonic() > deadline:
-                raise KafkaUnavailable(f"local Kafka broker {b.node_id} did not open port {b.port} in {timeout_s:.0f} s")
+                raise KafkaUnavailable(
+                    f"local Kafka broker {b.node_id} did not open port {b.port} in {timeout_s:.0f} s"
+                )
             time.sleep(0.2)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
     while True:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import polars as pl
 import pyarrow as pa
@@ -71,7 +71,7 @@ def _payload_bytes(arr: pa.Array) -> int:
 
 def iso_ms(epoch_ms: int) -> str:
     """``2026-11-21T23:59:59.123Z`` for milliseconds since the epoch."""
-    dt = datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc)
+    dt = datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
     return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{epoch_ms % 1000:03d}Z"
 
 
@@ -163,7 +163,9 @@ def kafka_batch(enc: Encoded, run_id: str) -> pa.RecordBatch:
     )
     keys = enc.keys if enc.keys is not None else pa.nulls(n, pa.binary())
     timestamps = enc.timestamps_ms.cast(pa.timestamp("ms")).cast(pa.timestamp("us", tz="UTC"))
-    return pa.RecordBatch.from_arrays([keys, enc.values, timestamps, headers], names=["key", "value", "timestamp", "headers"])
+    return pa.RecordBatch.from_arrays(
+        [keys, enc.values, timestamps, headers], names=["key", "value", "timestamp", "headers"]
+    )
 
 
 def wall_clock_ms() -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ MB = 1_000_000
 def iso(dt: datetime | None) -> str | None:
     if dt is None:
         return None
-    return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
 
 
 def _rate(n: float, seconds: float | None) -> float:
@@ -35,7 +35,7 @@ class RunReport:
     sink: str
     topic: str
     config: dict[str, Any]
-    started_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     status: str = "running"
     error: str | None = None
     bootstrap_servers: str | None = None
@@ -60,7 +60,7 @@ class RunReport:
 
     @property
     def wall_s(self) -> float:
-        end = self.finished_at or datetime.now(timezone.utc)
+        end = self.finished_at or datetime.now(UTC)
         return round((end - self.started_at).total_seconds(), 3)
 
     def add_run(self, stats: list[TaskStats], spark: SparkRunMetrics) -> None:
@@ -123,7 +123,9 @@ class RunReport:
             "rows_per_s": _rate(rows, t.duration_s),
         }
 
-    def _executors(self, tasks: list[TaskInfo], by_task: dict[int, TaskStats], spark: SparkRunMetrics) -> list[dict[str, Any]]:
+    def _executors(
+        self, tasks: list[TaskInfo], by_task: dict[int, TaskStats], spark: SparkRunMetrics
+    ) -> list[dict[str, Any]]:
         groups: dict[str, list[TaskInfo]] = defaultdict(list)
         for t in tasks:
             groups[t.executor_id].append(t)
@@ -154,7 +156,11 @@ class RunReport:
     def check_offsets(self, before: dict[int, int], after: dict[int, int]) -> None:
         """The broker's account: the topic grew by rows_sent plus counted retry duplicates."""
         delta = sum(after.values()) - sum(before.get(p, 0) for p in after)
-        self.broker = {"offsets_before": sum(before.values()), "offsets_after": sum(after.values()), "offset_delta": delta}
+        self.broker = {
+            "offsets_before": sum(before.values()),
+            "offsets_after": sum(after.values()),
+            "offset_delta": delta,
+        }
         extra = delta - self.rows_sent
         if self.duplicates.get("failed_attempts") and extra > 0:
             self.duplicates["count"] = extra
@@ -170,7 +176,9 @@ class RunReport:
         counted = self.rows_converted + self.rows_quarantined
         self.check("rows_read = rows_sent + rows_quarantined", self.rows_read == counted, counted, self.rows_read)
         exec_rows = sum(e["rows"] for e in self.executors)
-        self.check("executors' rows add up to rows_sent", exec_rows == self.rows_converted, self.rows_converted, exec_rows)
+        self.check(
+            "executors' rows add up to rows_sent", exec_rows == self.rows_converted, self.rows_converted, exec_rows
+        )
 
     @property
     def consistent(self) -> bool:
@@ -222,7 +230,10 @@ class RunReport:
 def _table(headers: list[str], rows: list[list[Any]]) -> str:
     cells = [headers] + [[_fmt(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in cells]
+    lines = [
+        "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=False)))
+        for r in cells
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join("  " + line for line in lines)
 
@@ -255,11 +266,20 @@ def render(s: dict[str, Any]) -> str:
             _table(
                 ["executor", "host", "tasks", "rows", "MB", "busy s", "span s", "rows/s", "MB/s"],
                 [
-                    [e["executor_id"], e["host"], e["tasks"], e["rows"], e["bytes"] / MB, e["busy_s"], e["span_s"],
-                     e["rows_per_s"], e["mb_per_s"]]
+                    [
+                        e["executor_id"],
+                        e["host"],
+                        e["tasks"],
+                        e["rows"],
+                        e["bytes"] / MB,
+                        e["busy_s"],
+                        e["span_s"],
+                        e["rows_per_s"],
+                        e["mb_per_s"],
+                    ]
                     for e in s["executors"]
                 ],
-            )  # fmt: skip
+            )
         )
     if s["stages"]:
         out += ["", "stages"]
@@ -267,11 +287,19 @@ def render(s: dict[str, Any]) -> str:
             _table(
                 ["stage", "tasks", "duration s", "run s", "cpu s", "input MB", "input rows", "name"],
                 [
-                    [f"{st['stage_id']}.{st['attempt']}", st["num_tasks"], st["duration_s"], st["executor_run_s"],
-                     st["executor_cpu_s"], st["input_bytes"] / MB, st["input_records"], st["name"][:40]]
+                    [
+                        f"{st['stage_id']}.{st['attempt']}",
+                        st["num_tasks"],
+                        st["duration_s"],
+                        st["executor_run_s"],
+                        st["executor_cpu_s"],
+                        st["input_bytes"] / MB,
+                        st["input_records"],
+                        st["name"][:40],
+                    ]
                     for st in s["stages"]
                 ],
-            )  # fmt: skip
+            )
         )
     if s["quarantine"].get("rows"):
         q = s["quarantine"]
@@ -285,5 +313,7 @@ def render(s: dict[str, Any]) -> str:
     for c in bad:
         out.append(f"CHECK FAILED: {c['name']}: expected {c['expected']}, got {c['actual']}")
     if s["checks"] and not bad:
-        out.append(f"checks: {len(s['checks'])} of {len(s['checks'])} hold ({'; '.join(c['name'] for c in s['checks'])})")
+        out.append(
+            f"checks: {len(s['checks'])} of {len(s['checks'])} hold ({'; '.join(c['name'] for c in s['checks'])})"
+        )
     return "\n".join(out)

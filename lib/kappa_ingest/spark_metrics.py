@@ -12,7 +12,7 @@ import json
 import time
 import urllib.request
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -81,7 +81,7 @@ def parse_time(text: str | None) -> datetime | None:
     """Spark's REST times look like ``2026-11-22T00:50:12.345GMT``."""
     if not text:
         return None
-    return datetime.strptime(text.replace("GMT", ""), "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=timezone.utc)
+    return datetime.strptime(text.replace("GMT", ""), "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=UTC)
 
 
 class StatusApi:

@@ -104,7 +104,10 @@ class Admin:
         deadline = time.monotonic() + TIMEOUT_S
         while True:
             try:
-                return {p: self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=TIMEOUT_S)[1] for p in range(n)}
+                return {
+                    p: self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=TIMEOUT_S)[1]
+                    for p in range(n)
+                }
             except KafkaException as e:
                 # Right after a topic is created its leaders take a moment to serve.
                 if e.args[0].code() not in _SETTLING or time.monotonic() > deadline:

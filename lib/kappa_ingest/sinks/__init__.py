@@ -43,5 +43,7 @@ def send(
     else:
         from kappa_ingest.sinks.kafka_python_sink import KafkaPythonPartitionProducer
 
-        make = partial(KafkaPythonPartitionProducer, kafka_settings.for_kafka_python(settings, bootstrap_servers), topic)
+        make = partial(
+            KafkaPythonPartitionProducer, kafka_settings.for_kafka_python(settings, bootstrap_servers), topic
+        )
     return run_partitions(df, spec, make, rate_per_task, clock)

@@ -16,7 +16,11 @@ from kappa_ingest.records import Encoded
 from kappa_ingest.sinks.partition_runner import DeliveryFailed
 
 FLUSH_TIMEOUT_S = 120.0
-FATAL_CODES = {KafkaError._AUTHENTICATION, KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED}
+FATAL_CODES = {
+    KafkaError._AUTHENTICATION,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+}
 
 
 class ConfluentPartitionProducer:
@@ -27,7 +31,13 @@ class ConfluentPartitionProducer:
         self.first_error: object | None = None
         self.fatal: object | None = None
         self.producer = Producer(
-            {**conf, "log_level": 3, "delivery.report.only.error": True, "on_delivery": self._on_delivery, "error_cb": self._on_error}
+            {
+                **conf,
+                "log_level": 3,
+                "delivery.report.only.error": True,
+                "on_delivery": self._on_delivery,
+                "error_cb": self._on_error,
+            }
         )
 
     def _on_delivery(self, err: KafkaError | None, _msg: object) -> None:
@@ -44,7 +54,7 @@ class ConfluentPartitionProducer:
         values = enc.values.to_pylist()
         keys = enc.keys.to_pylist() if enc.keys is not None else [None] * len(values)
         stamps = enc.timestamps_ms.to_pylist()
-        for value, key, ts, h in zip(values, keys, stamps, header_index):
+        for value, key, ts, h in zip(values, keys, stamps, header_index, strict=False):
             while True:
                 try:
                     produce(topic, value, key, timestamp=ts, headers=headers[h])

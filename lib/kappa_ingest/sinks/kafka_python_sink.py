@@ -33,14 +33,14 @@ class KafkaPythonPartitionProducer:
         values = enc.values.to_pylist()
         keys = enc.keys.to_pylist() if enc.keys is not None else [None] * len(values)
         stamps = enc.timestamps_ms.to_pylist()
-        for value, key, ts, h in zip(values, keys, stamps, header_index):
+        for value, key, ts, h in zip(values, keys, stamps, header_index, strict=False):
             send(topic, value=value, key=key, timestamp_ms=ts, headers=headers[h]).add_errback(on_error)
         self.produced += len(values)
 
     def close(self) -> None:
         try:
             self.producer.flush(timeout=FLUSH_TIMEOUT_S)
-        except Exception as e:  # noqa: BLE001 - kafka-python raises its own KafkaTimeoutError
+        except Exception as e:
             raise DeliveryFailed(f"kafka-python flush failed after {FLUSH_TIMEOUT_S:.0f} s: {e}") from e
         finally:
             self.producer.close(timeout=10)

@@ -72,9 +72,7 @@ class TaskStats:
         self.ended_ms = wall_clock_ms()
 
 
-STATS_SCHEMA = ", ".join(
-    f"{f.name} {'string' if f.name == 'host' else 'bigint'}" for f in fields(TaskStats)
-)
+STATS_SCHEMA = ", ".join(f"{f.name} {'string' if f.name == 'host' else 'bigint'}" for f in fields(TaskStats))
 
 
 class Throttle:

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# spark-submit for kappa-ingest jobs: passes every spark-submit option through and adds
+# only what the job needs: its packages (Kafka sink, Delta), lib/ zipped for executors,
+# conf/spark-defaults.conf, the log4j2 config and an ivy settings file naming Maven Central.
+#
+#   ./spark-submit.sh [spark-submit option ...] jobs/ingest_csv.py --input PATH --topic TOPIC [option ...]
+#
+# Executors need the Python dependencies too (confluent-kafka is a native wheel): on a
+# cluster, ship a packed venv with --archives (README, "Submitting to a cluster").
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+venv=${KAPPA_VENV:-$here/.venv}
+spark_submit=${SPARK_SUBMIT:-$venv/bin/spark-submit}
+[[ -x $spark_submit ]] || { echo "spark-submit.sh: no spark-submit at $spark_submit; run 'make setup' or set SPARK_SUBMIT" >&2; exit 2; }
+
+mkdir -p "$here/build"
+"$venv/bin/python" - "$here/lib" "$here/build/kappa_ingest.zip" <<'PY'
+import os, sys, zipfile
+lib, out = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(out + ".tmp", "w", zipfile.ZIP_DEFLATED) as z:
+    for root, dirs, files in os.walk(os.path.join(lib, "kappa_ingest")):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for f in files:
+            if f.endswith(".py"):
+                path = os.path.join(root, f)
+                z.write(path, os.path.relpath(path, lib))
+os.replace(out + ".tmp", out)
+PY
+
+props=()
+for arg in "$@"; do [[ $arg == --properties-file* ]] && props=(x); done
+[[ ${#props[@]} -eq 0 ]] && props=(--properties-file "$here/conf/spark-defaults.conf") || props=()
+log4j="-Dlog4j2.configurationFile=file:$here/conf/log4j2-spark.properties"
+
+export KAPPA_INGEST_HOME=$here
+export SPARK_LOCAL_IP=${SPARK_LOCAL_IP:-127.0.0.1}
+export PYSPARK_PYTHON=${PYSPARK_PYTHON:-$venv/bin/python}
+export PYSPARK_DRIVER_PYTHON=${PYSPARK_DRIVER_PYTHON:-$venv/bin/python}
+exec "$spark_submit" \
+  "${props[@]}" \
+  --packages org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0,io.delta:delta-spark_2.13:4.0.0 \
+  --conf "spark.jars.ivySettings=$here/conf/ivysettings.xml" \
+  --conf "spark.driver.extraJavaOptions=$log4j" \
+  --conf "spark.executor.extraJavaOptions=$log4j" \
+  --py-files "$here/build/kappa_ingest.zip" \
+  "$@"
