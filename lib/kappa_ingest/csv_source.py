@@ -1,21 +1,24 @@
-"""The CSV source: input paths → a DataFrame of the CSV's columns plus source columns.
+"""The CSV source: input paths → a DataFrame each task parses, and the parser it uses.
 
-Spark's CSV reader does the parsing (RFC 4180 by default: ``"`` quotes, escaped by
-doubling), in PERMISSIVE mode with a corrupt-record column, so a row that cannot be read
-faithfully is marked, never padded, cut or dropped. Each row gets its file (``FILE_COL``)
-and, if it must be quarantined, the reason (``REJECT_COL``):
+Two ways to read, chosen per run (``Source.mode``):
 
-- a field count that differs from the header's, or a value that does not fit ``--schema``;
-- bytes that are not valid in the declared encoding (Spark decodes them to U+FFFD);
-- an event-time field that is empty or not in ``--event-time-format``.
+- ``lines`` (the fast path): Spark reads raw lines with their file and split offset, and
+  each task parses its Arrow batches with :class:`kappa_ingest.parsing.LineParser`. Used
+  for UTF-8, single-line records, RFC 4180 quoting (the quote escaped by doubling), all
+  values as text, and when the files split into at least ``--partitions`` pieces.
+- ``spark-csv``: Spark's CSV reader parses, in PERMISSIVE mode with a corrupt-record
+  column, for everything else: ``--multiline``, other encodings and escapes, ``--schema``,
+  ``--event-time-column``, and more partitions than the files split into (a shuffle).
+
+Either way a row that cannot be read faithfully is quarantined with its reason, never
+padded, cut or dropped: a field count that differs from the header's, a value that does
+not fit ``--schema``, bytes not valid in the encoding, an unparseable event time.
 """
 
 from __future__ import annotations
 
-import csv
+import codecs
 import glob
-import gzip
-import io
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,22 +28,25 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
+from kappa_ingest.columns import BLOCK_COL, CORRUPT_COL, EVENT_TS_COL, FILE_COL, LINE_COL, REJECT_COL
 from kappa_ingest.config import IngestConfig
 from kappa_ingest.errors import InputError, UsageError
-from kappa_ingest.records import EVENT_TS_COL, FILE_COL, REJECT_COL, RecordSpec
+from kappa_ingest.parsing import BOM, REASON_MALFORMED, BatchParser, LineParser, RowParser
+from kappa_ingest.records import RecordSpec
 
-CORRUPT_COL = "__kappa_corrupt"
 SUFFIXES = (".csv", ".csv.gz")
-REASON_MALFORMED = "malformed"  # refined with field counts when quarantined
 REPLACEMENT_CHAR = "\ufffd"
 
 
 @dataclass(frozen=True)
 class Source:
-    """The parsed input: ``df`` has the CSV's columns, FILE_COL, REJECT_COL (and EVENT_TS_COL)."""
+    """What the sinks consume: ``df`` (raw lines or Spark-parsed rows) and the ``parser``
+    that turns each of its Arrow batches into clean rows and rejects."""
 
     df: DataFrame
     spec: RecordSpec
+    parser: BatchParser
+    mode: str  # "lines" | "spark-csv"
     files: tuple[str, ...]
     input_bytes: int
 
@@ -58,7 +64,7 @@ def resolve_inputs(inputs: tuple[str, ...]) -> tuple[list[str], int]:
         if scheme not in ("", "file"):
             paths.append(item)
             continue
-        local = item[len("file://") :] if item.startswith("file://") else item
+        local = item.removeprefix("file://")
         if glob.has_magic(local):
             matches = sorted(p for p in glob.glob(local) if os.path.isfile(p))
             if not matches:
@@ -91,13 +97,60 @@ def reader_options(cfg: IngestConfig) -> dict[str, str]:
         "mode": "PERMISSIVE",
         "columnNameOfCorruptRecord": CORRUPT_COL,
         "enforceSchema": "false",
-        # Values are the field's text: keep surrounding spaces, and leave dates as text.
+        # A value is the field's text: keep surrounding spaces.
         "ignoreLeadingWhiteSpace": "false",
         "ignoreTrailingWhiteSpace": "false",
     }
 
 
-def _schema(spark: SparkSession, cfg: IngestConfig, paths: list[str], options: dict[str, str]) -> StructType:
+def _lines_possible(cfg: IngestConfig) -> bool:
+    return (
+        not cfg.multiline
+        and not cfg.schema
+        and cfg.event_time_column is None
+        and cfg.escape == cfg.quote
+        and codecs.lookup(cfg.encoding).name == "utf-8"
+    )
+
+
+def read(spark: SparkSession, cfg: IngestConfig) -> Source:
+    """Build the source (lazy: nothing is read but the first file's header).
+
+    With ``--partitions`` it sets the session's file split size to match.
+    """
+    paths, total = resolve_inputs(cfg.inputs)
+    for key, value in split_size_for(total, cfg.partitions).items():
+        spark.conf.set(key, value)
+    schema = _schema(spark, cfg, paths)
+    columns = tuple(schema.fieldNames())
+    for name, what in ((cfg.key_column, "--key-column"), (cfg.event_time_column, "--event-time-column")):
+        if name is not None and name not in columns:
+            raise UsageError(f"{what} {name!r}: no such column; the columns are {', '.join(columns)}")
+    spec = RecordSpec(columns, cfg.run_id, cfg.key_column, cfg.event_time_column is not None)
+    if _lines_possible(cfg):
+        lines = spark.read.text(paths).select(
+            F.col("value").alias(LINE_COL),
+            F.col("_metadata.file_path").alias(FILE_COL),
+            F.col("_metadata.file_block_start").alias(BLOCK_COL),
+        )
+        splits = lines.rdd.getNumPartitions()
+        if cfg.partitions is None or cfg.partitions <= splits:
+            header = _first_line(spark, paths[0]) if cfg.header else None
+            parser = LineParser(columns, cfg.delimiter, cfg.quote, header)
+            df = lines.coalesce(cfg.partitions) if cfg.partitions and cfg.partitions < splits else lines
+            return Source(df, spec, parser, "lines", tuple(paths), total)
+    df = _spark_csv(spark, cfg, paths, schema)
+    return Source(df, spec, RowParser(columns, cfg.delimiter, cfg.quote), "spark-csv", tuple(paths), total)
+
+
+def _first_line(spark: SparkSession, path: str) -> str:
+    row = spark.read.text(path).limit(1).collect()
+    if not row:
+        raise InputError(f"input {path}: empty file, no header; give a CSV with a header line or --no-header")
+    return (row[0][0] or "").removeprefix(BOM)
+
+
+def _schema(spark: SparkSession, cfg: IngestConfig, paths: list[str]) -> StructType:
     if cfg.schema:
         text = Path(cfg.schema).read_text() if os.path.isfile(cfg.schema) else cfg.schema
         try:
@@ -107,8 +160,9 @@ def _schema(spark: SparkSession, cfg: IngestConfig, paths: list[str], options: d
         if not isinstance(schema, StructType):
             raise UsageError("--schema: expected column definitions, e.g. 'id INT, name STRING'")
         return schema
+    options = {k: v for k, v in reader_options(cfg).items() if k != "enforceSchema"}
     try:
-        columns = spark.read.options(**{k: v for k, v in options.items() if k != "enforceSchema"}).csv(paths).columns
+        columns = spark.read.options(**options).csv(paths[0]).columns
     except Exception as e:
         raise InputError(f"cannot read the CSV header of {paths[0]}: {str(e).splitlines()[0][:200]}") from e
     columns = [c for c in columns if c != CORRUPT_COL]
@@ -117,35 +171,20 @@ def _schema(spark: SparkSession, cfg: IngestConfig, paths: list[str], options: d
     return StructType([StructField(c, StringType()) for c in columns])
 
 
-def read(spark: SparkSession, cfg: IngestConfig) -> Source:
-    """Build the source DataFrame (lazy: nothing is read but the header).
-
-    With ``--partitions`` it sets the session's file split size to match."""
-    paths, total = resolve_inputs(cfg.inputs)
-    for key, value in split_size_for(total, cfg.partitions).items():
-        spark.conf.set(key, value)
-    options = reader_options(cfg)
-    schema = _schema(spark, cfg, paths, options)
-    columns = tuple(schema.fieldNames())
-    for name, what in ((cfg.key_column, "--key-column"), (cfg.event_time_column, "--event-time-column")):
-        if name is not None and name not in columns:
-            raise UsageError(f"{what} {name!r}: no such column; the columns are {', '.join(columns)}")
+def _spark_csv(spark: SparkSession, cfg: IngestConfig, paths: list[str], schema: StructType) -> DataFrame:
     read_schema = StructType([*schema.fields, StructField(CORRUPT_COL, StringType())])
-    df = spark.read.schema(read_schema).options(**options).csv(paths)
+    df = spark.read.schema(read_schema).options(**reader_options(cfg)).csv(paths)
     df = df.withColumn(FILE_COL, F.col("_metadata.file_path"))
     if cfg.event_time_column is not None:
         col = F.col(cfg.event_time_column)
         fmt = cfg.event_time_format
         df = df.withColumn(EVENT_TS_COL, F.try_to_timestamp(col, F.lit(fmt)) if fmt else F.try_to_timestamp(col))
-    # CORRUPT_COL stays: the quarantine keeps a malformed row's raw text.
     df = df.withColumn(REJECT_COL, reject_reason(schema, cfg))
-    df = _repartition(spark, df, cfg.partitions)
-    spec = RecordSpec(columns, cfg.run_id, cfg.key_column, cfg.event_time_column is not None)
-    return Source(df, spec, tuple(paths), total)
+    return _repartition(df, cfg.partitions)
 
 
 def reject_reason(schema: StructType, cfg: IngestConfig) -> Column:
-    """Why a row must be quarantined, or null. One definition for counting and writing."""
+    """Why Spark's parsed row must be quarantined, or null."""
     text_cols = [F.col(f.name) for f in schema.fields if isinstance(f.dataType, StringType)]
     reason = F.when(F.col(CORRUPT_COL).isNotNull(), F.lit(REASON_MALFORMED))
     if text_cols:
@@ -159,7 +198,7 @@ def reject_reason(schema: StructType, cfg: IngestConfig) -> Column:
     return reason
 
 
-def _repartition(spark: SparkSession, df: DataFrame, partitions: int | None) -> DataFrame:
+def _repartition(df: DataFrame, partitions: int | None) -> DataFrame:
     """Exactly ``partitions`` producers: coalesce when the scan splits finer, shuffle only
     when it cannot split as fine (gzip and multiline files are one split each)."""
     if partitions is None:
@@ -176,24 +215,5 @@ def split_size_for(total_bytes: int, partitions: int | None) -> dict[str, str]:
     """Spark settings that make the file scan produce about ``partitions`` splits."""
     if not partitions or total_bytes <= 0:
         return {}
-    size = max(1 << 20, -(-total_bytes // partitions))
+    size = max(4096, -(-total_bytes // partitions))
     return {"spark.sql.files.maxPartitionBytes": str(size), "spark.sql.files.openCostInBytes": "0"}
-
-
-def malformed_detail(line: str | None, header_fields: int, cfg_delimiter: str, cfg_quote: str) -> str:
-    """A malformed row's reason for people: its field count against the header's."""
-    if line is None:
-        return REASON_MALFORMED
-    try:
-        row = next(csv.reader(io.StringIO(line), delimiter=cfg_delimiter, quotechar=cfg_quote), [])
-    except csv.Error:
-        return "unbalanced quotes"
-    if len(row) != header_fields:
-        return f"{len(row)} fields where the header has {header_fields}"
-    return "a value does not fit --schema"
-
-
-def open_text(path: str, encoding: str) -> io.TextIOBase:
-    """A local CSV (plain or gzip) as text, for checks and tests."""
-    raw = gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
-    return io.TextIOWrapper(raw, encoding=encoding, newline="")

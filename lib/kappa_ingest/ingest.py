@@ -75,12 +75,13 @@ def ingest(cfg: IngestConfig, spark: SparkSession, echo: bool = True) -> RunRepo
     run_dir = f"{cfg.metrics_dir}/runs/{cfg.run_id}"
     try:
         source = csv_source.read(spark, cfg)
+        report.read_path = source.mode
         sc = spark.sparkContext
         group = f"kappa-ingest-{cfg.run_id}"
         sc.setJobGroup(group, f"kappa-ingest {cfg.run_id}: {cfg.sink} -> {cfg.topic}")
         rate = _rate_per_task(cfg, spark, source)
         if cfg.dry_run:
-            stats = _spark_errors(lambda: run_partitions(source.df, source.spec, _Discard, rate))
+            stats = _spark_errors(lambda: run_partitions(source.df, source.spec, source.parser, _Discard, rate))
         else:
             with kafka_for(cfg, spark, report) as servers:
                 report.bootstrap_servers = servers
@@ -90,9 +91,7 @@ def ingest(cfg: IngestConfig, spark: SparkSession, echo: bool = True) -> RunRepo
                 if admin.ensure_topic(cfg.topic, cfg.topic_partitions, cfg.replication_factor):
                     report.broker["topic_created"] = True
                 before = admin.end_offsets(cfg.topic)
-                stats = _spark_errors(
-                    lambda: sinks.send(cfg.sink, source.df, source.spec, cfg.topic, settings, servers, rate)
-                )
+                stats = _spark_errors(lambda: sinks.send(cfg.sink, source, cfg.topic, settings, servers, rate))
                 after = admin.end_offsets(cfg.topic)
                 admin.close()
         report.add_run(stats, spark_metrics.collect(spark, group))
@@ -100,7 +99,7 @@ def ingest(cfg: IngestConfig, spark: SparkSession, echo: bool = True) -> RunRepo
             report.check_offsets(before, after)
         if report.rows_quarantined:
             path = f"{run_dir}/quarantine"
-            reasons = _spark_errors(lambda: quarantine.write(source, cfg, path))
+            reasons = _spark_errors(lambda: quarantine.write(source, path))
             report.quarantine = {"rows": sum(reasons.values()), "path": path, "reasons": reasons}
             report.check("quarantine holds every quarantined row", report.quarantine["rows"] == report.rows_quarantined,
                          report.rows_quarantined, report.quarantine["rows"])  # fmt: skip
@@ -143,6 +142,7 @@ def _first_line(e: BaseException) -> str:
 # What a failed Spark job's message means, for the one line people get.
 _CAUSES = [
     (re.compile(r"DeliveryFailed: (.*)"), KafkaUnavailable, "{0}"),
+    (re.compile(r"HeaderMismatch: (.*)"), InputError, "{0}"),
     (re.compile(r"(SaslAuthenticationException|AuthorizationException)[:\s]*(.*)"), KafkaUnavailable,
      "Kafka refused the producer: {0}: {1}"),
     (re.compile(r"(org\.apache\.kafka\.common\.errors\.\w+Exception)[:\s]*(.*)"), KafkaUnavailable,

@@ -23,10 +23,8 @@ import polars as pl
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
-# Columns the source adds beside the CSV's own; the double underscore keeps them apart.
-FILE_COL = "__kappa_file"
-EVENT_TS_COL = "__kappa_event_ts"
-REJECT_COL = "__kappa_reject"
+from kappa_ingest.columns import EVENT_TS_COL, FILE_COL
+from kappa_ingest.parsing import BatchParser, Parsed, no_rejects
 
 KAFKA_RECORD_SCHEMA = "key binary, value binary, timestamp timestamp, headers array<struct<key:string,value:binary>>"
 _ISO_MS = "%Y-%m-%dT%H:%M:%S%.3fZ"
@@ -73,19 +71,6 @@ def iso_ms(epoch_ms: int) -> str:
     """``2026-11-21T23:59:59.123Z`` for milliseconds since the epoch."""
     dt = datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
     return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{epoch_ms % 1000:03d}Z"
-
-
-def split_rejects(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, pa.RecordBatch | None]:
-    """Rows the source marked for quarantine (``REJECT_COL`` set) apart from the rest."""
-    if REJECT_COL not in batch.schema.names:
-        return batch, None
-    import pyarrow.compute as pc
-
-    reject = batch.column(REJECT_COL)
-    if reject.null_count == len(reject):
-        return batch, None
-    bad = pc.is_valid(reject)
-    return batch.filter(pc.invert(bad)), batch.filter(bad)
 
 
 def _json_ready(col: pl.Expr, dtype: pl.DataType) -> pl.Expr:
@@ -176,20 +161,24 @@ def to_records(
     df: DataFrame,
     spec: RecordSpec,
     clock: Callable[[], int] = wall_clock_ms,
-    on_batch: Callable[[pa.RecordBatch, Encoded], None] | None = None,
+    parser: BatchParser | None = None,
+    on_batch: Callable[[Parsed, Encoded], None] | None = None,
 ) -> DataFrame:
-    """Rows (CSV columns + source columns) → Spark Kafka sink rows. Rejected rows are dropped.
+    """Parsed rows (the CSV's columns, FILE_COL[, EVENT_TS_COL]) → rows of Spark's Kafka
+    sink schema: ``key, value, timestamp, headers``.
 
-    ``on_batch(batch, encoded)`` runs on the executor before each batch is handed on;
-    the Spark sink counts and throttles with it.
+    With ``parser`` the rows are parsed first on the executor (raw lines, or Spark's
+    rows with reject marks); rejected rows are dropped, and ``on_batch(parsed, encoded)``
+    sees every batch before it is handed on (the Spark sink counts and throttles there).
     """
 
     def convert(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        parse = parser.fresh() if parser is not None else None
         for batch in batches:
-            clean, _ = split_rejects(batch)
-            enc = encode_batch(clean, spec, clock())
+            parsed = parse(batch) if parse is not None else Parsed(batch, no_rejects())
+            enc = encode_batch(parsed.rows, spec, clock())
             if on_batch is not None:
-                on_batch(batch, enc)
+                on_batch(parsed, enc)
             yield kafka_batch(enc, spec.run_id)
 
     return df.mapInArrow(convert, KAFKA_RECORD_SCHEMA)

@@ -42,6 +42,7 @@ class RunReport:
     spark_master: str | None = None
     finished_at: datetime | None = None
     dry_run: bool = False
+    read_path: str | None = None
     counted_by: str | None = None
     rows_read: int = 0
     rows_sent: int = 0
@@ -68,13 +69,17 @@ class RunReport:
         by_task = {s.task_id: s for s in stats}
         sending = {(t.stage_id, t.stage_attempt) for t in spark.tasks if t.task_id in by_task}
         send_tasks = [t for t in spark.tasks if (t.stage_id, t.stage_attempt) in sending]
+        self.rows_read = sum(s.rows_read for s in stats)
         self.rows_converted = sum(s.rows_sent for s in stats)
         self.rows_quarantined = sum(s.rows_quarantined for s in stats)
         if not self.dry_run:
             self.rows_sent = self.rows_converted
             self.bytes_sent = sum(s.bytes_sent for s in stats)
-        # rows_read comes from Spark's input metrics, independently of the producers' counts.
-        self.rows_read = sum(t.records_read for t in spark.tasks if t.status == "SUCCESS")
+        # Spark's own input count, independent of the parsers': every line or row it read.
+        spark_records = sum(t.records_read for t in spark.tasks if t.status == "SUCCESS")
+        not_rows = sum(s.lines_skipped for s in stats)
+        self.check("Spark's input records = rows_read + header/blank lines", spark_records == self.rows_read + not_rows,
+                   self.rows_read + not_rows, spark_records)  # fmt: skip
         if send_tasks:
             start = min(t.launched_at for t in send_tasks)
             end = max(t.ended_at for t in send_tasks)
@@ -174,7 +179,12 @@ class RunReport:
     def check_counts(self) -> None:
         """The invariants the job checks itself (contract §3)."""
         counted = self.rows_converted + self.rows_quarantined
-        self.check("rows_read = rows_sent + rows_quarantined", self.rows_read == counted, counted, self.rows_read)
+        name = (
+            "rows_read = rows_converted + rows_quarantined"
+            if self.dry_run
+            else "rows_read = rows_sent + rows_quarantined"
+        )
+        self.check(name, self.rows_read == counted, counted, self.rows_read)
         exec_rows = sum(e["rows"] for e in self.executors)
         self.check(
             "executors' rows add up to rows_sent", exec_rows == self.rows_converted, self.rows_converted, exec_rows
@@ -195,6 +205,7 @@ class RunReport:
             "bootstrap_servers": self.config.get("bootstrap_servers") or self.bootstrap_servers,
             "spark_master": self.spark_master,
             "dry_run": self.dry_run,
+            "read_path": self.read_path,
             "started_at": iso(self.started_at),
             "finished_at": iso(self.finished_at),
             "wall_s": self.wall_s,
@@ -250,7 +261,8 @@ def render(s: dict[str, Any]) -> str:
     """The report as people read it at the end of a run."""
     out = [
         f"kappa-ingest run {s['run_id']}: {s['status'].upper()}" + (" (dry run)" if s["dry_run"] else ""),
-        f"  sink {s['sink']} -> topic {s['topic']} at {s['bootstrap_servers']}; Spark {s['spark_master']}",
+        f"  sink {s['sink']} -> topic {s['topic']} at {s['bootstrap_servers']}; Spark {s['spark_master']},"
+        f" read path {s['read_path']}",
     ]
     if s["error"]:
         out.append(f"  error: {s['error']}")

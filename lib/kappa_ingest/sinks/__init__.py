@@ -6,10 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
-from pyspark.sql import DataFrame
-
 from kappa_ingest import kafka_settings
-from kappa_ingest.records import RecordSpec, wall_clock_ms
+from kappa_ingest.csv_source import Source
+from kappa_ingest.records import wall_clock_ms
 from kappa_ingest.sinks.partition_runner import TaskStats, run_partitions
 
 # How each sink counts a row as sent; written into the run report.
@@ -22,20 +21,20 @@ COUNTED_BY = {
 
 def send(
     sink: str,
-    df: DataFrame,
-    spec: RecordSpec,
+    source: Source,
     topic: str,
     settings: dict[str, str],
     bootstrap_servers: str,
     rate_per_task: float | None = None,
     clock: Callable[[], int] = wall_clock_ms,
 ) -> list[TaskStats]:
-    """Send ``df`` to ``topic`` with the named sink; per-task statistics of successful tasks."""
+    """Send the source's rows to ``topic`` with the named sink; per-task statistics of
+    successful tasks."""
     if sink == "spark":
         from kappa_ingest.sinks import spark_sink
 
         options = kafka_settings.for_spark(settings, bootstrap_servers)
-        return spark_sink.send(df, spec, topic, options, rate_per_task, clock)
+        return spark_sink.send(source.df, source.spec, source.parser, topic, options, rate_per_task, clock)
     if sink == "confluent":
         from kappa_ingest.sinks.confluent_sink import ConfluentPartitionProducer
 
@@ -46,4 +45,4 @@ def send(
         make = partial(
             KafkaPythonPartitionProducer, kafka_settings.for_kafka_python(settings, bootstrap_servers), topic
         )
-    return run_partitions(df, spec, make, rate_per_task, clock)
+    return run_partitions(source.df, source.spec, source.parser, make, rate_per_task, clock)

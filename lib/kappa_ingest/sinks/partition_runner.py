@@ -20,7 +20,8 @@ import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql import DataFrame
 
-from kappa_ingest.records import Encoded, RecordSpec, encode_batch, split_rejects, wall_clock_ms
+from kappa_ingest.parsing import BatchParser, Parsed
+from kappa_ingest.records import Encoded, RecordSpec, encode_batch, wall_clock_ms
 
 
 class DeliveryFailed(RuntimeError):
@@ -47,6 +48,7 @@ class TaskStats:
     rows_read: int = 0
     rows_sent: int = 0
     rows_quarantined: int = 0
+    lines_skipped: int = 0  # headers and blank lines: read by Spark, not rows
     bytes_sent: int = 0
     started_ms: int = 0
     ended_ms: int = 0
@@ -64,11 +66,12 @@ class TaskStats:
             started_ms=wall_clock_ms(),
         )
 
-    def add(self, rows_read: int, rows_sent: int, bytes_sent: int) -> None:
-        self.rows_read += rows_read
-        self.rows_sent += rows_sent
-        self.rows_quarantined += rows_read - rows_sent
-        self.bytes_sent += bytes_sent
+    def add(self, parsed: Parsed, enc: Encoded) -> None:
+        self.rows_read += parsed.rows_read
+        self.rows_sent += enc.rows
+        self.rows_quarantined += parsed.rejects.num_rows
+        self.lines_skipped += parsed.skipped
+        self.bytes_sent += enc.nbytes
         self.ended_ms = wall_clock_ms()
 
 
@@ -103,6 +106,7 @@ def headers_by_file(enc: Encoded, run_id: str) -> tuple[list[list[tuple[str, byt
 def run_partitions(
     df: DataFrame,
     spec: RecordSpec,
+    parser: BatchParser,
     make_producer: Callable[[], PartitionProducer],
     rate_per_task: float | None = None,
     clock: Callable[[], int] = wall_clock_ms,
@@ -111,15 +115,16 @@ def run_partitions(
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         stats = TaskStats.current()
+        parse = parser.fresh()
         producer = make_producer()
         throttle = Throttle(rate_per_task)
         for batch in batches:
             throttle.wait(batch.num_rows)
-            clean, _ = split_rejects(batch)
-            enc = encode_batch(clean, spec, clock())
+            parsed = parse(batch)
+            enc = encode_batch(parsed.rows, spec, clock())
             if enc.rows:
                 producer.send(enc, *headers_by_file(enc, spec.run_id))
-            stats.add(batch.num_rows, enc.rows, enc.nbytes)
+            stats.add(parsed, enc)
         producer.close()
         stats.ended_ms = wall_clock_ms()
         yield pa.RecordBatch.from_pylist([stats.__dict__])

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import pyarrow as pa
 from pyspark import AccumulatorParam, TaskContext
 from pyspark.sql import DataFrame
 
+from kappa_ingest.parsing import BatchParser, Parsed
 from kappa_ingest.records import Encoded, RecordSpec, to_records, wall_clock_ms
 from kappa_ingest.sinks.partition_runner import TaskStats, Throttle
 
@@ -34,6 +34,7 @@ class TaskStatsParam(AccumulatorParam):
             t.rows_read += s.rows_read
             t.rows_sent += s.rows_sent
             t.rows_quarantined += s.rows_quarantined
+            t.lines_skipped += s.lines_skipped
             t.bytes_sent += s.bytes_sent
             t.started_ms = min(t.started_ms, s.started_ms)
             t.ended_ms = max(t.ended_ms, s.ended_ms)
@@ -43,6 +44,7 @@ class TaskStatsParam(AccumulatorParam):
 def send(
     df: DataFrame,
     spec: RecordSpec,
+    parser: BatchParser,
     topic: str,
     options: dict[str, str],
     rate_per_task: float | None = None,
@@ -52,16 +54,16 @@ def send(
     acc = df.sparkSession.sparkContext.accumulator({}, TaskStatsParam())
     throttles: dict[int, Throttle] = {}
 
-    def on_batch(batch: pa.RecordBatch, enc: Encoded) -> None:
+    def on_batch(parsed: Parsed, enc: Encoded) -> None:
         ctx = TaskContext.get()
         assert ctx is not None
         tid = ctx.taskAttemptId()
         throttle = throttles.setdefault(tid, Throttle(rate_per_task))
-        throttle.wait(batch.num_rows)
+        throttle.wait(parsed.rows_read + parsed.skipped)
         stats = TaskStats.current()
-        stats.add(batch.num_rows, enc.rows, enc.nbytes)
+        stats.add(parsed, enc)
         acc.add({tid: stats})
 
-    records = to_records(df, spec, clock=clock, on_batch=on_batch)
+    records = to_records(df, spec, clock=clock, parser=parser, on_batch=on_batch)
     records.write.format("kafka").options(**options).option("topic", topic).save()
     return list(acc.value.values())

@@ -1,0 +1,9 @@
+"""Names of the columns the source adds beside the CSV's own (the double underscore keeps
+them apart from any header)."""
+
+FILE_COL = "__kappa_file"  # the row's source file (path or URI)
+EVENT_TS_COL = "__kappa_event_ts"  # parsed --event-time-column
+REJECT_COL = "__kappa_reject"  # why Spark's CSV reader marked the row, or null
+CORRUPT_COL = "__kappa_corrupt"  # a malformed row's raw text (Spark's corrupt-record column)
+LINE_COL = "__kappa_line"  # a raw line (the fast path reads lines)
+BLOCK_COL = "__kappa_block"  # the byte offset of the line's split: 0 for a file's first split

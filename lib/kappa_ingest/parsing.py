@@ -1,0 +1,284 @@
+"""From what the source hands each task to clean rows and quarantined ones, per Arrow batch.
+
+Two parsers, one result (:class:`Parsed`):
+
+- :class:`LineParser`, the fast path: Spark reads raw lines (``read.text``) and each batch
+  of lines is parsed here by Arrow's C++ CSV reader, so no Python object is made per row.
+  It handles RFC 4180 quoting on single-line records in UTF-8; a line is quarantined if
+  its bytes are not UTF-8, its quotes do not balance (a quoted newline without
+  ``--multiline``), or its field count differs from the header's. Each file's first line
+  is its header (checked against the first file's) or, without a header, data (BOM removed).
+- :class:`RowParser`: Spark's CSV reader has parsed the rows already (multiline records,
+  other encodings, typed schemas, event time); its reject marks are only split off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+
+from kappa_ingest.columns import BLOCK_COL, CORRUPT_COL, FILE_COL, LINE_COL, REJECT_COL
+
+BOM = "\ufeff"
+REJECT_SCHEMA = pa.schema([("source_file", pa.string()), ("reason", pa.string()), ("line", pa.string())])
+REJECT_DDL = "source_file string, reason string, line string"
+REASON_MALFORMED = "malformed"  # Spark's mark; made precise by malformed_detail
+
+
+class BatchParser(Protocol):
+    def fresh(self) -> BatchParser:
+        """A parser for a new task."""
+
+    def __call__(self, batch: pa.RecordBatch) -> Parsed: ...
+
+
+class HeaderMismatch(ValueError):
+    """A file's header differs from the first file's."""
+
+
+@dataclass
+class Parsed:
+    """One batch, parsed: clean rows (CSV columns + FILE_COL), rejects (REJECT_SCHEMA),
+    and the lines that are not rows (headers, blank lines)."""
+
+    rows: pa.RecordBatch
+    rejects: pa.RecordBatch
+    skipped: int = 0
+
+    @property
+    def rows_read(self) -> int:
+        return self.rows.num_rows + self.rejects.num_rows
+
+
+def _rejects(files: pa.Array, reasons: pa.Array, lines: pa.Array) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([files, reasons, lines], schema=REJECT_SCHEMA)
+
+
+def no_rejects() -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([], schema=REJECT_SCHEMA)
+
+
+def _invalid_utf8(lines: pa.Array) -> np.ndarray:
+    """Which lines are not UTF-8: one C++ pass over the batch; per line only if that fails."""
+    try:
+        lines.view(pa.string() if pa.types.is_binary(lines.type) else pa.large_string()).validate(full=True)
+        return np.zeros(len(lines), dtype=bool)
+    except pa.ArrowInvalid:
+        return np.array([not _is_utf8(b) for b in lines.to_pylist()], dtype=bool)
+
+
+def _is_utf8(b: bytes | None) -> bool:
+    try:
+        b is None or b.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def _as_binary(arr: pa.Array) -> pa.Array:
+    if pa.types.is_string(arr.type):
+        return arr.view(pa.binary())
+    if pa.types.is_large_string(arr.type):
+        return arr.view(pa.large_binary())
+    return arr
+
+
+@dataclass
+class LineParser:
+    """Parses batches of raw lines for one task; remembers which files' headers it has seen."""
+
+    columns: tuple[str, ...]
+    delimiter: str = ","
+    quote: str = '"'
+    header_line: str | None = None  # the first file's header, BOM removed; None: no header
+    _seen: set[str] = field(default_factory=set)
+
+    def fresh(self) -> LineParser:
+        """A parser for a new task (no file seen yet)."""
+        return LineParser(self.columns, self.delimiter, self.quote, self.header_line)
+
+    def __call__(self, batch: pa.RecordBatch) -> Parsed:
+        lines = _as_binary(batch.column(LINE_COL))
+        files = batch.column(FILE_COL)
+        n = len(lines)
+        keep = np.ones(n, dtype=bool)
+        skipped = 0
+        lines, skipped = self._first_lines(lines, files, batch.column(BLOCK_COL), keep)
+        blank = np.asarray(pc.equal(pc.binary_length(lines), 0).fill_null(False))
+        skipped += int((blank & keep).sum())
+        keep &= ~blank
+
+        reasons: list[tuple[np.ndarray, str]] = []
+        invalid = _invalid_utf8(lines) & keep
+        if invalid.any():
+            reasons.append((invalid, "bytes not valid in utf-8"))
+            keep &= ~invalid
+        quotes = np.asarray(pc.count_substring(lines, self.quote).fill_null(0))
+        odd = (quotes % 2 == 1) & keep
+        if odd.any():
+            reasons.append((odd, "unbalanced quotes (a quoted field with a newline needs --multiline)"))
+            keep &= ~odd
+
+        idx = np.flatnonzero(keep)
+        good_lines = lines.take(pa.array(idx)).view(pa.string()) if len(idx) else pa.array([], pa.string())
+        table, bad = self._parse(good_lines)
+        if bad:
+            # Group by field count: each count is its own reason.
+            by_count: dict[int, list[int]] = {}
+            for row_number, actual in bad:
+                by_count.setdefault(actual, []).append(idx[row_number - 1])
+            for actual, positions in by_count.items():
+                mask = np.zeros(n, dtype=bool)
+                mask[positions] = True
+                reasons.append((mask, f"{actual} fields where the header has {len(self.columns)}"))
+                keep &= ~mask
+            idx = np.flatnonzero(keep)
+        rows = pa.RecordBatch.from_arrays(
+            [*(_plain(table.column(c)) for c in self.columns), files.take(pa.array(idx))],
+            names=[*self.columns, FILE_COL],
+        )
+        return Parsed(rows, self._reject_batch(reasons, files, lines), skipped)
+
+    def _first_lines(
+        self, lines: pa.Array, files: pa.Array, blocks: pa.Array, keep: np.ndarray
+    ) -> tuple[pa.Array, int]:
+        """Drop (and check) each file's header; take the BOM off a header-less first line."""
+        at_start = np.asarray(pc.equal(blocks, 0).fill_null(False))
+        if not at_start.any():
+            return lines, 0
+        encoded = files.dictionary_encode()
+        names = encoded.dictionary.to_pylist()
+        codes = np.asarray(encoded.indices)
+        skipped = 0
+        replaced: dict[int, bytes] = {}
+        candidates = np.flatnonzero(at_start)
+        _, first = np.unique(codes[candidates], return_index=True)
+        for pos in candidates[first]:
+            name = names[codes[pos]]
+            if name in self._seen:
+                continue
+            self._seen.add(name)
+            raw = lines[int(pos)].as_py()
+            line = raw.decode("utf-8", errors="replace").removeprefix(BOM)
+            if self.header_line is not None:
+                if line != self.header_line:
+                    raise HeaderMismatch(
+                        f"the header of {name} ({line[:80]!r}) differs from the first file's"
+                        f" ({self.header_line[:80]!r}); ingest files with one header per run"
+                    )
+                keep[pos] = False
+                skipped += 1
+            elif raw.startswith(BOM.encode()):
+                replaced[int(pos)] = raw[len(BOM.encode()) :]
+        if replaced:
+            values = lines.to_pylist()
+            for pos, value in replaced.items():
+                values[pos] = value
+            lines = pa.array(values, type=lines.type)
+        return lines, skipped
+
+    def _parse(self, lines: pa.Array) -> tuple[pa.Table, list[tuple[int, int]]]:
+        """Arrow's CSV reader over the lines joined by newlines; rows of another width are
+        reported by their 1-based number and field count instead of being parsed."""
+        bad: list[tuple[int, int]] = []
+
+        def on_invalid(row: pcsv.InvalidRow) -> str:
+            bad.append((row.number, row.actual_columns))
+            return "skip"
+
+        if len(lines) == 0:
+            return pa.table({c: pa.array([], pa.string()) for c in self.columns}), bad
+        joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(lines)], pa.int32()), lines), "\n")
+        size = pc.binary_length(joined)[0].as_py()
+        table = pcsv.read_csv(
+            pa.BufferReader(joined.buffers()[2].slice(0, size)),
+            read_options=pcsv.ReadOptions(column_names=list(self.columns), use_threads=False, block_size=1 << 30),
+            parse_options=pcsv.ParseOptions(
+                delimiter=self.delimiter,
+                quote_char=self.quote,
+                double_quote=True,
+                newlines_in_values=False,
+                ignore_empty_lines=False,
+                invalid_row_handler=on_invalid,
+            ),
+            convert_options=pcsv.ConvertOptions(
+                column_types={c: pa.string() for c in self.columns},
+                null_values=[""],
+                strings_can_be_null=True,
+                quoted_strings_can_be_null=True,
+                check_utf8=False,
+            ),
+        )
+        return table, bad
+
+    def _reject_batch(self, reasons: list[tuple[np.ndarray, str]], files: pa.Array, lines: pa.Array) -> pa.RecordBatch:
+        if not reasons:
+            return no_rejects()
+        parts = []
+        for mask, reason in reasons:
+            pos = pa.array(np.flatnonzero(mask))
+            # Rejects are few: their text is made per line, undecodable bytes escaped.
+            text = [b.decode("utf-8", errors="backslashreplace") for b in lines.take(pos).to_pylist()]
+            parts.append(
+                _rejects(files.take(pos), pa.array([reason] * len(pos), pa.string()), pa.array(text, pa.string()))
+            )
+        return pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
+
+
+def _plain(col: pa.ChunkedArray | pa.Array) -> pa.Array:
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    return arr if len(arr) else pa.array([], pa.string())
+
+
+@dataclass
+class RowParser:
+    """For rows Spark's CSV reader parsed: split off those it marked (REJECT_COL)."""
+
+    columns: tuple[str, ...]
+    delimiter: str = ","
+    quote: str = '"'
+
+    def fresh(self) -> RowParser:
+        return self
+
+    def __call__(self, batch: pa.RecordBatch) -> Parsed:
+        reject = batch.column(REJECT_COL)
+        keep_cols = [c for c in batch.schema.names if c not in (REJECT_COL, CORRUPT_COL)]
+        if reject.null_count == len(reject):
+            return Parsed(batch.select(keep_cols), no_rejects())
+        bad = pc.is_valid(reject)
+        rows = batch.filter(pc.invert(bad)).select(keep_cols)
+        rejected = batch.filter(bad)
+        reasons = [
+            malformed_detail(line, len(self.columns), self.delimiter, self.quote) if r == REASON_MALFORMED else r
+            for r, line in zip(
+                rejected.column(REJECT_COL).to_pylist(), rejected.column(CORRUPT_COL).to_pylist(), strict=False
+            )
+        ]
+        lines = rejected.column(CORRUPT_COL)
+        if lines.null_count:  # not malformed, so no raw text: keep the parsed fields
+            fields = pl.from_arrow(rejected.select(list(self.columns))).select(pl.struct(pl.all()).struct.json_encode())
+            lines = pc.coalesce(lines, fields.to_series().to_arrow().cast(pa.string()))
+        return Parsed(rows, _rejects(rejected.column(FILE_COL), pa.array(reasons, pa.string()), lines))
+
+
+def malformed_detail(line: str | None, header_fields: int, delimiter: str, quote: str) -> str:
+    """A malformed row's reason for people: its field count against the header's."""
+    import csv
+    import io
+
+    if line is None:
+        return REASON_MALFORMED
+    try:
+        row = next(csv.reader(io.StringIO(line), delimiter=delimiter, quotechar=quote), [])
+    except csv.Error:
+        return "unbalanced quotes"
+    if len(row) != header_fields:
+        return f"{len(row)} fields where the header has {header_fields}"
+    return "a value does not fit --schema"
