@@ -43,4 +43,5 @@ exec "$spark_submit" \
   --conf "spark.driver.extraJavaOptions=$log4j" \
   --conf "spark.executor.extraJavaOptions=$log4j" \
   --py-files "$here/build/kappa_ingest.zip" \
+  --jars "$("$venv/bin/python" -m kappa_ingest.interceptor)" \
   "$@"

@@ -126,6 +126,9 @@ def for_spark(settings: dict[str, str], bootstrap_servers: str) -> dict[str, str
             f"org.apache.kafka.common.security.{module} required username={_jaas_quote(user)} "
             f"password={_jaas_quote(password or '')};"
         )
+    # Spark's sink cannot set record timestamps; this interceptor does (interceptor.py).
+    interceptors = [c for c in plain.pop("interceptor.classes", "").split(",") if c.strip()]
+    plain["interceptor.classes"] = ",".join(["kappa.ingest.TimestampFromHeader", *interceptors])
     opts.update({f"kafka.{k}": v for k, v in plain.items()})
     return opts
 

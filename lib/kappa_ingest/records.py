@@ -26,6 +26,7 @@ from pyspark.sql import DataFrame
 from kappa_ingest.columns import EVENT_TS_COL, FILE_COL
 from kappa_ingest.parsing import BatchParser, Parsed, no_rejects
 
+TIMESTAMP_HEADER = "__kappa_ts"  # read by kappa.ingest.TimestampFromHeader (interceptor.py)
 KAFKA_RECORD_SCHEMA = "key binary, value binary, timestamp timestamp, headers array<struct<key:string,value:binary>>"
 _ISO_MS = "%Y-%m-%dT%H:%M:%S%.3fZ"
 
@@ -132,19 +133,31 @@ def _array(table: pa.Table, name: str) -> pa.Array:
 
 
 def kafka_batch(enc: Encoded, run_id: str) -> pa.RecordBatch:
-    """Package encoded records in the schema of Spark's Kafka sink (with headers)."""
+    """Package encoded records in the schema of Spark's Kafka sink.
+
+    The sink has no timestamp column: each record's timestamp travels as the header
+    ``__kappa_ts`` (8-byte big-endian milliseconds), which the producer interceptor of
+    :mod:`kappa_ingest.interceptor` turns into the record timestamp and removes.
+    """
     import numpy as np
 
     n = enc.rows
-    header_keys = pa.array(["run_id", "source_file"] * n, type=pa.string())
-    pool = pa.concat_arrays([pa.array([run_id.encode()], pa.binary()), enc.source_files.cast(pa.binary())])
-    idx = np.empty(2 * n, dtype=np.int64)
-    idx[0::2] = 0
-    idx[1::2] = np.arange(1, n + 1)
-    header_values = pool.take(pa.array(idx))
+    stamps = np.asarray(enc.timestamps_ms, dtype=np.int64).astype(">i8").view("S8")
+    pool = pa.concat_arrays(
+        [
+            pa.array([run_id.encode()], pa.binary()),
+            enc.source_files.cast(pa.binary()),
+            pa.array(stamps, pa.binary(8)).cast(pa.binary()),
+        ]
+    )
+    idx = np.empty(3 * n, dtype=np.int64)
+    idx[0::3] = 0
+    idx[1::3] = np.arange(1, n + 1)
+    idx[2::3] = np.arange(n + 1, 2 * n + 1)
+    header_keys = pa.array(["run_id", "source_file", TIMESTAMP_HEADER] * n, type=pa.string())
     headers = pa.ListArray.from_arrays(
-        pa.array(np.arange(0, 2 * n + 1, 2, dtype=np.int32)),
-        pa.StructArray.from_arrays([header_keys, header_values], names=["key", "value"]),
+        pa.array(np.arange(0, 3 * n + 1, 3, dtype=np.int32)),
+        pa.StructArray.from_arrays([header_keys, pool.take(pa.array(idx))], names=["key", "value"]),
     )
     keys = enc.keys if enc.keys is not None else pa.nulls(n, pa.binary())
     timestamps = enc.timestamps_ms.cast(pa.timestamp("ms")).cast(pa.timestamp("us", tz="UTC"))

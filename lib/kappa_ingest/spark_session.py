@@ -38,8 +38,11 @@ def build_session(
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         log4j = f"-Dlog4j2.configurationFile=file:{conf_dir() / 'log4j2-spark.properties'}"
+        from kappa_ingest.interceptor import jar_path
+
         conf = {
             **_defaults_file(),
+            "spark.jars": str(jar_path()),
             "spark.jars.packages": ",".join(PACKAGES),
             "spark.jars.ivySettings": str(conf_dir() / "ivysettings.xml"),
             "spark.driver.extraJavaOptions": log4j,

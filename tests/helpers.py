@@ -1,0 +1,67 @@
+"""Independent readings for the tests: what Python's csv module makes of a file, and what a
+consumer reads back from the topic."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import Consumer, TopicPartition
+
+
+def csv_rows(path: str | Path, delimiter: str = ",", encoding: str = "utf-8-sig", header: bool = True):
+    """(columns, good rows as dicts with '' -> None, number of ragged rows), by the csv module."""
+    raw = gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")
+    with io.TextIOWrapper(raw, encoding=encoding, newline="") as f:
+        rows = [r for r in csv.reader(f, delimiter=delimiter) if r]
+    columns = rows[0] if header else [f"_c{i}" for i in range(len(rows[0]))]
+    body = rows[1:] if header else rows
+    good = [
+        dict(zip(columns, [v if v != "" else None for v in r], strict=True)) for r in body if len(r) == len(columns)
+    ]
+    return columns, good, sum(1 for r in body if len(r) != len(columns))
+
+
+@dataclass
+class Record:
+    key: bytes | None
+    value: dict
+    raw_value: bytes
+    timestamp_ms: int
+    headers: dict[str, bytes]
+    partition: int
+
+
+def consume_all(bootstrap: str, topic: str, timeout_s: float = 60) -> list[Record]:
+    """Every record in ``topic``, read from the beginning up to the end offsets."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"test-{time.time_ns()}", "enable.auto.commit": False})
+    try:
+        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+        c.assign([TopicPartition(topic, p, 0) for p in parts])
+        out: list[Record] = []
+        positions = {p: 0 for p in parts}
+        deadline = time.monotonic() + timeout_s
+        while any(positions[p] < ends[p] for p in parts):
+            assert time.monotonic() < deadline, f"timed out reading {topic}: at {positions}, end {ends}"
+            for m in c.consume(10000, timeout=1):
+                assert m.error() is None, m.error()
+                positions[m.partition()] = m.offset() + 1
+                out.append(
+                    Record(
+                        m.key(),
+                        json.loads(m.value()),
+                        m.value(),
+                        m.timestamp()[1],
+                        dict(m.headers() or []),
+                        m.partition(),
+                    )
+                )
+        return out
+    finally:
+        c.close()
