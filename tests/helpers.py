@@ -65,3 +65,23 @@ def consume_all(bootstrap: str, topic: str, timeout_s: float = 60) -> list[Recor
         return out
     finally:
         c.close()
+
+
+def iso_ms_to_epoch(text: str) -> int:
+    from datetime import datetime
+
+    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def run(spark, kafka, tmp_path, **options):
+    """Ingest with the given options into a fresh topic; (config, summary.json, records read back)."""
+    from kappa_ingest import config
+    from kappa_ingest.ingest import ingest
+
+    values = {"topic": f"t-{tmp_path.name}", "bootstrap_servers": kafka.bootstrap_servers,
+              "metrics_dir": str(tmp_path / "metrics"), **options}  # fmt: skip
+    cfg = config.validate(values)
+    ingest(cfg, spark, echo=False)
+    summary = json.loads((tmp_path / "metrics" / "runs" / cfg.run_id / "summary.json").read_text())
+    records = [] if cfg.dry_run else consume_all(kafka.bootstrap_servers, cfg.topic)
+    return cfg, summary, records

@@ -191,6 +191,28 @@ def _parse_kv(items: list[str]) -> dict[str, str]:
     return out
 
 
+# Spark's CSV reader accepts these charsets only; Python's codec names map onto them.
+SPARK_CHARSETS = {
+    "utf_8": "utf-8", "iso8859_1": "iso-8859-1", "ascii": "us-ascii", "utf_16": "utf-16",
+    "utf_16_be": "utf-16be", "utf_16_le": "utf-16le", "utf_32": "utf-32",
+}  # fmt: skip
+
+
+def spark_charset(name: str) -> str:
+    """The Spark charset name for an encoding name Python knows (``latin-1`` → ``iso-8859-1``)."""
+    import codecs
+
+    try:
+        canonical = codecs.lookup(name).name.replace("-", "_")
+    except LookupError:
+        canonical = ""
+    if canonical not in SPARK_CHARSETS:
+        raise UsageError(
+            f"--encoding {name!r}: not supported; accepted: {', '.join(sorted(set(SPARK_CHARSETS.values())))}"
+        )
+    return SPARK_CHARSETS[canonical]
+
+
 def _single_char(name: str, value: Any) -> str:
     text = str(value)
     if text in ("\\t", "tab"):
@@ -233,12 +255,7 @@ def validate(values: dict[str, Any]) -> IngestConfig:
         if name in v:
             v[name] = _single_char(name, v[name])
     if "encoding" in v:
-        import codecs
-
-        try:
-            codecs.lookup(str(v["encoding"]))
-        except LookupError as e:
-            raise UsageError(f"--encoding {v['encoding']!r}: not an encoding Python knows, e.g. utf-8, latin-1") from e
+        v["encoding"] = spark_charset(str(v["encoding"]))
     if bool(v.get("event_time_format")) and not v.get("event_time_column"):
         raise UsageError("--event-time-format needs --event-time-column")
     for name in ("header", "multiline", "dry_run", "quiet"):

@@ -17,7 +17,6 @@ not fit ``--schema``, bytes not valid in the encoding, an unparseable event time
 
 from __future__ import annotations
 
-import codecs
 import glob
 import os
 from dataclasses import dataclass
@@ -109,7 +108,7 @@ def _lines_possible(cfg: IngestConfig) -> bool:
         and not cfg.schema
         and cfg.event_time_column is None
         and cfg.escape == cfg.quote
-        and codecs.lookup(cfg.encoding).name == "utf-8"
+        and cfg.encoding == "utf-8"
     )
 
 

@@ -4,12 +4,10 @@ contract's format, and the report's numbers equal what a consumer reads back."""
 from __future__ import annotations
 
 import json
-from datetime import datetime
 
 import pytest
-from helpers import consume_all, csv_rows
-from kappa_ingest import config, datagen
-from kappa_ingest.ingest import ingest
+from helpers import csv_rows, iso_ms_to_epoch, run
+from kappa_ingest import datagen
 
 pytestmark = pytest.mark.integration
 SINKS = ["confluent", "spark", "kafka-python"]
@@ -40,26 +38,13 @@ def inputs(tmp_path_factory):
     return {"edge": edge, "wide": wide}
 
 
-def run(spark, kafka, tmp_path, **options):
-    values = {"topic": f"t-{tmp_path.name}", "bootstrap_servers": kafka.bootstrap_servers,
-              "metrics_dir": str(tmp_path / "metrics"), **options}  # fmt: skip
-    cfg = config.validate(values)
-    report = ingest(cfg, spark, echo=False)
-    summary = json.loads((tmp_path / "metrics" / "runs" / cfg.run_id / "summary.json").read_text())
-    return cfg, report, summary, consume_all(kafka.bootstrap_servers, cfg.topic)
-
-
-def iso_ms_to_epoch(text: str) -> int:
-    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
-
-
 SEEN: dict[str, dict] = {}
 
 
 @pytest.mark.parametrize("sink", SINKS)
 def test_every_row_once_in_contract_format(spark, kafka, tmp_path, inputs, sink):
     path = inputs["edge"]
-    cfg, report, summary, records = run(spark, kafka, tmp_path, inputs=[str(path)], sink=sink, key_column="id")
+    cfg, summary, records = run(spark, kafka, tmp_path, inputs=[str(path)], sink=sink, key_column="id")
     columns, expected, ragged = csv_rows(path)
 
     assert summary["status"] == "succeeded"
@@ -94,8 +79,8 @@ def test_all_sinks_produce_the_same_data():
 @pytest.mark.parametrize("sink", SINKS)
 def test_generated_file_with_report_per_executor_and_stage(spark, kafka, tmp_path, inputs, sink):
     path = inputs["wide"]
-    cfg, report, summary, records = run(spark, kafka, tmp_path, inputs=[str(path)], sink=sink, partitions=2)
-    columns, expected, _ = csv_rows(path)
+    _, summary, records = run(spark, kafka, tmp_path, inputs=[str(path)], sink=sink, partitions=2)
+    _, expected, _ = csv_rows(path)
     assert sorted(json.dumps(r.value["data"], sort_keys=True) for r in records) == sorted(
         json.dumps(row, sort_keys=True) for row in expected
     )

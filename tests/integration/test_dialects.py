@@ -1,0 +1,144 @@
+"""CSV dialects, typed schemas, event time, multiline records, gzip, partitions and the dry
+run, each read back from the topic and compared with Python's csv module."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+from helpers import csv_rows, iso_ms_to_epoch, run
+from kappa_ingest import datagen
+
+pytestmark = pytest.mark.integration
+
+
+def test_semicolons_without_header(spark, kafka, tmp_path):
+    path = tmp_path / "in.csv"
+    path.write_text('a;"b;c";\n1;2;3\n')
+    _, summary, records = run(spark, kafka, tmp_path, inputs=[str(path)], delimiter=";", header=False)
+    assert summary["read_path"] == "lines"
+    _, expected, _ = csv_rows(path, delimiter=";", header=False)
+    assert sorted((r.value["data"] for r in records), key=str) == sorted(expected, key=str)
+    assert {"_c0": "a", "_c1": "b;c", "_c2": None} in [r.value["data"] for r in records]
+
+
+def test_latin1_goes_through_sparks_reader(spark, kafka, tmp_path):
+    path = tmp_path / "in.csv"
+    path.write_bytes("id,city\n1,Zürich\n2,Besançon\n".encode("latin-1"))
+    _, summary, records = run(spark, kafka, tmp_path, inputs=[str(path)], encoding="latin-1")
+    assert summary["read_path"] == "spark-csv"
+    _, expected, _ = csv_rows(path, encoding="latin-1")
+    assert sorted((r.value["data"] for r in records), key=str) == sorted(expected, key=str)
+
+
+def test_invalid_utf8_is_quarantined_not_mangled(spark, kafka, tmp_path):
+    path = tmp_path / "in.csv"
+    path.write_bytes(b"id,name\n1,ok\n2,\xff\xfebad\n3,fine\n")
+    cfg, summary, records = run(spark, kafka, tmp_path, inputs=[str(path)])
+    assert sorted(r.value["data"]["id"] for r in records) == ["1", "3"]
+    assert summary["rows_quarantined"] == 1
+    assert summary["quarantine"]["reasons"] == {"bytes not valid in utf-8": 1}
+    lines = "".join(p.read_text() for p in (tmp_path / "metrics" / "runs" / cfg.run_id / "quarantine").glob("*.json"))
+    assert "2,\\\\xff\\\\xfebad" in lines and "in.csv" in lines
+
+
+def test_multiline_records(spark, kafka, tmp_path):
+    path = tmp_path / "in.csv"
+    path.write_text('id,text\n1,"line one\nline two"\n2,"a ""quoted"" word"\n')
+    _, summary, records = run(spark, kafka, tmp_path, inputs=[str(path)], multiline=True)
+    assert summary["read_path"] == "spark-csv"
+    _, expected, _ = csv_rows(path)
+    assert sorted((r.value["data"] for r in records), key=str) == sorted(expected, key=str)
+    assert {"id": "1", "text": "line one\nline two"} in [r.value["data"] for r in records]
+
+
+def test_quoted_newline_without_multiline_is_quarantined(spark, kafka, tmp_path):
+    path = tmp_path / "in.csv"
+    path.write_text('id,text\n1,"line one\nline two"\n2,plain\n')
+    _, summary, records = run(spark, kafka, tmp_path, inputs=[str(path)])
+    assert [r.value["data"] for r in records] == [{"id": "2", "text": "plain"}]
+    assert summary["rows_read"] == 3 and summary["rows_quarantined"] == 2
+
+
+def test_typed_schema_and_event_time(spark, kafka, tmp_path):
+    path = tmp_path / "in.csv"
+    path.write_text(
+        "ts,qty,price,ok,name\n"
+        "2026-01-02T03:04:05.678Z,3,9.5,true,a\n"
+        "2026-01-02T03:04:06.000Z,,1e3,false,\n"
+        "not-a-time,1,1,true,x\n"
+        "2026-01-02T03:04:07.000Z,notanint,1,true,y\n"
+    )
+    _, summary, records = run(
+        spark, kafka, tmp_path, inputs=[str(path)], sink="confluent",
+        schema="ts STRING, qty INT, price DOUBLE, ok BOOLEAN, name STRING",
+        event_time_column="ts", event_time_format="yyyy-MM-dd'T'HH:mm:ss.SSSX",
+    )  # fmt: skip
+    by_ts = {r.value["data"]["ts"]: r for r in records}
+    assert len(records) == 2 and summary["rows_quarantined"] == 2
+    first = by_ts["2026-01-02T03:04:05.678Z"]
+    assert first.value["data"] == {"ts": "2026-01-02T03:04:05.678Z", "qty": 3, "price": 9.5, "ok": True, "name": "a"}
+    assert first.value["event_ts"] == "2026-01-02T03:04:05.678Z"
+    assert first.timestamp_ms == iso_ms_to_epoch("2026-01-02T03:04:05.678Z")
+    second = by_ts["2026-01-02T03:04:06.000Z"]
+    assert second.value["data"] == {"ts": "2026-01-02T03:04:06.000Z", "qty": None, "price": 1000.0, "ok": False,
+                                    "name": None}  # fmt: skip
+    reasons = summary["quarantine"]["reasons"]
+    assert sum(reasons.values()) == 2, reasons
+    assert any("event time" in r for r in reasons) and "a value does not fit --schema" in reasons
+
+
+@pytest.mark.parametrize("sink", ["spark", "kafka-python"])
+def test_event_time_is_the_record_timestamp_for_every_sink(spark, kafka, tmp_path, sink):
+    path = tmp_path / "in.csv"
+    path.write_text("id,ts\n1,2020-05-06 07:08:09\n2,2021-01-01 00:00:00\n")
+    _, _, records = run(spark, kafka, tmp_path, inputs=[str(path)], sink=sink,
+                        event_time_column="ts", event_time_format="yyyy-MM-dd HH:mm:ss")  # fmt: skip
+    got = {r.value["data"]["id"]: (r.timestamp_ms, r.value["event_ts"]) for r in records}
+    assert got == {
+        "1": (iso_ms_to_epoch("2020-05-06T07:08:09.000Z"), "2020-05-06T07:08:09.000Z"),
+        "2": (iso_ms_to_epoch("2021-01-01T00:00:00.000Z"), "2021-01-01T00:00:00.000Z"),
+    }
+
+
+def test_gzip_and_several_files_with_a_glob(spark, kafka, tmp_path):
+    d = tmp_path / "in"
+    datagen.generate("debs2012", 500, d / "a.csv", seed=1)
+    datagen.generate("debs2012", 700, d / "b.csv", gzip_output=True, seed=2)
+    _, summary, records = run(spark, kafka, tmp_path, inputs=[str(d / "*.csv*")])
+    assert summary["rows_sent"] == len(records) == 1200
+    by_file = {}
+    for r in records:
+        by_file.setdefault(r.value["source_file"].rsplit("/", 1)[-1], []).append(r.value["data"])
+    assert sorted(by_file) == ["a.csv", "b.csv.gz"]
+    for name, rows in by_file.items():
+        _, expected, _ = csv_rows(d / name)
+        assert sorted(rows, key=lambda x: x["ts"]) == sorted(expected, key=lambda x: x["ts"])
+    with gzip.open(d / "b.csv.gz", "rt") as f:
+        assert f.readline().startswith("ts,mf01")
+
+
+@pytest.mark.parametrize(("partitions", "path_expected"), [(3, "lines"), (1, "lines")])
+def test_partitions_set_the_number_of_producers(spark, kafka, tmp_path, partitions, path_expected):
+    path = datagen.generate("wide30", 20000, tmp_path / "in.csv")
+    _, summary, records = run(spark, kafka, tmp_path, inputs=[str(path)], partitions=partitions)
+    assert summary["read_path"] == path_expected
+    assert len({t["partition"] for t in summary["tasks"]}) == partitions
+    assert len(records) == 20000
+
+
+def test_more_partitions_than_a_gzip_file_splits_into(spark, kafka, tmp_path):
+    path = datagen.generate("wide30", 3000, tmp_path / "in.csv", gzip_output=True)
+    _, summary, records = run(spark, kafka, tmp_path, inputs=[str(path)], partitions=2)
+    assert summary["read_path"] == "spark-csv"
+    assert len({t["partition"] for t in summary["tasks"]}) == 2 and len(records) == 3000
+
+
+def test_dry_run_sends_nothing(spark, kafka, tmp_path):
+    path = tmp_path / "in.csv"
+    path.write_text("a,b\n1,2\n3\n")
+    cfg, summary, _ = run(spark, kafka, tmp_path, inputs=[str(path)], dry_run=True)
+    assert summary["rows_sent"] == 0 and summary["rows_converted"] == 1 and summary["rows_quarantined"] == 1
+    from confluent_kafka.admin import AdminClient
+
+    assert cfg.topic not in AdminClient({"bootstrap.servers": kafka.bootstrap_servers}).list_topics(timeout=10).topics
