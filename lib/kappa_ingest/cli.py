@@ -44,30 +44,52 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def run_ingest(args: argparse.Namespace, master: str | None = None) -> int:
-    """Shared by ``kappa-ingest ingest`` and ``jobs/ingest_csv.py``."""
+def run_ingest(args: argparse.Namespace) -> int:
+    """Shared by ``kappa-ingest ingest`` and ``jobs/ingest_csv.py``: check what can be
+    checked before Spark starts (inputs, Kafka), then run the job."""
     from kappa_ingest import config
-    from kappa_ingest.ingest import ingest
+    from kappa_ingest.ingest import ingest, preflight
     from kappa_ingest.report import RunReport
     from kappa_ingest.spark_session import build_session
 
     cfg = config.load(args)
     spark = None
     try:
-        spark = build_session(f"kappa-ingest {cfg.run_id}", master or cfg.spark_master)
+        preflight(cfg)
+        spark = build_session(f"kappa-ingest {cfg.run_id}", cfg.spark_master)
+    except Exception as e:
+        # ingest() writes the report from here on; before it, this does.
+        error = str(e) if isinstance(e, KappaError) else f"Spark did not start: {type(e).__name__}"
+        RunReport(cfg.run_id, cfg.sink, cfg.topic, cfg.masked(), status="failed", error=error).finish(cfg.metrics_dir)
+        raise
+    try:
         ingest(cfg, spark)
-    except KappaError:
-        raise
-    except Exception:
-        if spark is None:  # Spark did not start: the report is written here instead
-            report = RunReport(cfg.run_id, cfg.sink, cfg.topic, cfg.masked(), status="failed",
-                               error="Spark did not start")  # fmt: skip
-            report.write(cfg.metrics_dir)
-        raise
     finally:
-        if spark is not None:
-            spark.stop()
+        spark.stop()
     return 0
+
+
+def report_usage_error(argv: Sequence[str], error: UsageError) -> None:
+    """A run refused for its options still leaves a report (``status: failed``), in the
+    metrics directory the command line named, if any."""
+    from kappa_ingest.config import new_run_id
+    from kappa_ingest.report import RunReport
+
+    def option(name: str, default: str) -> str:
+        for i, arg in enumerate(argv):
+            if arg == name and i + 1 < len(argv):
+                return argv[i + 1]
+            if arg.startswith(name + "="):
+                return arg.split("=", 1)[1]
+        return default
+
+    run_id = option("--run-id", "") or new_run_id()
+    report = RunReport(run_id, option("--sink", "?"), option("--topic", "?"), {"argv": list(argv)},
+                       status="failed", error=str(error))  # fmt: skip
+    try:
+        report.finish(option("--metrics-dir", "./metrics"))
+    except OSError:
+        pass  # the metrics directory itself may be what is wrong
 
 
 def _kafka(args: argparse.Namespace) -> int:
@@ -114,8 +136,19 @@ def guarded(fn, *args) -> int:  # type: ignore[no-untyped-def]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+
     def dispatch() -> int:
-        args = build_parser().parse_args(argv)
+        try:
+            args = build_parser().parse_args(argv)
+            if args.command == "ingest":
+                from kappa_ingest import config
+
+                config.load(args)  # validated once more in run_ingest; here to report usage errors
+        except UsageError as e:
+            if argv and argv[0] == "ingest":
+                report_usage_error(argv[1:], e)
+            raise
         if args.command == "ingest":
             return run_ingest(args)
         if args.command == "kafka":

@@ -53,6 +53,15 @@ def kafka_for(cfg: IngestConfig, spark: SparkSession, report: RunReport) -> Iter
             cluster.stop()
 
 
+def preflight(cfg: IngestConfig) -> None:
+    """Fail fast, before Spark starts: the inputs exist, and a configured Kafka answers."""
+    csv_source.resolve_inputs(cfg.inputs)
+    if cfg.bootstrap_servers and not cfg.dry_run:
+        admin = Admin(cfg.bootstrap_servers, cfg.producer_settings())
+        admin.check_reachable()
+        admin.close()
+
+
 class _Discard:
     """The dry run's producer: converts everything, sends nothing."""
 

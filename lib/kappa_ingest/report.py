@@ -229,6 +229,11 @@ class RunReport:
             "config": self.config,
         }
 
+    def finish(self, metrics_dir: str | Path) -> Path:
+        """Stamp the end time and write ``summary.json``."""
+        self.finished_at = datetime.now(UTC)
+        return self.write(metrics_dir)
+
     def write(self, metrics_dir: str | Path) -> Path:
         path = Path(metrics_dir) / "runs" / self.run_id / "summary.json"
         path.parent.mkdir(parents=True, exist_ok=True)

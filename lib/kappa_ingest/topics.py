@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kappa_ingest.errors import KafkaUnavailable
 from kappa_ingest.kafka_settings import TABLE
 
-TIMEOUT_S = 15.0
+TIMEOUT_S = 10.0
 # librdkafka's own connection chatter; the errors that matter reach error_cb and are raised.
 _LOG = logging.getLogger("kappa_ingest.kafka_admin")
 _LOG.addHandler(logging.NullHandler())

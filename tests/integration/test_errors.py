@@ -1,0 +1,96 @@
+"""Failures as a user meets them: the contract's exit code, one line on stderr naming the
+cause and the fix, no stack trace, and a summary.json with status failed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+CLI = str(Path(sys.executable).parent / "kappa-ingest")
+
+
+def cli(tmp_path: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    return subprocess.run(
+        [CLI, "ingest", "--metrics-dir", str(tmp_path / "m"), "--master", "local[1]", *args],
+        capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp_path,
+    )  # fmt: skip
+
+
+def summaries(tmp_path: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in (tmp_path / "m" / "runs").glob("*/summary.json")]
+
+
+def assert_one_clean_line(stderr: str, *needles: str) -> None:
+    lines = [line for line in stderr.splitlines() if line.startswith("kappa-ingest:")]
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr, stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_missing_input_exits_3(tmp_path):
+    done = cli(tmp_path, "--input", str(tmp_path / "nope.csv"), "--topic", "t")
+    assert done.returncode == 3
+    assert_one_clean_line(done.stderr, "nope.csv", "no such file", "--input")
+    [summary] = summaries(tmp_path)
+    assert summary["status"] == "failed" and "nope.csv" in summary["error"]
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["--no-such-option"], ["unrecognized arguments: --no-such-option"]),
+        (["--partitions", "0"], ["--partitions", "positive"]),
+        (["--kafka-opt", "frobnicate=1"], ["frobnicate", "accepted:", "linger.ms"]),
+        (["--sink", "carrier-pigeon"], ["--sink", "confluent"]),
+        (["--encoding", "klingon"], ["--encoding", "utf-8"]),
+    ],
+)
+def test_bad_usage_exits_2(tmp_path, args, needles):
+    (tmp_path / "in.csv").write_text("a\n1\n")
+    done = cli(tmp_path, "--input", str(tmp_path / "in.csv"), "--topic", "t", *args)
+    assert done.returncode == 2, done.stderr
+    assert_one_clean_line(done.stderr, *needles)
+    [summary] = summaries(tmp_path)
+    assert summary["status"] == "failed"
+
+
+def test_unreachable_broker_exits_4_within_30_s(tmp_path):
+    (tmp_path / "in.csv").write_text("a\n1\n")
+    started = time.monotonic()
+    done = cli(tmp_path, "--input", str(tmp_path / "in.csv"), "--topic", "t", "--bootstrap-servers", "127.0.0.1:1")
+    elapsed = time.monotonic() - started
+    assert done.returncode == 4, done.stderr
+    assert_one_clean_line(done.stderr, "unreachable", "127.0.0.1:1", "--bootstrap-servers")
+    assert elapsed < 30
+    [summary] = summaries(tmp_path)
+    assert summary["status"] == "failed" and "unreachable" in summary["error"]
+
+
+def test_files_with_different_headers_exit_3(tmp_path, kafka):
+    (tmp_path / "a.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "b.csv").write_text("a,c\n3,4\n")
+    done = cli(tmp_path, "--input", str(tmp_path / "a.csv"), "--input", str(tmp_path / "b.csv"), "--topic", "hdr",
+               "--bootstrap-servers", kafka.bootstrap_servers)  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    assert_one_clean_line(done.stderr, "header", "differs")
+    [summary] = summaries(tmp_path)
+    assert summary["status"] == "failed"
+
+
+def test_a_good_run_through_the_cli_exits_0(tmp_path, kafka):
+    (tmp_path / "in.csv").write_text("a,b\n1,2\n3,4\n")
+    done = cli(tmp_path, "--input", str(tmp_path / "in.csv"), "--topic", "cli-ok", "--bootstrap-servers",
+               kafka.bootstrap_servers)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "SUCCEEDED" in done.stdout and "executors" in done.stdout and "stages" in done.stdout
+    [summary] = summaries(tmp_path)
+    assert summary["rows_sent"] == 2
