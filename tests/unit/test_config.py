@@ -1,0 +1,86 @@
+"""Configuration: YAML under the command line, validated with errors that name the key."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from datetime import UTC
+
+import pytest
+from kappa_ingest import config
+from kappa_ingest.errors import UsageError
+
+
+def load(argv: list[str]) -> config.IngestConfig:
+    p = argparse.ArgumentParser()
+    config.add_ingest_arguments(p)
+    return config.load(p.parse_args(argv))
+
+
+def test_command_line_wins_over_yaml(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text(
+        "input: [a.csv]\ntopic: from-yaml\nsink: spark\npartitions: 4\nkafka-opt:\n  linger.ms: 5\n  acks: 1\n"
+    )
+    cfg = load(["--config", str(f), "--topic", "from-cli", "--kafka-opt", "linger.ms=20"])
+    assert cfg.inputs == ("a.csv",) and cfg.topic == "from-cli" and cfg.sink == "spark" and cfg.partitions == 4
+    assert cfg.producer_settings() == {"acks": "1", "enable.idempotence": "true", "linger.ms": "20"}
+    assert cfg.config_file == str(f)
+
+
+def test_defaults_and_generated_run_id():
+    cfg = config.validate({"inputs": ["x.csv"], "topic": "t"})
+    assert cfg.sink == "confluent" and cfg.delimiter == "," and cfg.quote == cfg.escape == '"' and cfg.header
+    assert cfg.producer_settings() == {"acks": "all", "enable.idempotence": "true"}
+    assert re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{6}", cfg.run_id)
+    from datetime import datetime
+
+    earlier = config.new_run_id(datetime(2026, 11, 22, 9, 59, 59, tzinfo=UTC))
+    later = config.new_run_id(datetime(2026, 11, 22, 10, 0, 0, tzinfo=UTC))
+    assert earlier < later and later.startswith("20261122T100000Z-")
+
+
+def test_the_shipped_conf_file_loads():
+    cfg = config.validate({**config._read_yaml(config.DEFAULT_CONFIG), "inputs": ["x"], "topic": "t"})
+    assert cfg.sink == config.DEFAULT_SINK
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"topic": "t"}, "no input"),
+        ({"inputs": ["x"]}, "no topic"),
+        ({"inputs": ["x"], "topic": "bad topic!"}, "topic"),
+        ({"inputs": ["x"], "topic": "t", "sink": "nope"}, "accepted: confluent, spark, kafka-python"),
+        ({"inputs": ["x"], "topic": "t", "partitions": 0}, "--partitions 0"),
+        ({"inputs": ["x"], "topic": "t", "delimiter": ";;"}, "--delimiter"),
+        ({"inputs": ["x"], "topic": "t", "target_rate": -5}, "--target-rate"),
+        ({"inputs": ["x"], "topic": "t", "event_time_format": "yyyy"}, "needs --event-time-column"),
+        ({"inputs": ["x"], "topic": "t", "bootstrap_servers": "nohost"}, "HOST:PORT"),
+        ({"inputs": ["x"], "topic": "t", "kafka_opts": {"bootstrap.servers": "x:1"}}, "set by kappa-ingest"),
+    ],
+)
+def test_bad_values_name_the_setting(values, message):
+    with pytest.raises(UsageError, match=re.escape(message)):
+        config.validate(values)
+
+
+def test_unknown_yaml_key_lists_accepted(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("topic: t\nbatchsize: 3\n")
+    with pytest.raises(UsageError, match=r"unknown key 'batchsize'; accepted: input, .*key-column"):
+        load(["--config", str(f)])
+
+
+def test_secrets_are_masked_in_the_report():
+    cfg = config.validate({"inputs": ["x"], "topic": "t", "sink": "spark",
+                           "kafka_opts": {"sasl.password": "hunter2", "sasl.jaas.config": "x password=y"},
+                           "bootstrap_servers": "h:9092"})  # fmt: skip
+    masked = cfg.masked()
+    assert masked["kafka_opts"]["sasl.password"] == "***" and masked["kafka_opts"]["sasl.jaas.config"] == "***"
+    assert "hunter2" not in str(masked)
+
+
+def test_tab_delimiter_and_encoding_names():
+    cfg = config.validate({"inputs": ["x"], "topic": "t", "delimiter": "\\t", "encoding": "latin-1"})
+    assert cfg.delimiter == "\t" and cfg.encoding == "iso-8859-1"

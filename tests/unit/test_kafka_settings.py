@@ -1,0 +1,50 @@
+"""One vocabulary for producer settings, translated per client."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from kappa_ingest import kafka_settings as ks
+from kappa_ingest.errors import UsageError
+
+SETTINGS = {"acks": "all", "enable.idempotence": "true", "linger.ms": "20", "batch.size": "1048576",
+            "compression.type": "lz4", "buffer.memory": "67108864", "max.request.size": "2097152"}  # fmt: skip
+
+
+def test_librdkafka_names_and_types():
+    conf = ks.for_confluent(SETTINGS, "h:1")
+    assert conf == {"bootstrap.servers": "h:1", "acks": "all", "enable.idempotence": True, "linger.ms": 20,
+                    "batch.size": 1048576, "compression.type": "lz4", "queue.buffering.max.kbytes": 65536,
+                    "message.max.bytes": 2097152}  # fmt: skip
+
+
+def test_kafka_python_names_and_types():
+    conf = ks.for_kafka_python({**SETTINGS, "acks": "1", "compression.type": "none"}, "h:1,h:2")
+    assert conf == {"bootstrap_servers": ["h:1", "h:2"], "acks": 1, "enable_idempotence": True, "linger_ms": 20,
+                    "batch_size": 1048576, "compression_type": None, "buffer_memory": 67108864,
+                    "max_request_size": 2097152}  # fmt: skip
+
+
+def test_spark_gets_java_names_the_interceptor_and_a_jaas_line():
+    opts = ks.for_spark({"acks": "all", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "app",
+                         "sasl.password": 'p"w'}, "h:1")  # fmt: skip
+    assert opts["kafka.acks"] == "all" and opts["kafka.bootstrap.servers"] == "h:1"
+    assert opts["kafka.interceptor.classes"] == "kappa.ingest.TimestampFromHeader"
+    assert opts["kafka.sasl.jaas.config"] == (
+        'org.apache.kafka.common.security.scram.ScramLoginModule required username="app" password="p\\"w";'
+    )
+    assert "kafka.sasl.username" not in opts
+
+
+def test_a_setting_a_client_cannot_honour_is_refused_with_the_accepted_list():
+    with pytest.raises(UsageError, match=r"not supported by the confluent sink; accepted: acks, .*linger\.ms"):
+        ks.validate_settings({"transaction.timeout.ms": "1"}, "confluent")
+    ks.validate_settings({"transaction.timeout.ms": "1"}, "spark")  # Java names pass through to Spark
+
+
+def test_bad_values_are_refused():
+    with pytest.raises(UsageError, match=re.escape("linger.ms='soon'")):
+        ks.validate_settings({"linger.ms": "soon"}, "kafka-python")
+    with pytest.raises(UsageError, match=re.escape("enable.idempotence")):
+        ks.validate_settings({"enable.idempotence": "yes"}, "confluent")

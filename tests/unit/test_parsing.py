@@ -1,0 +1,89 @@
+"""The fast path's line parser, against Python's csv module on the same lines."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pyarrow as pa
+import pytest
+from kappa_ingest.columns import BLOCK_COL, FILE_COL, LINE_COL
+from kappa_ingest.parsing import HeaderMismatch, LineParser, malformed_detail
+
+
+def lines_batch(raw: list[bytes], file: str = "f.csv", block: int = 0) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [pa.array(raw, pa.binary()).view(pa.string()), pa.array([file] * len(raw)), pa.array([block] * len(raw))],
+        names=[LINE_COL, FILE_COL, BLOCK_COL],
+    )
+
+
+def by_csv_module(lines: list[str], width: int) -> list[list[str | None]]:
+    rows = [next(csv.reader(io.StringIO(line))) for line in lines if line]
+    return [[v if v != "" else None for v in r] for r in rows if len(r) == width]
+
+
+GOOD = ['1,"a,b",x', '2,"say ""hi""",', "3,,", '4,"",""', "5, sp ,é", '6,"🎉 ""x"", y",z']
+
+
+def test_good_lines_match_the_csv_module():
+    p = LineParser(("id", "name", "val"), header_line="id,name,val")
+    out = p(lines_batch([b"id,name,val", *(line.encode() for line in GOOD)]))
+    got = [[r[c] for c in ("id", "name", "val")] for r in out.rows.to_pylist()]
+    assert got == by_csv_module(GOOD, 3)
+    assert out.rejects.num_rows == 0 and out.skipped == 1 and out.rows_read == len(GOOD)
+    assert out.rows.column(FILE_COL).to_pylist() == ["f.csv"] * len(GOOD)
+
+
+def test_rejects_carry_reason_file_and_text():
+    raw = [b"id,name,val", b"1,ok,x", b"2,short", b"3,a,b,c", b"4,\xff,x", b'5,"open,x', b"", b"6,fine,y"]
+    out = LineParser(("id", "name", "val"), header_line="id,name,val")(lines_batch(raw))
+    assert [r["id"] for r in out.rows.to_pylist()] == ["1", "6"]
+    rejects = {r["line"]: r["reason"] for r in out.rejects.to_pylist()}
+    assert rejects == {
+        "2,short": "2 fields where the header has 3",
+        "3,a,b,c": "4 fields where the header has 3",
+        "4,\\xff,x": "bytes not valid in utf-8",
+        '5,"open,x': "unbalanced quotes (a quoted field with a newline needs --multiline)",
+    }
+    assert out.skipped == 2  # the header and the blank line
+    assert out.rows_read == 6
+
+
+def test_header_is_dropped_once_per_file_and_bom_removed():
+    p = LineParser(("a", "b"), header_line="a,b")
+    first = p(lines_batch(["\ufeffa,b".encode(), b"1,2"], file="x.csv"))
+    again = p(lines_batch([b"a,b"], file="x.csv", block=0))  # same file, later batch: data
+    other = p(lines_batch([b"a,b", b"3,4"], file="y.csv"))
+    assert [r["a"] for r in first.rows.to_pylist()] == ["1"]
+    assert [r["a"] for r in again.rows.to_pylist()] == ["a"]
+    assert [r["a"] for r in other.rows.to_pylist()] == ["3"]
+
+
+def test_a_later_split_of_a_file_has_no_header():
+    out = LineParser(("a", "b"), header_line="a,b")(lines_batch([b"5,6"], block=1024))
+    assert out.rows.num_rows == 1 and out.skipped == 0
+
+
+def test_a_different_header_is_an_error():
+    with pytest.raises(HeaderMismatch, match="differs"):
+        LineParser(("a", "b"), header_line="a,b")(lines_batch([b"a,c", b"1,2"], file="other.csv"))
+
+
+def test_without_header_the_first_line_is_data_without_bom():
+    out = LineParser(("_c0", "_c1"), header_line=None)(lines_batch(["\ufeff1,2".encode(), b"3,4"]))
+    assert [r["_c0"] for r in out.rows.to_pylist()] == ["1", "3"]
+
+
+def test_fresh_parser_forgets_seen_files():
+    p = LineParser(("a",), header_line="a")
+    p(lines_batch([b"a", b"1"]))
+    assert p.fresh()(lines_batch([b"a", b"2"])).rows.num_rows == 1
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [("1,2", "2 fields where the header has 3"), ("1,2,3", "a value does not fit --schema"), (None, "malformed")],
+)
+def test_malformed_detail(line, reason):
+    assert malformed_detail(line, 3, ",", '"') == reason
