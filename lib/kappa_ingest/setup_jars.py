@@ -7,14 +7,18 @@ Spark's ivy cache, by starting and stopping one local session.
 from __future__ import annotations
 
 from kappa_ingest import local_kafka
-from kappa_ingest.spark_session import PACKAGES, build_session
+from kappa_ingest.interceptor import jar_path
+from kappa_ingest.spark_session import PACKAGES, build_session, remember_package_jars, resolved_package_jars
 
 
 def main() -> None:
     print(f"Kafka broker jars: {local_kafka.jars_dir()}")
-    spark = build_session("kappa-ingest setup", "local[1]")
-    spark.stop()
-    print(f"Spark packages: {', '.join(PACKAGES)}")
+    print(f"Spark sink timestamp interceptor: {jar_path()}")
+    if not resolved_package_jars():
+        spark = build_session("kappa-ingest setup", "local[1]")
+        remember_package_jars(spark)
+        spark.stop()
+    print(f"Spark packages ({', '.join(PACKAGES)}): {len(resolved_package_jars())} jars")
 
 
 if __name__ == "__main__":

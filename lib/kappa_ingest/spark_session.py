@@ -7,12 +7,14 @@ Python (``kappa-ingest ingest``, tests, notebooks) this adds what the job needs 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from kappa_ingest.paths import conf_dir
+from kappa_ingest.paths import cache_dir, conf_dir
 
 SPARK_VERSION = "4.0.0"
 KAFKA_PACKAGE = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION}"
@@ -40,11 +42,18 @@ def build_session(
         log4j = f"-Dlog4j2.configurationFile=file:{conf_dir() / 'log4j2-spark.properties'}"
         from kappa_ingest.interceptor import jar_path
 
+        resolved = resolved_package_jars()
         conf = {
             **_defaults_file(),
-            "spark.jars": str(jar_path()),
-            "spark.jars.packages": ",".join(PACKAGES),
-            "spark.jars.ivySettings": str(conf_dir() / "ivysettings.xml"),
+            "spark.jars": ",".join([str(jar_path()), *resolved]),
+            **(
+                {}
+                if resolved
+                else {
+                    "spark.jars.packages": ",".join(PACKAGES),
+                    "spark.jars.ivySettings": str(conf_dir() / "ivysettings.xml"),
+                }
+            ),
             "spark.driver.extraJavaOptions": log4j,
             "spark.executor.extraJavaOptions": log4j,
         }
@@ -56,6 +65,34 @@ def build_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def _resolved_list() -> Path:
+    digest = hashlib.sha256(",".join(PACKAGES).encode()).hexdigest()[:12]
+    return cache_dir() / f"spark-package-jars-{digest}.txt"
+
+
+def resolved_package_jars() -> list[str]:
+    """The local jars ``spark.jars.packages`` resolved to last time (see ``remember_package_jars``).
+
+    Passing them as ``spark.jars`` skips the resolver, its network round trips and its
+    console report; empty when unknown or when a jar has left the ivy cache.
+    """
+    listing = _resolved_list()
+    if not listing.exists():
+        return []
+    jars = [line for line in listing.read_text().splitlines() if line]
+    return jars if jars and all(Path(j).exists() for j in jars) else []
+
+
+def remember_package_jars(spark: SparkSession) -> list[str]:
+    """Record the jars a session started with ``spark.jars.packages`` was given."""
+    # pyspark's launcher lists the resolved jars here (spark.jars keeps only explicit ones).
+    listed = spark.sparkContext.getConf().get("spark.repl.local.jars", "").split(",")
+    jars = [j.removeprefix("file://") for j in listed if j and "kappa-ingest-interceptor" not in j]
+    if jars:
+        _resolved_list().write_text("\n".join(jars) + "\n")
+    return jars
 
 
 def _defaults_file() -> dict[str, str]:
