@@ -15,6 +15,7 @@ import re
 import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -88,6 +89,8 @@ def ingest(cfg: IngestConfig, spark: SparkSession, echo: bool = True) -> RunRepo
         sc = spark.sparkContext
         group = f"kappa-ingest-{cfg.run_id}"
         sc.setJobGroup(group, f"kappa-ingest {cfg.run_id}: {cfg.sink} -> {cfg.topic}")
+        # Names the stages in Spark's UI and in the report.
+        sc.setLocalProperty("callSite.short", f"{'dry run' if cfg.dry_run else cfg.sink + ' sink'} -> {cfg.topic}")
         rate = _rate_per_task(cfg, spark, source)
         if cfg.dry_run:
             stats = _spark_errors(lambda: run_partitions(source.df, source.spec, source.parser, _Discard, rate))
@@ -103,6 +106,7 @@ def ingest(cfg: IngestConfig, spark: SparkSession, echo: bool = True) -> RunRepo
                 stats = _spark_errors(lambda: sinks.send(cfg.sink, source, cfg.topic, settings, servers, rate))
                 after = admin.end_offsets(cfg.topic)
                 admin.close()
+        sc.setLocalProperty("callSite.short", None)  # type: ignore[arg-type]
         report.add_run(stats, spark_metrics.collect(spark, group))
         if not cfg.dry_run:
             report.check_offsets(before, after)
@@ -113,7 +117,9 @@ def ingest(cfg: IngestConfig, spark: SparkSession, echo: bool = True) -> RunRepo
             report.check("quarantine holds every quarantined row", report.quarantine["rows"] == report.rows_quarantined,
                          report.rows_quarantined, report.quarantine["rows"])  # fmt: skip
         report.check_counts()
-        report.status = "succeeded" if report.consistent else "inconsistent"
+        report.status = "succeeded" if report.consistent else "failed"
+        if not report.consistent:
+            report.error = "counts do not reconcile: " + "; ".join(c["name"] for c in report.checks if not c["ok"])
         sc.setJobGroup(None, None)  # type: ignore[arg-type]
     except KappaError as e:
         report.status, report.error = e.status, str(e)
@@ -128,10 +134,21 @@ def ingest(cfg: IngestConfig, spark: SparkSession, echo: bool = True) -> RunRepo
             print(render(report.summary()))
             print(f"report: {path}")
     if not report.consistent:
-        raise KappaError(
-            f"run {cfg.run_id} finished, but its counts do not reconcile; see the CHECK FAILED lines in {path}"
-        )
+        raise _reconciliation_error(report, path)
     return report
+
+
+def _reconciliation_error(report: RunReport, path: Path) -> KappaError:
+    missing = report.rows_sent - report.broker.get("offset_delta", report.rows_sent)
+    if missing > 0:
+        return KafkaUnavailable(
+            f"Kafka holds {missing:,} fewer new records than the {report.sink} sink reported sent"
+            f" ({report.broker['offset_delta']:,} of {report.rows_sent:,}): the broker refused records"
+            f" without the sink noticing; see {path}"
+        )
+    return KappaError(
+        f"run {report.run_id} finished, but its counts do not reconcile; see the CHECK FAILED lines in {path}"
+    )
 
 
 def _rate_per_task(cfg: IngestConfig, spark: SparkSession, source: csv_source.Source) -> float | None:

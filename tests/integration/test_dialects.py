@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 
 import pytest
+
 from helpers import csv_rows, iso_ms_to_epoch, run
 from kappa_ingest import datagen
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+
 from helpers import consume_all
 from kappa_ingest import local_kafka
 from kappa_ingest.topics import Admin

@@ -7,6 +7,7 @@ import re
 from datetime import UTC
 
 import pytest
+
 from kappa_ingest import config
 from kappa_ingest.errors import UsageError
 

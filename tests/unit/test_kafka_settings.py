@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+
 from kappa_ingest import kafka_settings as ks
 from kappa_ingest.errors import UsageError
 

@@ -7,6 +7,7 @@ import io
 
 import pyarrow as pa
 import pytest
+
 from kappa_ingest.columns import BLOCK_COL, FILE_COL, LINE_COL
 from kappa_ingest.parsing import HeaderMismatch, LineParser, malformed_detail
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from kappa_ingest.records import Encoded
 from kappa_ingest.sinks.partition_runner import DeliveryFailed
@@ -63,6 +63,8 @@ class ConfluentPartitionProducer:
                     # The local queue is full: serve delivery reports until it drains.
                     poll(0.05)
                     self._raise_if_fatal()
+                except KafkaException as e:  # refused before sending, e.g. a record too large
+                    raise DeliveryFailed(f"Kafka client refused a record: {e.args[0].str()}") from e
         self.produced += len(values)
         poll(0)
         self._raise_if_fatal()

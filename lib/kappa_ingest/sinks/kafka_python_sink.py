@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from kafka import KafkaProducer
+from kafka.errors import KafkaError
 
 from kappa_ingest.records import Encoded
 from kappa_ingest.sinks.partition_runner import DeliveryFailed
@@ -33,8 +34,11 @@ class KafkaPythonPartitionProducer:
         values = enc.values.to_pylist()
         keys = enc.keys.to_pylist() if enc.keys is not None else [None] * len(values)
         stamps = enc.timestamps_ms.to_pylist()
-        for value, key, ts, h in zip(values, keys, stamps, header_index, strict=False):
-            send(topic, value=value, key=key, timestamp_ms=ts, headers=headers[h]).add_errback(on_error)
+        try:
+            for value, key, ts, h in zip(values, keys, stamps, header_index, strict=True):
+                send(topic, value=value, key=key, timestamp_ms=ts, headers=headers[h]).add_errback(on_error)
+        except KafkaError as e:  # refused before sending, e.g. a record too large
+            raise DeliveryFailed(f"Kafka client refused a record: {e!r}") from e
         self.produced += len(values)
 
     def close(self) -> None:
