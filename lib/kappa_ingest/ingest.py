@@ -89,8 +89,6 @@ def ingest(cfg: IngestConfig, spark: SparkSession, echo: bool = True) -> RunRepo
         sc = spark.sparkContext
         group = f"kappa-ingest-{cfg.run_id}"
         sc.setJobGroup(group, f"kappa-ingest {cfg.run_id}: {cfg.sink} -> {cfg.topic}")
-        # Names the stages in Spark's UI and in the report.
-        sc.setLocalProperty("callSite.short", f"{'dry run' if cfg.dry_run else cfg.sink + ' sink'} -> {cfg.topic}")
         rate = _rate_per_task(cfg, spark, source)
         if cfg.dry_run:
             stats = _spark_errors(lambda: run_partitions(source.df, source.spec, source.parser, _Discard, rate))
@@ -106,7 +104,6 @@ def ingest(cfg: IngestConfig, spark: SparkSession, echo: bool = True) -> RunRepo
                 stats = _spark_errors(lambda: sinks.send(cfg.sink, source, cfg.topic, settings, servers, rate))
                 after = admin.end_offsets(cfg.topic)
                 admin.close()
-        sc.setLocalProperty("callSite.short", None)  # type: ignore[arg-type]
         report.add_run(stats, spark_metrics.collect(spark, group))
         if not cfg.dry_run:
             report.check_offsets(before, after)

@@ -302,7 +302,7 @@ def render(s: dict[str, Any]) -> str:
         out += ["", "stages"]
         out.append(
             _table(
-                ["stage", "tasks", "duration s", "run s", "cpu s", "input MB", "input rows", "name"],
+                ["stage", "tasks", "duration s", "run s", "jvm cpu s", "input MB", "input rows", "what"],
                 [
                     [
                         f"{st['stage_id']}.{st['attempt']}",

@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import consume_all, csv_rows
 
+from helpers import consume_all, csv_rows
 from kappa_ingest import datagen
 
 pytestmark = pytest.mark.integration
