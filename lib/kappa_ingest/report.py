@@ -312,7 +312,7 @@ def render(s: dict[str, Any]) -> str:
                         st["executor_cpu_s"],
                         st["input_bytes"] / MB,
                         st["input_records"],
-                        st["name"][:40],
+                        f"read, convert, send ({s['sink']})" if st["sends"] else st["name"][:40],
                     ]
                     for st in s["stages"]
                 ],
