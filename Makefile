@@ -9,7 +9,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
 DEMO_ROWS ?= 200000
 
-.PHONY: setup demo test unit integration lint format bench clean
+.PHONY: setup demo test unit integration lint format bench sweep scaling clean
 
 setup: $(STAMP) $(VENV)/.jars
 
@@ -48,3 +48,9 @@ format: $(STAMP)
 
 clean:
 	rm -rf build dist metrics data bench-results .pytest_cache .ruff_cache spark-warehouse
+
+# Benchmarks: not part of `make test` (they take minutes and need a quiet machine).
+BENCH_ARGS ?=
+bench: setup
+	@command -v kcat >/dev/null || echo "note: kcat not installed (apt-get install kcat); its row is skipped"
+	$(BIN)/python jobs/benchmark.py $(BENCH_ARGS)

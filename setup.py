@@ -13,6 +13,8 @@ INSTALL_REQUIRES = [
     "pyarrow==26.0.1",
     "polars==2.1.0",
     "pyyaml>=6",
+    "matplotlib>=3.8",  # benchmark and report figures
+    "psutil>=5.9",  # the benchmark's CPU and memory readings
 ]
 
 setup(

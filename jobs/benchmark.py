@@ -1,0 +1,32 @@
+"""``make bench``: kappa-ingest side by side with Kafka's own producer, kcat, the classic
+Python script and plain Spark, on the same input and the same local broker.
+
+    .venv/bin/python jobs/benchmark.py [--rows 1000000] [--layout wide30 --layout debs2012]
+                                       [--only kappa --only ceiling] [--repeats 3]
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+from kappa_ingest.bench.runner import run_bench
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="jobs/benchmark.py", description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--layout", action="append", choices=["wide30", "debs2012"], help="repeatable (default both)")
+    p.add_argument("--only", action="append", help="contestants whose name contains this; repeatable")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--classic-rows", type=int, default=100_000, help="the classic script sends at most this many rows")
+    p.add_argument("--partitions", type=int, default=2, help="Spark partitions and local[N] cores")
+    p.add_argument("--out", default="bench-results")
+    p.add_argument("--data", default="data", help="where generated inputs are kept between runs")
+    args = p.parse_args(argv)
+    run_bench(args.layout or ["wide30", "debs2012"], args.rows, args.only, args.repeats, Path(args.out),
+              Path(args.data), args.classic_rows, args.partitions, " ".join(["jobs/benchmark.py", *argv]))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,148 @@
+"""The contestants of ``make bench``: how each is started, and where its ingest time comes
+from. Every contestant is a separate command, so its CPU and memory can be measured."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kappa_ingest.bench.monitor import Usage
+
+# The best settings found for Kafka's own producer on this broker (README, "Performance").
+CEILING_PROPS = ["acks=all", "batch.size=1048576", "linger.ms=20", "compression.type=lz4", "buffer.memory=134217728"]
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every contestant of one layout shares."""
+
+    input: Path
+    rows: int
+    bootstrap_servers: str
+    payload_file: Path  # sample JSON records of this input, one per line, for the ceiling
+    workdir: Path
+    classic_rows: int
+    partitions: int
+    kafka_jars: Path
+
+
+@dataclass(frozen=True)
+class Timing:
+    rows: int  # rows the contestant sent (the broker's count is checked separately)
+    ingest_s: float
+    startup_s: float
+
+
+@dataclass(frozen=True)
+class Contestant:
+    name: str
+    kind: str  # "ceiling" | "peer" | "baseline" | "kappa-ingest"
+    command: Callable[[Context, str], list[str]]
+    timing: Callable[[Usage, Context, str], Timing]
+    available: Callable[[], str | None] = lambda: None  # a reason to skip, or None
+
+    def expected_rows(self, ctx: Context) -> int:
+        return min(ctx.rows, ctx.classic_rows) if self.name == "classic script" else ctx.rows
+
+
+def _json_line(usage: Usage) -> dict:
+    for line in reversed(usage.stdout.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise RuntimeError(f"no timing line in output: {usage.stdout[-300:]} {usage.stderr[-300:]}")
+
+
+# -- Kafka's own producer, fed our records -------------------------------------------------
+
+
+def _ceiling_cmd(ctx: Context, topic: str) -> list[str]:
+    java = shutil.which("java") or "java"
+    return [
+        java, "-Xmx1g", "-cp", f"{ctx.kafka_jars}/*",
+        "org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", str(ctx.rows),
+        "--payload-file", str(ctx.payload_file), "--throughput", "-1",
+        "--producer-props", f"bootstrap.servers={ctx.bootstrap_servers}", *CEILING_PROPS,
+    ]  # fmt: skip
+
+
+_PP_SUMMARY = re.compile(r"(\d+) records sent, ([\d.]+) records/sec")
+
+
+def _ceiling_timing(usage: Usage, ctx: Context, topic: str) -> Timing:
+    found = list(_PP_SUMMARY.finditer(usage.stdout))
+    if not found:
+        raise RuntimeError(f"ProducerPerformance printed no summary: {usage.stdout[-300:]} {usage.stderr[-300:]}")
+    rows, rate = int(found[-1].group(1)), float(found[-1].group(2))
+    ingest = rows / rate
+    return Timing(rows, ingest, max(0.0, usage.wall_s - ingest))
+
+
+# -- kcat, raw lines -----------------------------------------------------------------------
+
+
+def _kcat_cmd(ctx: Context, topic: str) -> list[str]:
+    return ["kcat", "-P", "-b", ctx.bootstrap_servers, "-t", topic, "-l", "-z", "lz4",
+            "-X", "linger.ms=20", "-X", "batch.size=1048576", "-X", "acks=all", str(ctx.input)]  # fmt: skip
+
+
+def _kcat_timing(usage: Usage, ctx: Context, topic: str) -> Timing:
+    return Timing(ctx.rows + 1, usage.wall_s, 0.0)  # every line, the header too
+
+
+# -- the classic script and plain Spark ------------------------------------------------------
+
+
+def _classic_cmd(ctx: Context, topic: str) -> list[str]:
+    return [sys.executable, "-m", "kappa_ingest.bench.classic_script", str(ctx.input), topic, ctx.bootstrap_servers,
+            str(ctx.classic_rows)]  # fmt: skip
+
+
+def _plain_spark_cmd(ctx: Context, topic: str) -> list[str]:
+    return [sys.executable, "-m", "kappa_ingest.bench.plain_spark", str(ctx.input), topic, ctx.bootstrap_servers,
+            f"local[{ctx.partitions}]"]  # fmt: skip
+
+
+def _script_timing(usage: Usage, ctx: Context, topic: str) -> Timing:
+    t = _json_line(usage)
+    return Timing(t["rows"] if t["rows"] is not None else ctx.rows, t["ingest_s"], t["startup_s"])
+
+
+# -- kappa-ingest, through its normal entry point -------------------------------------------
+
+
+def _kappa_cmd(sink: str) -> Callable[[Context, str], list[str]]:
+    def cmd(ctx: Context, topic: str) -> list[str]:
+        cli = str(Path(sys.executable).parent / "kappa-ingest")
+        return [cli, "ingest", "--input", str(ctx.input), "--topic", topic, "--sink", sink,
+                "--bootstrap-servers", ctx.bootstrap_servers, "--master", f"local[{ctx.partitions}]",
+                "--partitions", str(ctx.partitions), "--metrics-dir", str(ctx.workdir / "metrics"),
+                "--run-id", f"bench-{topic}"]  # fmt: skip
+
+    return cmd
+
+
+def _kappa_timing(usage: Usage, ctx: Context, topic: str) -> Timing:
+    summary = json.loads((ctx.workdir / "metrics" / "runs" / f"bench-{topic}" / "summary.json").read_text())
+    if summary["status"] != "succeeded":
+        raise RuntimeError(f"kappa-ingest run failed: {summary['error']}")
+    return Timing(summary["rows_sent"], summary["ingest_s"], summary["wall_s"] - summary["ingest_s"])
+
+
+def _needs_kcat() -> str | None:
+    return None if shutil.which("kcat") else "kcat is not installed (Debian package kcat)"
+
+
+CONTESTANTS = [
+    Contestant("ceiling: ProducerPerformance", "ceiling", _ceiling_cmd, _ceiling_timing),
+    Contestant("kcat raw lines", "peer", _kcat_cmd, _kcat_timing, _needs_kcat),
+    Contestant("classic script", "baseline", _classic_cmd, _script_timing),
+    Contestant("plain Spark", "baseline", _plain_spark_cmd, _script_timing),
+    Contestant("kappa-ingest confluent", "kappa-ingest", _kappa_cmd("confluent"), _kappa_timing),
+    Contestant("kappa-ingest spark", "kappa-ingest", _kappa_cmd("spark"), _kappa_timing),
+    Contestant("kappa-ingest kafka-python", "kappa-ingest", _kappa_cmd("kafka-python"), _kappa_timing),
+]

@@ -1,0 +1,240 @@
+"""One benchmark run: the same inputs, the same local broker, a fresh topic per contestant
+and repeat; medians and min–max; ratios to the ceiling and to the classic script.
+
+Writes ``bench-results/<timestamp>/results.json``, ``results.md`` and ``rows_per_s.png``
+and prints the table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.csv as pcsv
+
+from kappa_ingest import datagen, local_kafka
+from kappa_ingest.bench.contestants import CONTESTANTS, Contestant, Context
+from kappa_ingest.bench.monitor import cpu_seconds, run_measured
+from kappa_ingest.columns import FILE_COL
+from kappa_ingest.records import RecordSpec, encode_batch, wall_clock_ms
+from kappa_ingest.topics import Admin
+
+PAYLOAD_SAMPLE_ROWS = 10_000
+
+
+@dataclass
+class RunResult:
+    layout: str
+    contestant: str
+    kind: str
+    repeat: int
+    rows: int
+    broker_rows: int
+    ingest_s: float
+    startup_s: float
+    wall_s: float
+    rows_per_s: float
+    mb_per_s: float
+    record_bytes: float
+    cpu_s: float
+    broker_cpu_s: float
+    peak_rss_mb: float
+
+
+def payload_file(input_path: Path, out: Path) -> tuple[Path, float]:
+    """Our own JSON records for the first rows of ``input_path``, one per line: what Kafka's
+    ProducerPerformance sends as the ceiling. Returns the file and the mean record size."""
+    table = pcsv.read_csv(
+        input_path,
+        read_options=pcsv.ReadOptions(block_size=1 << 24),
+        convert_options=pcsv.ConvertOptions(column_types=None, strings_can_be_null=True),
+    ).slice(0, PAYLOAD_SAMPLE_ROWS)
+    table = table.cast(pa.schema([(n, pa.string()) for n in table.column_names]))
+    table = table.append_column(FILE_COL, pa.array([f"file:{input_path}"] * table.num_rows))
+    enc = encode_batch(table.combine_chunks().to_batches()[0], RecordSpec(tuple(table.column_names[:-1]), "bench"),
+                       wall_clock_ms())  # fmt: skip
+    values = enc.values.to_pylist()
+    out.write_bytes(b"\n".join(values) + b"\n")
+    return out, sum(map(len, values)) / len(values)
+
+
+def _record_bytes(bootstrap: str, topic: str) -> float:
+    """Mean key + value size of a few records, read back from the topic."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-sizes", "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        msgs = [m for m in c.consume(200, timeout=10) if m.error() is None]
+        return sum(len(m.value() or b"") + len(m.key() or b"") for m in msgs) / max(1, len(msgs))
+    finally:
+        c.close()
+
+
+def run_contestant(c: Contestant, ctx: Context, layout: str, repeat: int, admin: Admin, broker_pid: int) -> RunResult:
+    topic = f"bench-{layout}-{c.name.split(':')[0].replace(' ', '-')}-{repeat}-{os.getpid()}"
+    admin.ensure_topic(topic, 2, 1)
+    before = sum(admin.end_offsets(topic).values())
+    broker_before = cpu_seconds(broker_pid)
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    usage = run_measured(c.command(ctx, topic), env=env)
+    broker_cpu = cpu_seconds(broker_pid) - broker_before
+    if usage.returncode != 0:
+        raise RuntimeError(f"{c.name} exited {usage.returncode}: {usage.stderr.strip()[-400:]}")
+    timing = c.timing(usage, ctx, topic)
+    broker_rows = sum(admin.end_offsets(topic).values()) - before
+    expected = c.expected_rows(ctx) + (1 if c.kind == "peer" else 0)
+    if broker_rows < expected:
+        raise RuntimeError(f"{c.name}: the broker holds {broker_rows} new records, expected {expected}")
+    size = _record_bytes(ctx.bootstrap_servers, topic)
+    rate = timing.rows / timing.ingest_s
+    return RunResult(layout, c.name, c.kind, repeat, timing.rows, broker_rows, round(timing.ingest_s, 3),
+                     round(timing.startup_s, 3), round(usage.wall_s, 3), round(rate, 1),
+                     round(rate * size / 1e6, 2), round(size, 1), usage.cpu_s, round(broker_cpu, 2),
+                     usage.peak_rss_mb)  # fmt: skip
+
+
+def summarise(results: list[RunResult]) -> list[dict[str, Any]]:
+    """Median and min–max per layout and contestant, with ratios to the ceiling and the classic script."""
+    groups: dict[tuple[str, str], list[RunResult]] = {}
+    for r in results:
+        groups.setdefault((r.layout, r.contestant), []).append(r)
+    rows = []
+    for (layout, name), rs in groups.items():
+        rates = [r.rows_per_s for r in rs]
+        rows.append(
+            {
+                "layout": layout,
+                "contestant": name,
+                "kind": rs[0].kind,
+                "runs": len(rs),
+                "rows": rs[0].rows,
+                "rows_per_s": statistics.median(rates),
+                "rows_per_s_min": min(rates),
+                "rows_per_s_max": max(rates),
+                "mb_per_s": statistics.median(r.mb_per_s for r in rs),
+                "cpu_s": statistics.median(r.cpu_s for r in rs),
+                "cpu_us_per_row": round(statistics.median(r.cpu_s / r.rows for r in rs) * 1e6, 2),
+                "broker_cpu_s": statistics.median(r.broker_cpu_s for r in rs),
+                "peak_rss_mb": max(r.peak_rss_mb for r in rs),
+                "startup_s": statistics.median(r.startup_s for r in rs),
+                "ingest_s": statistics.median(r.ingest_s for r in rs),
+            }
+        )
+    for layout in {r["layout"] for r in rows}:
+        mine = [r for r in rows if r["layout"] == layout]
+        ceiling = next((r["rows_per_s"] for r in mine if r["kind"] == "ceiling"), None)
+        classic = next((r["rows_per_s"] for r in mine if r["contestant"] == "classic script"), None)
+        plain = next((r["rows_per_s"] for r in mine if r["contestant"] == "plain Spark"), None)
+        for r in mine:
+            r["x_ceiling"] = round(r["rows_per_s"] / ceiling, 3) if ceiling else None
+            r["x_classic"] = round(r["rows_per_s"] / classic, 2) if classic else None
+            r["x_plain_spark"] = round(r["rows_per_s"] / plain, 2) if plain else None
+    return rows
+
+
+def markdown(summary: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    head = ("| layout | contestant | rows/s (median) | min–max | MB/s | × ceiling | × classic | × plain Spark "
+            "| CPU µs/row | broker CPU s | peak RSS MB | start-up s |")  # fmt: skip
+    lines = [f"`{meta['command']}` — {meta['started_at']}, {meta['machine']}", "", head, "|" + " --- |" * 12]
+    for r in summary:
+        lines.append(
+            f"| {r['layout']} | {r['contestant']} | {r['rows_per_s']:,.0f} | {r['rows_per_s_min']:,.0f}–"
+            f"{r['rows_per_s_max']:,.0f} | {r['mb_per_s']:.1f} | {_x(r['x_ceiling'])} | {_x(r['x_classic'])} | "
+            f"{_x(r['x_plain_spark'])} | {r['cpu_us_per_row']} | {r['broker_cpu_s']:.1f} | {r['peak_rss_mb']:,.0f} | "
+            f"{r['startup_s']:.1f} |"
+        )
+    skipped = meta.get("skipped") or {}
+    lines += [""] + [f"- skipped {name}: {why}" for name, why in skipped.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def chart(summary: list[dict[str, Any]], out: Path) -> Path:
+    """Median rows/s per contestant with min–max whiskers, one panel per layout."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    layouts = sorted({r["layout"] for r in summary})
+    fig, axes = plt.subplots(len(layouts), 1, figsize=(10, 3.2 * len(layouts)), squeeze=False)
+    colours = {"ceiling": "#555555", "peer": "#999999", "baseline": "#d98c3a", "kappa-ingest": "#2b6cb0"}
+    for ax, layout in zip(axes[:, 0], layouts, strict=True):
+        rows = [r for r in summary if r["layout"] == layout]
+        names = [r["contestant"] for r in rows]
+        med = [r["rows_per_s"] for r in rows]
+        err = [[m - r["rows_per_s_min"] for m, r in zip(med, rows, strict=True)],
+               [r["rows_per_s_max"] - m for m, r in zip(med, rows, strict=True)]]  # fmt: skip
+        ax.barh(names, med, xerr=err, color=[colours[r["kind"]] for r in rows])
+        ax.invert_yaxis()
+        ax.set_xlabel("rows/s (median of runs, min–max)")
+        ax.set_title(f"{layout}: {rows[0]['rows']:,} rows")
+        for y, m in enumerate(med):
+            ax.text(m, y, f" {m:,.0f}", va="center", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def run_bench(
+    layouts: list[str],
+    rows: int,
+    only: list[str] | None,
+    repeats: int,
+    out_root: Path,
+    data_dir: Path,
+    classic_rows: int,
+    partitions: int,
+    command: str,
+) -> Path:
+    """Run every selected contestant ``repeats`` times per layout; returns the results directory."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    out = out_root / stamp
+    out.mkdir(parents=True, exist_ok=True)
+    chosen = [c for c in CONTESTANTS if not only or any(o.lower() in c.name.lower() for o in only)]
+    skipped = {c.name: why for c in chosen if (why := c.available())}
+    chosen = [c for c in chosen if c.name not in skipped]
+    results: list[RunResult] = []
+    with tempfile.TemporaryDirectory(prefix="kappa-bench-") as tmp:
+        cluster = local_kafka.start(Path(tmp) / "kafka", heap="1g")
+        try:
+            admin = Admin(cluster.bootstrap_servers)
+            for layout in layouts:
+                data = data_dir / f"{layout}-{rows}.csv"
+                if not data.exists():
+                    datagen.generate(layout, rows, data)
+                payload, _ = payload_file(data, Path(tmp) / f"{layout}-payload.json")
+                ctx = Context(data, rows, cluster.bootstrap_servers, payload, Path(tmp), min(rows, classic_rows),
+                              partitions, local_kafka.jars_dir())  # fmt: skip
+                for c in chosen:
+                    for repeat in range(repeats):
+                        r = run_contestant(c, ctx, layout, repeat, admin, cluster.brokers[0].pid)
+                        print(f"  {layout:9} {c.name:28} run {repeat + 1}: {r.rows_per_s:>10,.0f} rows/s", flush=True)
+                        results.append(r)
+            admin.close()
+        finally:
+            cluster.stop()
+    summary = summarise(results)
+    meta = {"command": command, "started_at": stamp, "machine": f"{os.cpu_count()} cores", "skipped": skipped,
+            "rows": rows, "classic_rows": classic_rows, "partitions": partitions, "repeats": repeats}  # fmt: skip
+    (out / "results.json").write_text(
+        json.dumps({"meta": meta, "summary": summary, "runs": [asdict(r) for r in results]}, indent=2) + "\n"
+    )
+    (out / "results.md").write_text(markdown(summary, meta))
+    chart(summary, out / "rows_per_s.png")
+    print()
+    print(markdown(summary, meta))
+    print(f"results: {out}")
+    return out
