@@ -54,3 +54,9 @@ BENCH_ARGS ?=
 bench: setup
 	@command -v kcat >/dev/null || echo "note: kcat not installed (apt-get install kcat); its row is skipped"
 	$(BIN)/python jobs/benchmark.py $(BENCH_ARGS)
+
+sweep: setup
+	$(BIN)/kappa-ingest bench --sweep $(BENCH_ARGS)
+
+scaling: setup
+	$(BIN)/kappa-ingest bench --scaling $(BENCH_ARGS)

@@ -35,6 +35,16 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--port", type=int, help="first broker's port (default: a free one)")
     k.add_argument("--brokers", type=int, default=1, help="brokers in the cluster (default 1)")
     k.add_argument("--heap", default="512m", help="broker JVM heap (default 512m)")
+    b = sub.add_parser("bench", help="benchmarks: the Hesse-style sweep (--sweep) or scaling (--scaling)")
+    mode = b.add_mutually_exclusive_group(required=True)
+    mode.add_argument(
+        "--sweep", action="store_true", help="acks x batch.size x compression x partitions, and --target-rate"
+    )
+    mode.add_argument("--scaling", action="store_true", help="rows/s against partitions and input size")
+    b.add_argument("--rows", type=int, default=300_000, help="input rows per sweep cell (default 300000)")
+    b.add_argument("--out", default="bench-results")
+    b.add_argument("--data", default="data")
+    b.add_argument("--quick", action="store_true", help="a corner of the sweep only (for tests)")
     g = sub.add_parser("gen-data", help="write a deterministic test CSV")
     g.add_argument("--layout", choices=sorted(LAYOUTS), default="wide30")
     g.add_argument("--rows", type=int, required=True)
@@ -109,6 +119,20 @@ def _kafka(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    if args.sweep:
+        from kappa_ingest.bench.sweep import run_sweep
+
+        run_sweep(args.rows, Path(args.out), Path(args.data), quick=args.quick)
+    else:
+        from kappa_ingest.bench.scaling import run_scaling
+
+        run_scaling(Path(args.out), Path(args.data))
+    return 0
+
+
 def _gen_data(args: argparse.Namespace) -> int:
     from kappa_ingest.datagen import generate
 
@@ -153,6 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_ingest(args)
         if args.command == "kafka":
             return _kafka(args)
+        if args.command == "bench":
+            return _bench(args)
         return _gen_data(args)
 
     return guarded(dispatch)

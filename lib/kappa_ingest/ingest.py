@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from kappa_ingest import csv_source, local_kafka, quarantine, sinks, spark_metrics
+from kappa_ingest import broker_rate, csv_source, local_kafka, quarantine, sinks, spark_metrics
 from kappa_ingest.config import IngestConfig
 from kappa_ingest.errors import InputError, KafkaUnavailable, KappaError, UsageError
 from kappa_ingest.records import Encoded
@@ -107,6 +107,10 @@ def ingest(cfg: IngestConfig, spark: SparkSession, echo: bool = True) -> RunRepo
         report.add_run(stats, spark_metrics.collect(spark, group))
         if not cfg.dry_run:
             report.check_offsets(before, after)
+            report.broker["rate"] = broker_rate.figures(report.broker_rate)
+            sampled = report.broker_rate[-1]["offsets_total"] - report.broker_rate[0]["offsets_total"]
+            report.check("broker-side sampler saw the offset delta", sampled == report.broker["offset_delta"],
+                         report.broker["offset_delta"], sampled)  # fmt: skip
         if report.rows_quarantined:
             path = f"{run_dir}/quarantine"
             reasons = _spark_errors(lambda: quarantine.write(source, path))

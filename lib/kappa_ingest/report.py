@@ -277,6 +277,13 @@ def render(s: dict[str, Any]) -> str:
         f"  ingest {_fmt(s['ingest_s'])} s of {_fmt(s['wall_s'])} s wall:"
         f"  {s['rows_per_s']:,.0f} rows/s  {s['mb_per_s']:.2f} MB/s",
     ]
+    rate = s["broker"].get("rate")
+    if rate:
+        out.append(
+            f"  broker side: peak {rate['peak_messages_per_s']:,.0f} msg/s, steady {rate['steady_messages_per_s']:,.0f}"
+            f" msg/s, one-minute rate at end {s['broker_rate'][-1]['one_minute_rate']:,.0f},"
+            f" first record after {_fmt(rate['time_to_first_record_s'])} s"
+        )
     if s["executors"]:
         out += ["", "executors"]
         out.append(

@@ -1,0 +1,133 @@
+"""The broker-side ingest rate: the topic's summed end offsets, read once a second by the
+driver while a run sends, and the one-minute rate that Kafka's own ``MessagesInPerSec``
+meter reports (the KPI of Hesse et al.).
+
+Kafka's meter (Yammer's ``Meter``) ticks every 5 seconds: the messages counted since the
+last tick give an instant rate, and the one-minute rate moves toward it by
+``alpha = 1 - exp(-5 / 60)``; the first tick sets it outright. Between ticks it holds.
+:class:`OneMinuteRate` does exactly that on the sampled offsets.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from kappa_ingest.topics import Admin
+
+TICK_S = 5
+ALPHA = 1 - math.exp(-TICK_S / 60)
+
+
+class OneMinuteRate:
+    """Kafka's one-minute exponentially weighted moving rate, fed message counts."""
+
+    def __init__(self) -> None:
+        self.rate: float | None = None
+        self._uncounted = 0
+
+    def update(self, n: int) -> None:
+        self._uncounted += n
+
+    def tick(self) -> None:
+        instant = self._uncounted / TICK_S
+        self._uncounted = 0
+        self.rate = instant if self.rate is None else self.rate + ALPHA * (instant - self.rate)
+
+    @property
+    def value(self) -> float:
+        return self.rate or 0.0
+
+
+def one_minute_rates(offsets: list[int]) -> list[float]:
+    """The meter's value at each one-second sample of cumulative offsets (sample 0 is the start)."""
+    meter = OneMinuteRate()
+    out = [0.0]
+    for i in range(1, len(offsets)):
+        meter.update(offsets[i] - offsets[i - 1])
+        if i % TICK_S == 0:
+            meter.tick()
+        out.append(round(meter.value, 1))
+    return out
+
+
+@dataclass
+class BrokerRateSampler:
+    """Samples ``topic``'s summed end offsets once a second on a background thread."""
+
+    bootstrap_servers: str
+    topic: str
+    settings: dict[str, str] | None = None
+    interval_s: float = 1.0
+    samples: list[tuple[float, int]] = field(default_factory=list)  # (epoch seconds, offsets total)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> BrokerRateSampler:
+        self._admin = Admin(self.bootstrap_servers, self.settings)
+        self._sample()
+        self._thread = threading.Thread(target=self._run, name="broker-rate", daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        self.samples.append((time.time(), sum(self._admin.end_offsets(self.topic).values())))
+
+    def _run(self) -> None:
+        next_at = self.samples[0][0] + self.interval_s
+        while not self._stop.wait(max(0.0, next_at - time.time())):
+            try:
+                self._sample()
+            except Exception:  # noqa: BLE001 - a missed sample is not a failed run; the next one counts
+                pass
+            next_at += self.interval_s
+
+    def stop(self) -> list[dict[str, Any]]:
+        """Take a last sample and return the curve: ``t, offsets_total, messages_per_s, one_minute_rate``."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        self._sample()
+        self._admin.close()
+        return curve(self.samples)
+
+
+def curve(samples: list[tuple[float, int]]) -> list[dict[str, Any]]:
+    from datetime import UTC, datetime
+
+    from kappa_ingest.report import iso
+
+    offsets = [o for _, o in samples]
+    ewma = one_minute_rates(offsets)
+    out = []
+    for i, (t, total) in enumerate(samples):
+        dt = t - samples[i - 1][0] if i else 0.0
+        rate = (total - offsets[i - 1]) / dt if i and dt > 0 else 0.0
+        out.append({"t": iso(datetime.fromtimestamp(t, UTC)), "offsets_total": total,
+                    "messages_per_s": round(rate, 1), "one_minute_rate": ewma[i]})  # fmt: skip
+    return out
+
+
+def figures(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """Peak per-second rate, steady rate (median of the middle 80% of the sending seconds),
+    their spread, and the time from the first sample to the first record."""
+    rates = [p["messages_per_s"] for p in points[1:]]
+    base = points[0]["offsets_total"] if points else 0
+    first = next((i for i, p in enumerate(points) if p["offsets_total"] > base), None)
+    last = max((i for i, p in enumerate(points) if i and p["messages_per_s"] > 0), default=None)
+    sending = rates[first - 1 : last] if first is not None and last is not None else []
+    cut = len(sending) // 10
+    middle = sending[cut : len(sending) - cut] if len(sending) > 2 * cut else sending
+    steady = statistics.median(middle) if middle else 0.0
+    spread = (statistics.pstdev(middle) / steady) if middle and steady else None
+    return {
+        "peak_messages_per_s": max(rates, default=0.0),
+        "steady_messages_per_s": round(steady, 1),
+        "steady_spread": round(spread, 3) if spread is not None else None,
+        "time_to_first_record_s": float(first) if first is not None else None,
+        "samples": len(points),
+    }
