@@ -20,6 +20,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from kappa_ingest import broker_rate, csv_source, local_kafka, quarantine, sinks, spark_metrics
+from kappa_ingest.broker_rate import BrokerRateSampler
 from kappa_ingest.config import IngestConfig
 from kappa_ingest.errors import InputError, KafkaUnavailable, KappaError, UsageError
 from kappa_ingest.records import Encoded
@@ -101,7 +102,11 @@ def ingest(cfg: IngestConfig, spark: SparkSession, echo: bool = True) -> RunRepo
                 if admin.ensure_topic(cfg.topic, cfg.topic_partitions, cfg.replication_factor):
                     report.broker["topic_created"] = True
                 before = admin.end_offsets(cfg.topic)
-                stats = _spark_errors(lambda: sinks.send(cfg.sink, source, cfg.topic, settings, servers, rate))
+                sampler = BrokerRateSampler(servers, cfg.topic, settings).start()
+                try:
+                    stats = _spark_errors(lambda: sinks.send(cfg.sink, source, cfg.topic, settings, servers, rate))
+                finally:
+                    report.broker_rate = sampler.stop()
                 after = admin.end_offsets(cfg.topic)
                 admin.close()
         report.add_run(stats, spark_metrics.collect(spark, group))
