@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from kappa_ingest.bench.runner import run_bench
+from kappa_ingest.cli import exit_on_sigterm
 
 
 def main(argv: list[str]) -> int:
@@ -23,6 +24,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--out", default="bench-results")
     p.add_argument("--data", default="data", help="where generated inputs are kept between runs")
     args = p.parse_args(argv)
+    exit_on_sigterm()  # stop the benchmark's broker on SIGTERM too
     run_bench(args.layout or ["wide30", "debs2012"], args.rows, args.only, args.repeats, Path(args.out),
               Path(args.data), args.classic_rows, args.partitions, " ".join(["jobs/benchmark.py", *argv]))  # fmt: skip
     return 0

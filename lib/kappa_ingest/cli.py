@@ -159,8 +159,20 @@ def guarded(fn, *args) -> int:  # type: ignore[no-untyped-def]
         return 1
 
 
+def exit_on_sigterm() -> None:
+    """A scheduler's SIGTERM unwinds like Ctrl-C, so an embedded broker is stopped and the
+    report written (Python's default would exit without running ``finally``)."""
+    import signal
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    exit_on_sigterm()
 
     def dispatch() -> int:
         try:
