@@ -107,7 +107,7 @@ def ingest(cfg: IngestConfig, spark: SparkSession, echo: bool = True) -> RunRepo
                     stats = _spark_errors(lambda: sinks.send(cfg.sink, source, cfg.topic, settings, servers, rate))
                 finally:
                     report.broker_rate = sampler.stop()
-                after = admin.end_offsets(cfg.topic)
+                after = _settled_offsets(admin, cfg.topic, before, sum(st.rows_sent for st in stats))
                 admin.close()
         report.add_run(stats, spark_metrics.collect(spark, group))
         if not cfg.dry_run:
@@ -155,6 +155,29 @@ def _reconciliation_error(report: RunReport, path: Path) -> KappaError:
     return KappaError(
         f"run {report.run_id} finished, but its counts do not reconcile; see the CHECK FAILED lines in {path}"
     )
+
+
+def _settled_offsets(
+    admin: Admin, topic: str, before: dict[int, int], sent: int, timeout_s: float = 10.0
+) -> dict[int, int]:
+    """End offsets once the broker has appended what was sent. With ``acks=0`` (or 1 and a
+    lagging replica) producers finish before the log does; wait, bounded, until the
+    offsets reach ``sent`` or stop moving for a second."""
+    import time
+
+    base = sum(before.values())
+    after = admin.end_offsets(topic)
+    deadline = time.monotonic() + timeout_s
+    still_since = time.monotonic()
+    while sum(after.values()) - base < sent and time.monotonic() < deadline:
+        time.sleep(0.2)
+        now = admin.end_offsets(topic)
+        if sum(now.values()) != sum(after.values()):
+            still_since = time.monotonic()
+        elif time.monotonic() - still_since > 1.0:
+            break
+        after = now
+    return after
 
 
 def _rate_per_task(cfg: IngestConfig, spark: SparkSession, source: csv_source.Source) -> float | None:

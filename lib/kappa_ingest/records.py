@@ -15,7 +15,7 @@ milliseconds of work), so rows converted together share a millisecond.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -53,6 +53,15 @@ class Encoded:
     @property
     def rows(self) -> int:
         return len(self.values)
+
+    def slice(self, start: int, stop: int) -> Encoded:
+        n = stop - start
+        return Encoded(
+            self.keys.slice(start, n) if self.keys is not None else None,
+            self.values.slice(start, n),
+            self.timestamps_ms.slice(start, n),
+            self.source_files.slice(start, n),
+        )
 
     @property
     def nbytes(self) -> int:
@@ -175,7 +184,7 @@ def to_records(
     spec: RecordSpec,
     clock: Callable[[], int] = wall_clock_ms,
     parser: BatchParser | None = None,
-    on_batch: Callable[[Parsed, Encoded], None] | None = None,
+    on_batch: Callable[[Parsed, Encoded], Iterable[tuple[int, int]] | None] | None = None,
 ) -> DataFrame:
     """Parsed rows (the CSV's columns, FILE_COL[, EVENT_TS_COL]) → rows of Spark's Kafka
     sink schema: ``key, value, timestamp, headers``.
@@ -190,8 +199,8 @@ def to_records(
         for batch in batches:
             parsed = parse(batch) if parse is not None else Parsed(batch, no_rejects())
             enc = encode_batch(parsed.rows, spec, clock())
-            if on_batch is not None:
-                on_batch(parsed, enc)
-            yield kafka_batch(enc, spec.run_id)
+            slices = on_batch(parsed, enc) if on_batch is not None else None
+            for lo, hi in slices or [(0, enc.rows)]:
+                yield kafka_batch(enc.slice(lo, hi), spec.run_id)
 
     return df.mapInArrow(convert, KAFKA_RECORD_SCHEMA)

@@ -9,7 +9,7 @@ task sends its partition again (the report names such duplicates).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from pyspark import AccumulatorParam, TaskContext
 from pyspark.sql import DataFrame
@@ -54,15 +54,14 @@ def send(
     acc = df.sparkSession.sparkContext.accumulator({}, TaskStatsParam())
     throttles: dict[int, Throttle] = {}
 
-    def on_batch(parsed: Parsed, enc: Encoded) -> None:
+    def on_batch(parsed: Parsed, enc: Encoded) -> Iterator[tuple[int, int]]:
         ctx = TaskContext.get()
         assert ctx is not None
         tid = ctx.taskAttemptId()
-        throttle = throttles.setdefault(tid, Throttle(rate_per_task))
-        throttle.wait(parsed.rows_read + parsed.skipped)
         stats = TaskStats.current()
         stats.add(parsed, enc)
         acc.add({tid: stats})
+        return throttles.setdefault(tid, Throttle(rate_per_task)).slices(enc.rows)
 
     records = to_records(df, spec, clock=clock, parser=parser, on_batch=on_batch)
     records.write.format("kafka").options(**options).option("topic", topic).save()

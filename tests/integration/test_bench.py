@@ -1,0 +1,77 @@
+"""The benchmark machinery runs end to end on a small input (the real figures come from
+`make bench`, `make sweep` and `make scaling`, never from tests)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from helpers import run
+from kappa_ingest import datagen, local_kafka
+from kappa_ingest.bench.runner import run_bench
+from kappa_ingest.bench.sweep import run_sweep
+from kappa_ingest.broker_rate import BrokerRateSampler
+from kappa_ingest.topics import Admin
+
+pytestmark = pytest.mark.integration
+
+
+def test_bench_writes_table_json_and_chart(tmp_path):
+    out = run_bench(["wide30"], 20_000, ["ceiling", "classic", "kappa-ingest confluent"], 1, tmp_path / "out",
+                    tmp_path / "data", 5_000, 2, "test")  # fmt: skip
+    results = json.loads((out / "results.json").read_text())
+    names = {r["contestant"] for r in results["summary"]}
+    assert names == {"ceiling: ProducerPerformance", "classic script", "kappa-ingest confluent"}
+    for r in results["runs"]:
+        assert r["broker_rows"] >= r["rows"] > 0 and r["rows_per_s"] > 0 and r["peak_rss_mb"] > 0
+    kappa = next(r for r in results["summary"] if r["contestant"] == "kappa-ingest confluent")
+    assert kappa["x_ceiling"] > 0 and kappa["x_classic"] > 0
+    assert (out / "rows_per_s.png").stat().st_size > 10_000
+    assert "| wide30 | kappa-ingest confluent |" in (out / "results.md").read_text()
+
+
+def test_sweep_corner_writes_heatmap_and_rates(tmp_path):
+    out = run_sweep(20_000, tmp_path / "out", tmp_path / "data", quick=True)
+    result = json.loads((out / "sweep.json").read_text())
+    assert len(result["cells"]) == 2 and len(result["rates"]) == 2
+    assert all(c["rows"] == 20_000 and c["rows_per_s"] > 0 for c in result["cells"])
+    assert result["recommended"]["fastest"]["rows_per_s"] == max(c["rows_per_s"] for c in result["cells"])
+    assert (out / "heatmap.png").exists() and (out / "configured_vs_achieved.png").exists()
+
+
+@pytest.mark.parametrize("sink", ["confluent", "spark"])
+def test_target_rate_throttles_the_job(spark, kafka, tmp_path, sink):
+    path = datagen.generate("wide30", 40_000, tmp_path / "in.csv")
+    _, summary, records = run(spark, kafka, tmp_path, inputs=[str(path)], target_rate=5000, partitions=2, sink=sink)
+    assert len(records) == 40_000
+    # 40,000 rows at 5,000 rows/s take 8 s; unthrottled this takes about one. The broker sees
+    # the throttled rate; the run's own rate also counts the Python workers' start.
+    assert summary["broker"]["rate"]["steady_messages_per_s"] == pytest.approx(5000, rel=0.15)
+    assert 2500 < summary["rows_per_s"] < 5000 * 1.05
+
+
+def test_sampler_agrees_with_producer_performance(kafka, tmp_path):
+    admin = Admin(kafka.bootstrap_servers)
+    admin.ensure_topic("pp-sampled", 2, 1)
+    sampler = BrokerRateSampler(kafka.bootstrap_servers, "pp-sampled").start()
+    done = subprocess.run(
+        ["java", "-cp", f"{local_kafka.jars_dir()}/*", "org.apache.kafka.tools.ProducerPerformance",
+         "--topic", "pp-sampled", "--num-records", "300000", "--record-size", "200", "--throughput", "30000",
+         "--producer-props", f"bootstrap.servers={kafka.bootstrap_servers}", "acks=all", "linger.ms=5"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    points = sampler.stop()
+    admin.close()
+    assert done.returncode == 0, done.stderr[-500:]
+    pp_rate = float(done.stdout.strip().splitlines()[-1].split(" records/sec")[0].split(", ")[-1])
+    assert points[-1]["offsets_total"] - points[0]["offsets_total"] == 300_000
+    sending = [p["messages_per_s"] for p in points[1:] if p["messages_per_s"] > 0]
+    # The sampler's average over the sending seconds against ProducerPerformance's own figure.
+    first = next(i for i, p in enumerate(points) if p["offsets_total"] > points[0]["offsets_total"])
+    last = max(i for i, p in enumerate(points) if p["messages_per_s"] > 0)
+    span = (last - first + 1) if last >= first else len(sending)
+    assert 300_000 / span == pytest.approx(pp_rate, rel=0.05) or sum(sending) / len(sending) == pytest.approx(
+        pp_rate, rel=0.05
+    )
