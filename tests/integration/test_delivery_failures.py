@@ -32,9 +32,9 @@ def test_broker_refusing_records_fails_the_run(spark, kafka, tmp_path, sink):
     summary = json.loads((tmp_path / "m" / "runs" / cfg.run_id / "summary.json").read_text())
     assert summary["status"] == "failed"
     if "fewer new records" in message:
-        # Spark's sink may finish its task although the broker refused the records (seen with
-        # Spark 4.0.0); the broker-side offset check catches it.
-        assert sink == "spark" and summary["broker"]["offset_delta"] == 0
+        # Spark's sink (4.0.0) and kafka-python can finish although the broker refused the
+        # records (seen here, not every time); the broker-side offset check catches it.
+        assert summary["broker"]["offset_delta"] == 0
         assert not next(c for c in summary["checks"] if c["name"].startswith("topic grew"))["ok"]
     else:
         assert any(w in message.lower() for w in ("too large", "too_large", "size")), message
