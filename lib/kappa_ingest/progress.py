@@ -1,0 +1,83 @@
+"""Live progress while a run sends: rows the broker holds out of the rows expected, the
+current and one-minute rate, and the time left. A tqdm bar on a terminal; with ``--quiet``
+or when output is not a terminal (scheduled jobs), one log line every 10 seconds.
+
+Fed once a second by the broker-side sampler (:mod:`kappa_ingest.broker_rate`), so what it
+counts is what Kafka acknowledged, not what the producers queued.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import sys
+import time
+from typing import TextIO
+
+LOG_EVERY_S = 10.0
+SAMPLE_BYTES = 1 << 20
+
+
+def estimate_rows(paths: list[str], header: bool) -> int | None:
+    """Rows expected from the files' sizes and the line length of their first megabyte
+    (uncompressed size estimated for gzip); None for remote inputs."""
+    total_lines = 0.0
+    for p in paths:
+        if "://" in p or not os.path.isfile(p):
+            return None
+        size = os.path.getsize(p)
+        if p.endswith(".gz"):
+            with open(p, "rb") as raw:
+                compressed = len(raw.read(SAMPLE_BYTES))
+            with gzip.open(p, "rb") as f:
+                sample = f.read(SAMPLE_BYTES * 8)
+            ratio = len(sample) / compressed if compressed and size > compressed else 1.0
+            size = int(size * ratio) if size > compressed else len(sample)
+        else:
+            with open(p, "rb") as f:
+                sample = f.read(SAMPLE_BYTES)
+        lines = sample.count(b"\n") or 1
+        total_lines += size / (len(sample) / lines) if sample else 0
+        total_lines -= 1 if header else 0
+    return max(0, round(total_lines))
+
+
+class Progress:
+    """Shows progress; ``update`` once per broker sample, ``close`` at the end."""
+
+    def __init__(self, expected_rows: int | None, quiet: bool = False, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.expected = expected_rows
+        self.bar = None
+        self.last_log = time.monotonic()
+        if not quiet and self.stream.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=expected_rows, unit=" rows", unit_scale=True, dynamic_ncols=True,
+                            file=self.stream, desc="acknowledged", smoothing=0.3)  # fmt: skip
+
+    def update(self, rows: int, rate: float, one_minute_rate: float) -> None:
+        if self.bar is not None:
+            if self.expected is not None and rows > self.expected:
+                self.bar.total = self.expected = rows
+            self.bar.n = rows
+            self.bar.set_postfix_str(f"{rate:,.0f}/s now, 1-min {one_minute_rate:,.0f}/s", refresh=False)
+            self.bar.refresh()
+            return
+        if time.monotonic() - self.last_log >= LOG_EVERY_S:
+            self.last_log = time.monotonic()
+            print(self.line(rows, rate, one_minute_rate), file=self.stream, flush=True)
+
+    def line(self, rows: int, rate: float, one_minute_rate: float) -> str:
+        of = ""
+        eta = ""
+        if self.expected:
+            of = f" of ~{self.expected:,} ({min(100.0, 100 * rows / self.expected):.0f}%)"
+            if rate > 0 and rows < self.expected:
+                eta = f", about {(self.expected - rows) / rate:,.0f} s left"
+        return (f"kappa-ingest: {rows:,}{of} rows acknowledged, {rate:,.0f} rows/s now,"
+                f" one-minute rate {one_minute_rate:,.0f}{eta}")  # fmt: skip
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
