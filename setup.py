@@ -15,6 +15,7 @@ INSTALL_REQUIRES = [
     "pyyaml>=6",
     "matplotlib>=3.8",  # benchmark and report figures
     "psutil>=5.9",  # the benchmark's CPU and memory readings
+    "tqdm>=4.60",  # the live progress bar
 ]
 
 setup(
@@ -25,6 +26,8 @@ setup(
     package_dir={"": "lib"},
     packages=find_packages("lib"),
     install_requires=INSTALL_REQUIRES,
-    extras_require={"test": ["chispa==0.12.0", "pytest>=9,<10", "ruff>=0.8"]},
+    extras_require={
+        "test": ["chispa==0.12.0", "pytest>=9,<10", "ruff>=0.8", "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29"]
+    },
     entry_points={"console_scripts": ["kappa-ingest=kappa_ingest.cli:main"]},
 )

@@ -14,6 +14,7 @@ import math
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,19 +64,30 @@ class BrokerRateSampler:
     topic: str
     settings: dict[str, str] | None = None
     interval_s: float = 1.0
+    # Called after each sample with (records since the start, this second's rate, one-minute rate).
+    on_sample: Callable[[int, float, float], None] | None = None
     samples: list[tuple[float, int]] = field(default_factory=list)  # (epoch seconds, offsets total)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
     def start(self) -> BrokerRateSampler:
         self._admin = Admin(self.bootstrap_servers, self.settings)
+        self._meter = OneMinuteRate()
         self._sample()
+        self._ticked = self.samples[0][1]
         self._thread = threading.Thread(target=self._run, name="broker-rate", daemon=True)
         self._thread.start()
         return self
 
     def _sample(self) -> None:
         self.samples.append((time.time(), sum(self._admin.end_offsets(self.topic).values())))
+        if self.on_sample is not None and len(self.samples) > 1:
+            (_, first), (t1, prev), (t2, now) = self.samples[0], self.samples[-2], self.samples[-1]
+            if len(self.samples) % TICK_S == 1:  # the meter ticks every five samples
+                self._meter.update(now - self._ticked)
+                self._meter.tick()
+                self._ticked = now
+            self.on_sample(now - first, (now - prev) / max(t2 - t1, 1e-3), self._meter.value)
 
     def _run(self) -> None:
         next_at = self.samples[0][0] + self.interval_s

@@ -35,6 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--port", type=int, help="first broker's port (default: a free one)")
     k.add_argument("--brokers", type=int, default=1, help="brokers in the cluster (default 1)")
     k.add_argument("--heap", default="512m", help="broker JVM heap (default 512m)")
+    r = sub.add_parser("report", help="past runs from the Delta metrics store")
+    which = r.add_mutually_exclusive_group()
+    which.add_argument("--run-id", help="one run: its totals, executors and stages")
+    which.add_argument("--last", type=int, default=10, help="the last N runs (default 10)")
+    r.add_argument("--metrics-dir", default="./metrics")
+    r.add_argument("--html", metavar="FILE", help="with --run-id: write a self-contained HTML page with the figures")
     b = sub.add_parser("bench", help="benchmarks: the Hesse-style sweep (--sweep) or scaling (--scaling)")
     mode = b.add_mutually_exclusive_group(required=True)
     mode.add_argument(
@@ -119,6 +125,36 @@ def _kafka(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from kappa_ingest import report_html
+    from kappa_ingest.metrics_store import table_path
+    from kappa_ingest.spark_session import build_session
+
+    if args.html and not args.run_id:
+        raise UsageError("--html needs --run-id: the page shows one run")
+    if not Path(table_path(args.metrics_dir, "runs")).exists():
+        raise UsageError(f"no metrics store at {args.metrics_dir}/delta; give --metrics-dir of your runs")
+    spark = build_session("kappa-ingest report", "local[1]")
+    try:
+        if args.run_id:
+            run = report_html.load_run(spark, args.metrics_dir, args.run_id)
+            print(report_html.text_table(run["runs"], report_html.RUN_COLUMNS))
+            print()
+            print(report_html.text_table(run["executors"], ["executor_id", "host", "tasks", "rows", "busy_s", "span_s",
+                                                            "rows_per_s", "mb_per_s"]))  # fmt: skip
+            if args.html:
+                Path(args.html).write_text(report_html.render_html(run))
+                print(f"wrote {args.html}")
+        else:
+            print(report_html.text_table(report_html.last_runs(spark, args.metrics_dir, args.last),
+                                         report_html.RUN_COLUMNS))  # fmt: skip
+    finally:
+        spark.stop()
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -191,6 +227,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _kafka(args)
         if args.command == "bench":
             return _bench(args)
+        if args.command == "report":
+            return _report(args)
         return _gen_data(args)
 
     return guarded(dispatch)

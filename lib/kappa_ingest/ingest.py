@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import contextlib
 import re
+import sys
 import tempfile
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from kappa_ingest import broker_rate, csv_source, local_kafka, quarantine, sinks, spark_metrics
+from kappa_ingest import broker_rate, csv_source, local_kafka, metrics_store, quarantine, sinks, spark_metrics
 from kappa_ingest.broker_rate import BrokerRateSampler
 from kappa_ingest.config import IngestConfig
 from kappa_ingest.errors import InputError, KafkaUnavailable, KappaError, UsageError
+from kappa_ingest.progress import Progress, estimate_rows
 from kappa_ingest.records import Encoded
 from kappa_ingest.report import RunReport, render
 from kappa_ingest.sinks.partition_runner import run_partitions
@@ -102,11 +103,13 @@ def ingest(cfg: IngestConfig, spark: SparkSession, echo: bool = True) -> RunRepo
                 if admin.ensure_topic(cfg.topic, cfg.topic_partitions, cfg.replication_factor):
                     report.broker["topic_created"] = True
                 before = admin.end_offsets(cfg.topic)
-                sampler = BrokerRateSampler(servers, cfg.topic, settings).start()
+                progress = Progress(estimate_rows(list(source.files), cfg.header), quiet=cfg.quiet or not echo)
+                sampler = BrokerRateSampler(servers, cfg.topic, settings, on_sample=progress.update).start()
                 try:
                     stats = _spark_errors(lambda: sinks.send(cfg.sink, source, cfg.topic, settings, servers, rate))
                 finally:
                     report.broker_rate = sampler.stop()
+                    progress.close()
                 after = _settled_offsets(admin, cfg.topic, before, sum(st.rows_sent for st in stats))
                 admin.close()
         report.add_run(stats, spark_metrics.collect(spark, group))
@@ -134,8 +137,8 @@ def ingest(cfg: IngestConfig, spark: SparkSession, echo: bool = True) -> RunRepo
         report.status, report.error = "failed", f"{type(e).__name__}: {_first_line(e)}"
         raise
     finally:
-        report.finished_at = datetime.now(UTC)
-        path = report.write(cfg.metrics_dir)
+        path = report.finish(cfg.metrics_dir)
+        _record(spark, cfg, report)
         if echo:
             print(render(report.summary()))
             print(f"report: {path}")
@@ -155,6 +158,16 @@ def _reconciliation_error(report: RunReport, path: Path) -> KappaError:
     return KappaError(
         f"run {report.run_id} finished, but its counts do not reconcile; see the CHECK FAILED lines in {path}"
     )
+
+
+def _record(spark: SparkSession, cfg: IngestConfig, report: RunReport) -> None:
+    """Append the run to the Delta metrics store; a store that cannot be written is a
+    warning on the report, not a lost run (summary.json holds everything)."""
+    try:
+        metrics_store.record_run(spark, cfg.metrics_dir, report.summary())
+    except Exception as e:  # noqa: BLE001 - the run itself is done and reported
+        print(f"kappa-ingest: warning: run not recorded in {cfg.metrics_dir}/delta: {_first_line(e)[:200]}",
+              file=sys.stderr)  # fmt: skip
 
 
 def _settled_offsets(

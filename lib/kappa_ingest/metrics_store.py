@@ -25,7 +25,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-S, L, D, I, TS, B = T.StringType(), T.LongType(), T.DoubleType(), T.IntegerType(), T.TimestampType(), T.BooleanType()
+S, L, D, INT, TS, B = T.StringType(), T.LongType(), T.DoubleType(), T.IntegerType(), T.TimestampType(), T.BooleanType()
 
 
 def _schema(*fields: tuple[str, T.DataType]) -> T.StructType:
@@ -40,22 +40,22 @@ RUNS = _schema(
     ("time_to_first_record_s", D), ("retry_duplicates", L), ("checks_ok", B), ("settings", S), ("config_json", S),
 )  # fmt: skip
 TASKS = _schema(
-    ("run_id", S), ("task_id", L), ("stage_id", I), ("partition", I), ("attempt", I), ("status", S),
+    ("run_id", S), ("task_id", L), ("stage_id", INT), ("partition", INT), ("attempt", INT), ("status", S),
     ("executor_id", S), ("host", S), ("launched_at", TS), ("duration_s", D), ("rows", L), ("bytes", L),
     ("rows_quarantined", L), ("rows_per_s", D),
 )  # fmt: skip
 EXECUTORS = _schema(
-    ("run_id", S), ("executor_id", S), ("host", S), ("tasks", I), ("rows", L), ("bytes", L), ("busy_s", D),
+    ("run_id", S), ("executor_id", S), ("host", S), ("tasks", INT), ("rows", L), ("bytes", L), ("busy_s", D),
     ("span_s", D), ("rows_per_s", D), ("mb_per_s", D),
 )  # fmt: skip
 STAGES = _schema(
-    ("run_id", S), ("stage_id", I), ("attempt", I), ("name", S), ("status", S), ("num_tasks", I),
+    ("run_id", S), ("stage_id", INT), ("attempt", INT), ("name", S), ("status", S), ("num_tasks", INT),
     ("submitted_at", TS), ("completed_at", TS), ("duration_s", D), ("executor_run_s", D), ("executor_cpu_s", D),
     ("input_bytes", L), ("input_records", L), ("sends", B),
 )  # fmt: skip
 BROKER_RATE = _schema(("run_id", S), ("t", TS), ("offsets_total", L), ("messages_per_s", D), ("one_minute_rate", D))
 BENCH = _schema(
-    ("run_id", S), ("layout", S), ("contestant", S), ("kind", S), ("repeat", I), ("rows", L), ("broker_rows", L),
+    ("run_id", S), ("layout", S), ("contestant", S), ("kind", S), ("repeat", INT), ("rows", L), ("broker_rows", L),
     ("ingest_s", D), ("startup_s", D), ("wall_s", D), ("rows_per_s", D), ("mb_per_s", D), ("record_bytes", D),
     ("cpu_s", D), ("broker_cpu_s", D), ("peak_rss_mb", D),
 )  # fmt: skip

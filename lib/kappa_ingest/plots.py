@@ -13,9 +13,9 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.dates as mdates  # noqa: E402 - after the backend is chosen
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import matplotlib.dates as mdates
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
 Rows = Sequence[dict[str, Any]]
 BLUE, ORANGE, GREY = "#2b6cb0", "#d98c3a", "#777777"

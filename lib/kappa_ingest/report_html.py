@@ -51,12 +51,16 @@ def text_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
 
 def _html_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(r.get(c)))}</td>" for c in columns) + "</tr>" for r in rows)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(_cell(r.get(c)))}</td>" for c in columns) + "</tr>" for r in rows
+    )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _img(png: bytes, alt: str) -> str:
-    return f'<figure><img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}"></figure>'
+    return (
+        f'<figure><img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}"></figure>'
+    )
 
 
 def render_html(run: dict[str, list[dict[str, Any]]]) -> str:
@@ -81,16 +85,53 @@ th {{ background: #f0f4f8; }} figure {{ margin: 1em 0; }} img {{ max-width: 100%
 </style></head><body>
 <h1>kappa-ingest run {html.escape(r["run_id"])}: {html.escape(str(r["status"]))}</h1>
 <p>sink <b>{html.escape(str(r["sink"]))}</b> → topic <b>{html.escape(str(r["topic"]))}</b> at
-{html.escape(str(r["bootstrap_servers"]))}; Spark {html.escape(str(r["spark_master"]))}; read path {html.escape(str(r["read_path"]))}</p>
+{html.escape(str(r["bootstrap_servers"]))}; Spark {html.escape(str(r["spark_master"]))}; read path {
+        html.escape(str(r["read_path"]))
+    }</p>
 {error}
-{_html_table([r], ["rows_read", "rows_sent", "rows_quarantined", "bytes_sent", "ingest_s", "wall_s", "rows_per_s",
-                   "mb_per_s", "peak_messages_per_s", "steady_messages_per_s", "time_to_first_record_s"])}
+{
+        _html_table(
+            [r],
+            [
+                "rows_read",
+                "rows_sent",
+                "rows_quarantined",
+                "bytes_sent",
+                "ingest_s",
+                "wall_s",
+                "rows_per_s",
+                "mb_per_s",
+                "peak_messages_per_s",
+                "steady_messages_per_s",
+                "time_to_first_record_s",
+            ],
+        )
+    }
 {"".join(figures)}
 <h2>Executors</h2>
-{_html_table(run["executors"], ["executor_id", "host", "tasks", "rows", "bytes", "busy_s", "span_s", "rows_per_s", "mb_per_s"])}
+{
+        _html_table(
+            run["executors"],
+            ["executor_id", "host", "tasks", "rows", "bytes", "busy_s", "span_s", "rows_per_s", "mb_per_s"],
+        )
+    }
 <h2>Stages</h2>
-{_html_table(run["stages"], ["stage_id", "attempt", "name", "num_tasks", "duration_s", "executor_run_s", "executor_cpu_s",
-                            "input_bytes", "input_records"])}
+{
+        _html_table(
+            run["stages"],
+            [
+                "stage_id",
+                "attempt",
+                "name",
+                "num_tasks",
+                "duration_s",
+                "executor_run_s",
+                "executor_cpu_s",
+                "input_bytes",
+                "input_records",
+            ],
+        )
+    }
 <p>settings: {html.escape(str(r.get("settings") or ""))}</p>
 </body></html>
 """

@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.csv as pcsv
 
-from kappa_ingest import datagen, local_kafka
+from kappa_ingest import datagen, local_kafka, plots
 from kappa_ingest.bench.contestants import CONTESTANTS, Contestant, Context
 from kappa_ingest.bench.monitor import cpu_seconds, run_measured
 from kappa_ingest.columns import FILE_COL
@@ -160,32 +160,17 @@ def _x(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
-def chart(summary: list[dict[str, Any]], out: Path) -> Path:
-    """Median rows/s per contestant with min–max whiskers, one panel per layout."""
-    import matplotlib
+def _record(metrics_dir: Path, bench_id: str, results: list[RunResult]) -> None:
+    """Append the runs to the ``bench`` table of the Delta metrics store."""
+    from kappa_ingest.metrics_store import record_bench
+    from kappa_ingest.spark_session import build_session
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    layouts = sorted({r["layout"] for r in summary})
-    fig, axes = plt.subplots(len(layouts), 1, figsize=(10, 3.2 * len(layouts)), squeeze=False)
-    colours = {"ceiling": "#555555", "peer": "#999999", "baseline": "#d98c3a", "kappa-ingest": "#2b6cb0"}
-    for ax, layout in zip(axes[:, 0], layouts, strict=True):
-        rows = [r for r in summary if r["layout"] == layout]
-        names = [r["contestant"] for r in rows]
-        med = [r["rows_per_s"] for r in rows]
-        err = [[m - r["rows_per_s_min"] for m, r in zip(med, rows, strict=True)],
-               [r["rows_per_s_max"] - m for m, r in zip(med, rows, strict=True)]]  # fmt: skip
-        ax.barh(names, med, xerr=err, color=[colours[r["kind"]] for r in rows])
-        ax.invert_yaxis()
-        ax.set_xlabel("rows/s (median of runs, min–max)")
-        ax.set_title(f"{layout}: {rows[0]['rows']:,} rows")
-        for y, m in enumerate(med):
-            ax.text(m, y, f" {m:,.0f}", va="center", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    spark = build_session("kappa-ingest bench store", "local[1]")
+    try:
+        record_bench(spark, metrics_dir, f"bench-{bench_id}", [asdict(r) for r in results])
+    finally:
+        spark.stop()
+    print(f"recorded in {metrics_dir}/delta/bench as run_id bench-{bench_id}")
 
 
 def run_bench(
@@ -198,6 +183,7 @@ def run_bench(
     classic_rows: int,
     partitions: int,
     command: str,
+    metrics_dir: Path | None = None,
 ) -> Path:
     """Run every selected contestant ``repeats`` times per layout; returns the results directory."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -233,7 +219,9 @@ def run_bench(
         json.dumps({"meta": meta, "summary": summary, "runs": [asdict(r) for r in results]}, indent=2) + "\n"
     )
     (out / "results.md").write_text(markdown(summary, meta))
-    chart(summary, out / "rows_per_s.png")
+    (out / "rows_per_s.png").write_bytes(plots.png(plots.bench_results(summary)))
+    if metrics_dir is not None:
+        _record(metrics_dir, stamp, results)
     print()
     print(markdown(summary, meta))
     print(f"results: {out}")

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kappa_ingest import config, datagen, local_kafka
+from kappa_ingest import config, datagen, local_kafka, plots
 from kappa_ingest.errors import KappaError
 from kappa_ingest.ingest import ingest
 from kappa_ingest.spark_session import build_session
@@ -117,7 +117,7 @@ def run_sweep(rows: int, out_root: Path, data_dir: Path, quick: bool = False) ->
     result = {"rows": rows, "started_at": stamp, "cells": cells, "rates": rate_runs, "recommended": recommend(cells)}
     (out / "sweep.json").write_text(json.dumps(result, indent=2) + "\n")
     (out / "sweep.md").write_text(sweep_markdown(result))
-    heatmap(cells, out / "heatmap.png")
+    (out / "heatmap.png").write_bytes(plots.png(plots.sweep_heatmap(cells)))
     rate_chart(rate_runs, out / "configured_vs_achieved.png")
     print(sweep_markdown(result))
     print(f"results: {out}")
@@ -152,32 +152,6 @@ def sweep_markdown(result: dict[str, Any]) -> str:
     rec = result["recommended"]
     lines += ["", f"Recommended (durable, acks=all): {rec['durable']}", f"Fastest overall: {rec['fastest']}"]
     return "\n".join(lines) + "\n"
-
-
-def heatmap(cells: list[dict[str, Any]], out: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = sorted({(c["acks"], c["batch_size"]) for c in cells}, key=lambda r: (ACKS.index(r[0]), r[1]))
-    cols = sorted({(c["compression"], c["topic_partitions"]) for c in cells},
-                  key=lambda k: (COMPRESSION.index(k[0]), k[1]))  # fmt: skip
-    grid = [[next((c["rows_per_s"] for c in cells if (c["acks"], c["batch_size"]) == r
-                   and (c["compression"], c["topic_partitions"]) == k), float("nan")) for k in cols] for r in rows]  # fmt: skip
-    fig, ax = plt.subplots(figsize=(1.6 * len(cols) + 2, 0.55 * len(rows) + 1.8))
-    im = ax.imshow(grid, cmap="viridis", aspect="auto")
-    ax.set_xticks(range(len(cols)), [f"{c}\n{p} part." for c, p in cols])
-    ax.set_yticks(range(len(rows)), [f"acks={a}, batch={b // 1024}K" for a, b in rows])
-    for i, row in enumerate(grid):
-        for j, v in enumerate(row):
-            ax.text(j, i, f"{v / 1000:.0f}K", ha="center", va="center", color="white", fontsize=8)
-    fig.colorbar(im, label="rows/s")
-    ax.set_title("kappa-ingest rows/s by producer settings")
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
 
 
 def rate_chart(runs: list[dict[str, Any]], out: Path) -> Path:

@@ -1,0 +1,113 @@
+"""The Delta metrics store, `kappa-ingest report`, the HTML page and the notebook, all on
+the metrics of real runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from helpers import run
+from kappa_ingest import config, datagen, metrics_store
+from kappa_ingest.errors import KappaError
+from kappa_ingest.ingest import ingest
+from kappa_ingest.report_html import load_run, render_html
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def store(spark, kafka, tmp_path_factory):
+    """Two real runs (one good, one failed) in one metrics directory."""
+    tmp = tmp_path_factory.mktemp("store")
+    path = datagen.generate("wide30", 5000, tmp / "in.csv")
+    _, summary, _ = run(spark, kafka, tmp, inputs=[str(path)], partitions=2, topic="store-ok")
+    bad = config.validate({"inputs": [str(path)], "topic": "store-bad", "bootstrap_servers": kafka.bootstrap_servers,
+                           "metrics_dir": str(tmp / "metrics"), "key_column": "nope"})  # fmt: skip
+    with pytest.raises(KappaError):
+        ingest(bad, spark, echo=False)
+    return tmp / "metrics", summary, bad.run_id
+
+
+def test_every_table_holds_the_run_keyed_by_run_id(spark, store):
+    metrics, summary, failed_id = store
+    rid = summary["run_id"]
+    runs = {r["run_id"]: r for r in metrics_store.read(spark, metrics, "runs").collect()}
+    assert runs[rid]["status"] == "succeeded" and runs[rid]["rows_sent"] == 5000
+    assert runs[failed_id]["status"] == "failed" and "nope" in runs[failed_id]["error"]
+    for name, schema in metrics_store.TABLES.items():
+        assert metrics_store.read(spark, metrics, name).schema.fieldNames() == schema.fieldNames()
+    tasks = metrics_store.read(spark, metrics, "tasks").where(f"run_id = '{rid}'").collect()
+    assert sum(t["rows"] for t in tasks if t["status"] == "SUCCESS") == 5000
+    samples = metrics_store.read(spark, metrics, "broker_rate").where(f"run_id = '{rid}'").orderBy("t").collect()
+    assert samples[-1]["offsets_total"] - samples[0]["offsets_total"] == 5000
+    assert len(metrics_store.read(spark, metrics, "executors").where(f"run_id = '{rid}'").collect()) == 1
+
+
+def test_stage_and_task_times_lie_inside_the_run(spark, store):
+    metrics, summary, _ = store
+    run_row = load_run(spark, metrics, summary["run_id"])
+    start, end = run_row["runs"][0]["started_at"], run_row["runs"][0]["finished_at"]
+    for s in run_row["stages"]:
+        assert start <= s["submitted_at"] <= s["completed_at"] <= end
+    for t in run_row["tasks"]:
+        assert start <= t["launched_at"] <= end
+    assert len(run_row["tasks"]) == len(summary["tasks"])
+
+
+def test_html_page_is_self_contained_with_figures(spark, store):
+    metrics, summary, _ = store
+    page = render_html(load_run(spark, metrics, summary["run_id"]))
+    assert page.count("data:image/png;base64,") == 3 and "<script" not in page and "http" not in page
+    assert summary["run_id"] in page and "Executors" in page
+
+
+def test_report_command_prints_runs_and_writes_html(store, tmp_path):
+    metrics, summary, _ = store
+    cli = str(Path(sys.executable).parent / "kappa-ingest")
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    done = subprocess.run([cli, "report", "--metrics-dir", str(metrics), "--run-id", summary["run_id"],
+                           "--html", str(tmp_path / "run.html")], capture_output=True, text=True, env=env, timeout=180)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert summary["run_id"] in done.stdout and "rows_per_s" in done.stdout
+    assert (tmp_path / "run.html").read_text().count("data:image/png;base64,") == 3
+
+
+def test_notebook_runs_top_to_bottom_and_draws_every_figure(store, tmp_path):
+    metrics, _, _ = store
+    nb = nbformat.read(ROOT / "notebooks" / "ingest_rates.ipynb", as_version=4)
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit the notebook without outputs"
+    os.environ["KAPPA_METRICS_DIR"] = str(metrics)
+    os.environ["KAPPA_BENCH_DIR"] = str(tmp_path / "no-bench")
+    try:
+        NotebookClient(
+            nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+        ).execute()
+    finally:
+        os.environ.pop("KAPPA_METRICS_DIR")
+        os.environ.pop("KAPPA_BENCH_DIR")
+    images = [c for c in nb.cells if c.cell_type == "code" and any("image/png" in o.get("data", {}) for o in c.outputs)]
+    assert len(images) == 4  # executors, timeline, broker curve, runs compared
+    assert "no make bench results" in json.dumps([c.outputs for c in nb.cells if c.cell_type == "code"])
+
+
+def test_two_executor_processes_report_their_own_rows(kafka, tmp_path):
+    path = datagen.generate("wide30", 20_000, tmp_path / "in.csv")
+    cli = str(Path(sys.executable).parent / "kappa-ingest")
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    done = subprocess.run([cli, "ingest", "--input", str(path), "--topic", "two-executors", "--master",
+                           "local-cluster[2,1,1024]", "--partitions", "4", "--bootstrap-servers", kafka.bootstrap_servers,
+                           "--metrics-dir", str(tmp_path / "m"), "--run-id", "two"],
+                          capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "m" / "runs" / "two" / "summary.json").read_text())
+    executors = summary["executors"]
+    assert len(executors) == 2 and all(e["rows"] > 0 for e in executors)
+    assert sum(e["rows"] for e in executors) == summary["rows_sent"] == summary["broker"]["offset_delta"] == 20_000

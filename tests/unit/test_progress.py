@@ -1,0 +1,40 @@
+"""Live progress: the line scheduled jobs get, and the row estimate behind it."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from kappa_ingest import datagen
+from kappa_ingest.progress import Progress, estimate_rows
+
+
+def test_log_line_names_rows_rates_and_time_left():
+    p = Progress(1_000_000, quiet=True, stream=io.StringIO())
+    assert p.line(250_000, 50_000, 40_000) == (
+        "kappa-ingest: 250,000 of ~1,000,000 (25%) rows acknowledged, 50,000 rows/s now,"
+        " one-minute rate 40,000, about 15 s left"
+    )
+    assert p.line(10, 0, 0) == "kappa-ingest: 10 of ~1,000,000 (0%) rows acknowledged, 0 rows/s now, one-minute rate 0"
+
+
+def test_not_a_terminal_logs_every_ten_seconds(monkeypatch):
+    clock = iter([0.0, 0.0, 5.0, 10.5, 12.0, 21.0])
+    monkeypatch.setattr("kappa_ingest.progress.time.monotonic", lambda: next(clock))
+    out = io.StringIO()
+    p = Progress(None, stream=out)  # StringIO is not a TTY: log lines, no bar
+    for rows in (100, 200, 300, 400):
+        p.update(rows, 100.0, 90.0)
+    lines = out.getvalue().splitlines()
+    assert lines == [
+        "kappa-ingest: 200 rows acknowledged, 100 rows/s now, one-minute rate 90",
+        "kappa-ingest: 400 rows acknowledged, 100 rows/s now, one-minute rate 90",
+    ]
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_row_estimate_is_close(tmp_path, gz):
+    path = datagen.generate("wide30", 50_000, tmp_path / "in.csv", gzip_output=gz)
+    assert estimate_rows([str(path)], header=True) == pytest.approx(50_000, rel=0.05)
+    assert estimate_rows(["hdfs:///x.csv"], header=True) is None
