@@ -8,10 +8,10 @@ counts is what Kafka acknowledged, not what the producers queued.
 
 from __future__ import annotations
 
-import gzip
 import os
 import sys
 import time
+import zlib
 from typing import TextIO
 
 LOG_EVERY_S = 10.0
@@ -26,16 +26,13 @@ def estimate_rows(paths: list[str], header: bool) -> int | None:
         if "://" in p or not os.path.isfile(p):
             return None
         size = os.path.getsize(p)
+        with open(p, "rb") as f:
+            head = f.read(SAMPLE_BYTES)
+        sample = head
         if p.endswith(".gz"):
-            with open(p, "rb") as raw:
-                compressed = len(raw.read(SAMPLE_BYTES))
-            with gzip.open(p, "rb") as f:
-                sample = f.read(SAMPLE_BYTES * 8)
-            ratio = len(sample) / compressed if compressed and size > compressed else 1.0
-            size = int(size * ratio) if size > compressed else len(sample)
-        else:
-            with open(p, "rb") as f:
-                sample = f.read(SAMPLE_BYTES)
+            # Inflate the first compressed megabyte: its ratio scales the file's size.
+            sample = zlib.decompressobj(wbits=31).decompress(head)
+            size = int(size * len(sample) / max(1, len(head)))
         lines = sample.count(b"\n") or 1
         total_lines += size / (len(sample) / lines) if sample else 0
         total_lines -= 1 if header else 0
@@ -64,8 +61,9 @@ class Progress:
             self.bar.set_postfix_str(f"{rate:,.0f}/s now, 1-min {one_minute_rate:,.0f}/s", refresh=False)
             self.bar.refresh()
             return
-        if time.monotonic() - self.last_log >= LOG_EVERY_S:
-            self.last_log = time.monotonic()
+        now = time.monotonic()
+        if now - self.last_log >= LOG_EVERY_S:
+            self.last_log = now
             print(self.line(rows, rate, one_minute_rate), file=self.stream, flush=True)
 
     def line(self, rows: int, rate: float, one_minute_rate: float) -> str:
