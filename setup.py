@@ -8,6 +8,8 @@ INSTALL_REQUIRES = [
     "delta-spark==4.0.0",
     "great-expectations[spark]==1.24.1",
     "kafka-python==3.0.12",
+    "lz4>=4",  # kafka-python's lz4 codec (the shipped conf/ingest.yaml compresses with lz4)
+    "zstandard>=0.22",  # kafka-python's zstd codec
     "confluent-kafka==2.16.1",
     "orjson>=3.10",
     "pyarrow==26.0.1",
