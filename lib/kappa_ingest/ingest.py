@@ -211,6 +211,8 @@ def _first_line(e: BaseException) -> str:
 _CAUSES = [
     (re.compile(r"DeliveryFailed: (.*)"), KafkaUnavailable, "{0}"),
     (re.compile(r"HeaderMismatch: (.*)"), InputError, "{0}"),
+    (re.compile(r"(kafka\.errors\.\w+|KafkaTimeoutError|KafkaException)[:\s]*(.*)"), KafkaUnavailable,
+     "Kafka refused or did not answer the producer: {0}: {1}"),
     (re.compile(r"(SaslAuthenticationException|AuthorizationException)[:\s]*(.*)"), KafkaUnavailable,
      "Kafka refused the producer: {0}: {1}"),
     (re.compile(r"(org\.apache\.kafka\.common\.errors\.\w+Exception)[:\s]*(.*)"), KafkaUnavailable,
@@ -242,7 +244,7 @@ def _spark_errors(action):  # type: ignore[no-untyped-def]
 def _cause_line(text: str) -> str:
     """The line that names the cause: a Python traceback's last ``XxxError: ...`` line if
     the failure came from a Python worker, else the message's first line."""
-    errors = re.findall(r"^(\w+(?:Error|Exception|Failed): .+)$", text, flags=re.MULTILINE)
+    errors = re.findall(r"^([\w.]+(?:Error|Exception|Failed|Mismatch): .+)$", text, flags=re.MULTILINE)
     python_side = [line for line in errors if not line.startswith(("org.", "java."))]
     if "Python worker" in text and python_side:
         return python_side[0]
