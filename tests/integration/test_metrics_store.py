@@ -59,6 +59,10 @@ def test_stage_and_task_times_lie_inside_the_run(spark, store):
         assert start <= s["submitted_at"] <= s["completed_at"] <= end
     for t in run_row["tasks"]:
         assert start <= t["launched_at"] <= end
+    # No task is missing: every task Spark counted in the sending stages has its row.
+    sending = [s for s in run_row["stages"] if s["sends"]]
+    ok = [t for t in run_row["tasks"] if t["status"] == "SUCCESS"]
+    assert len(ok) == sum(s["num_tasks"] for s in sending) == 2
     assert len(run_row["tasks"]) == len(summary["tasks"])
 
 
