@@ -184,6 +184,7 @@ def start(
         raise UsageError("Java 17 is needed to run the local Kafka broker; install a JDK")
     ports = [((port if (i == 0 and port) else free_port()), free_port()) for i in range(brokers)]
     voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports))
+    # May start with "-": passed as --cluster-id=ID so it is never read as an option.
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
     classpath = f"{jars}/*"
     started: list[Broker] = []
@@ -198,11 +199,12 @@ def start(
             props.write_text(_server_properties(node_id, ports, node_dir / "data", voters))
             fmt = subprocess.run(
                 [java, "-cp", classpath, "kafka.tools.StorageTool", "format",
-                 "-t", cluster_id, "-c", str(props), "--ignore-formatted"],
+                 f"--cluster-id={cluster_id}", "-c", str(props), "--ignore-formatted"],
                 capture_output=True, text=True, check=False,
             )  # fmt: skip
             if fmt.returncode != 0:
-                raise KafkaUnavailable(f"formatting broker {node_id} storage failed: {fmt.stderr.strip()[-300:]}")
+                last = (fmt.stderr.strip().splitlines() or ["no output"])[-1]
+                raise KafkaUnavailable(f"formatting broker {node_id} storage failed: {last[:300]}")
             log_dir = node_dir / "logs"
             with open(log_dir / "stdout.log", "wb") as out:
                 proc = subprocess.Popen(
