@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import re
 import secrets
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -271,7 +271,3 @@ def validate(values: dict[str, Any]) -> IngestConfig:
     if not re.fullmatch(r"[A-Za-z0-9._-]+", v["run_id"]):
         raise UsageError(f"--run-id {v['run_id']!r}: use only letters, digits, '.', '_' and '-'")
     return IngestConfig(**v)
-
-
-def with_bootstrap(cfg: IngestConfig, servers: str) -> IngestConfig:
-    return replace(cfg, bootstrap_servers=servers)

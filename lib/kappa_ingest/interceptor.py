@@ -19,7 +19,6 @@ from kappa_ingest.errors import UsageError
 from kappa_ingest.paths import cache_dir
 
 CLASS_NAME = "kappa.ingest.TimestampFromHeader"
-HEADER = "__kappa_ts"
 SOURCE = Path(__file__).parent / "java" / "kappa" / "ingest" / "TimestampFromHeader.java"
 
 

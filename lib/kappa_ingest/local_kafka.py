@@ -109,12 +109,6 @@ class LocalKafka:
             _reap(b.pid)
         (self.state_dir / STATE_FILE).unlink(missing_ok=True)
 
-    def stop_broker(self, node_id: int) -> None:
-        """Kill one broker (for fault tests); the others keep running."""
-        pid = next(b.pid for b in self.brokers if b.node_id == node_id)
-        _signal(pid, signal.SIGKILL)
-        _reap(pid)
-
 
 def _signal(pid: int, sig: int) -> None:
     try:
