@@ -47,7 +47,10 @@ class KafkaPythonPartitionProducer:
         except Exception as e:
             raise DeliveryFailed(f"kafka-python flush failed after {FLUSH_TIMEOUT_S:.0f} s: {e}") from e
         finally:
-            self.producer.close(timeout=10)
+            try:
+                self.producer.close(timeout=10)
+            except Exception:  # noqa: BLE001 - what was delivered is decided above; close must not mask it
+                pass
         if self.failed:
             raise DeliveryFailed(
                 f"{self.failed} of {self.produced} records not acknowledged by Kafka; first error: {self.first_error!r}"
