@@ -44,8 +44,11 @@ class KafkaPythonPartitionProducer:
     def close(self) -> None:
         try:
             self.producer.flush(timeout=FLUSH_TIMEOUT_S)
-        except Exception as e:
-            raise DeliveryFailed(f"kafka-python flush failed after {FLUSH_TIMEOUT_S:.0f} s: {e}") from e
+        except Exception as e:  # kafka-python raises its own errors from flush
+            raise DeliveryFailed(
+                f"records of {self.produced} not acknowledged by Kafka: flush failed ({e!r});"
+                f" first error: {self.first_error!r}"
+            ) from e
         finally:
             try:
                 self.producer.close(timeout=10)
