@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from kappa_ingest import broker_rate, csv_source, local_kafka, metrics_store, quarantine, sinks, spark_metrics
+from kappa_ingest import broker_rate, csv_source, local_kafka, metrics_store, quarantine, sinks, spark_metrics, warmup
 from kappa_ingest.broker_rate import BrokerRateSampler
 from kappa_ingest.config import IngestConfig
 from kappa_ingest.errors import InputError, KafkaUnavailable, KappaError, UsageError
@@ -68,7 +68,7 @@ def preflight(cfg: IngestConfig) -> None:
 class _Discard:
     """The dry run's producer: converts everything, sends nothing."""
 
-    def send(self, enc: Encoded, headers: list[list[tuple[str, bytes]]], header_index: list[int]) -> None:
+    def send(self, enc: Encoded, run_id: str) -> None:
         pass
 
     def close(self) -> None:
@@ -86,6 +86,7 @@ def ingest(cfg: IngestConfig, spark: SparkSession, echo: bool = True) -> RunRepo
     report.counted_by = "dry run: rows converted, none sent" if cfg.dry_run else sinks.COUNTED_BY[cfg.sink]
     run_dir = f"{cfg.metrics_dir}/runs/{cfg.run_id}"
     try:
+        warming = warmup.start(spark, cfg.sink)  # overlaps reading the header and setting up Kafka
         source = csv_source.read(spark, cfg)
         report.read_path = source.mode
         sc = spark.sparkContext
@@ -104,6 +105,7 @@ def ingest(cfg: IngestConfig, spark: SparkSession, echo: bool = True) -> RunRepo
                     report.broker["topic_created"] = True
                 before = admin.end_offsets(cfg.topic)
                 progress = Progress(estimate_rows(list(source.files), cfg.header), quiet=cfg.quiet or not echo)
+                warming.join()
                 sampler = BrokerRateSampler(servers, cfg.topic, settings, on_sample=progress.update).start()
                 try:
                     stats = _spark_errors(lambda: sinks.send(cfg.sink, source, cfg.topic, settings, servers, rate))

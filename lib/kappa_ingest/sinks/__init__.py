@@ -36,9 +36,9 @@ def send(
         options = kafka_settings.for_spark(settings, bootstrap_servers)
         return spark_sink.send(source.df, source.spec, source.parser, topic, options, rate_per_task, clock)
     if sink == "confluent":
-        from kappa_ingest.sinks.confluent_sink import ConfluentPartitionProducer
+        from kappa_ingest.sinks.confluent_sink import make_producer
 
-        make = partial(ConfluentPartitionProducer, kafka_settings.for_confluent(settings, bootstrap_servers), topic)
+        make = partial(make_producer, kafka_settings.for_confluent(settings, bootstrap_servers), topic)
     else:
         from kappa_ingest.sinks.kafka_python_sink import KafkaPythonPartitionProducer
 

@@ -1,30 +1,157 @@
-"""The ``confluent`` sink: one confluent-kafka (librdkafka) Producer per partition.
+"""The ``confluent`` sink: one librdkafka producer per partition.
 
-Delivery reports are asked for failures only (``delivery.report.only.error``): a
-successful report per record would cost a Python call per row. The count stays exact,
-because librdkafka reports every record that fails and ``flush()`` returning 0 means no
-record is still in flight; so acknowledged = produced - failed.
+Two front ends to the same librdkafka (the one inside the confluent-kafka wheel):
+
+- :class:`NativePartitionProducer`, the default: the C loop of :mod:`kappa_ingest.native`
+  produces a whole Arrow batch per call and counts every delivery report;
+- :class:`ConfluentPartitionProducer`: confluent-kafka's Python ``Producer``, one
+  ``produce()`` call per record, used where the C loop cannot be built (no C compiler).
+  Delivery reports are asked for failures only (``delivery.report.only.error``): a report
+  per record would cost a Python call per row. The count stays exact, because librdkafka
+  reports every record that fails and ``flush()`` returning 0 means no record is still in
+  flight; so acknowledged = produced - failed.
+
+Both send the same records: value, key, timestamp and the ``run_id``/``source_file`` headers.
 """
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+import pyarrow as pa
 
 from kappa_ingest.records import Encoded
-from kappa_ingest.sinks.partition_runner import DeliveryFailed
+from kappa_ingest.sinks.partition_runner import DeliveryFailed, headers_by_file
 
 FLUSH_TIMEOUT_S = 120.0
-FATAL_CODES = {
-    KafkaError._AUTHENTICATION,
-    KafkaError.TOPIC_AUTHORIZATION_FAILED,
-    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
-}
+LOG_LEVEL = 3  # librdkafka's errors only: the report says what went wrong
+
+
+def make_producer(conf: dict[str, Any], topic: str) -> NativePartitionProducer | ConfluentPartitionProducer:
+    """The C loop where it builds, else confluent-kafka's Python API (said on stderr once)."""
+    from kappa_ingest import native
+
+    try:
+        return NativePartitionProducer(native.load(), conf, topic)
+    except native.NativeUnavailable as e:
+        _warn_once(f"kappa-ingest: {e}; the confluent sink uses confluent-kafka's Python API (slower)")
+        return ConfluentPartitionProducer(conf, topic)
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    import sys
+
+    if message not in _warned:
+        _warned.add(message)
+        print(message, file=sys.stderr)
+
+
+def _not_delivered(failed: int, remaining: int, produced: int, first_error: object) -> DeliveryFailed:
+    return DeliveryFailed(
+        f"{failed + remaining} of {produced} records not acknowledged by Kafka"
+        f" ({remaining} still in flight after {FLUSH_TIMEOUT_S:.0f} s); first error: {first_error}"
+    )
+
+
+def _conf_text(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _binary_buffers(arr: pa.Array) -> tuple[int, int]:
+    """Addresses of a binary array's int32 offsets (at its first element) and data."""
+    if not pa.types.is_binary(arr.type):
+        arr = arr.cast(pa.binary())
+    _, offsets, data = arr.buffers()
+    return offsets.address + 4 * arr.offset, data.address if data is not None else 0
+
+
+class NativePartitionProducer:
+    def __init__(self, lib: ctypes.CDLL, conf: dict[str, Any], topic: str) -> None:
+        self.lib = lib
+        self.topic = topic.encode()
+        self.produced = 0
+        settings = {**{k: _conf_text(v) for k, v in conf.items()}, "log_level": str(LOG_LEVEL)}
+        names = (ctypes.c_char_p * len(settings))(*(k.encode() for k in settings))
+        values = (ctypes.c_char_p * len(settings))(*(v.encode() for v in settings.values()))
+        err = ctypes.create_string_buffer(512)
+        self.handle = lib.kp_new(names, values, len(settings), err, len(err))
+        if not self.handle:
+            raise DeliveryFailed(f"Kafka client refused its configuration: {err.value.decode(errors='replace')}")
+
+    def send(self, enc: Encoded, run_id: str) -> None:
+        n = enc.rows
+        if n == 0:
+            return
+        values = enc.values.cast(pa.binary()) if not pa.types.is_binary(enc.values.type) else enc.values
+        value_offsets, value_data = _binary_buffers(values)
+        keys = enc.keys
+        key_offsets = key_data = key_valid = key_bit0 = 0
+        if keys is not None:
+            keys = keys.cast(pa.binary()) if not pa.types.is_binary(keys.type) else keys
+            key_offsets, key_data = _binary_buffers(keys)
+            validity = keys.buffers()[0]
+            if validity is not None and keys.null_count:
+                key_valid, key_bit0 = validity.address, keys.offset
+        stamps = enc.timestamps_ms.cast(pa.int64())
+        files = enc.source_files.dictionary_encode()
+        index = files.indices.cast(pa.int32())
+        names = [f.encode() for f in files.dictionary.to_pylist()]
+        file_ptrs = (ctypes.c_char_p * len(names))(*names)
+        file_lens = (ctypes.c_int64 * len(names))(*(len(f) for f in names))
+        rid = run_id.encode()
+        err = ctypes.c_int(0)
+        done = self.lib.kp_produce(
+            self.handle, self.topic, n, value_offsets, value_data, key_offsets or None, key_data or None,
+            key_valid or None, key_bit0, stamps.buffers()[1].address + 8 * stamps.offset, rid, len(rid),
+            index.buffers()[1].address + 4 * index.offset, file_ptrs, file_lens, ctypes.byref(err),
+        )  # fmt: skip
+        if done == n:
+            self.produced += n
+            return
+        refused = -done - 1
+        self.produced += min(refused, n)
+        self._raise_if_fatal()
+        reason = self.lib.kp_err2str(err.value).decode(errors="replace")
+        raise DeliveryFailed(f"Kafka client refused a record: {reason}")
+
+    def _raise_if_fatal(self) -> None:
+        if self.lib.kp_fatal_error(self.handle):
+            reason = self.lib.kp_fatal_reason(self.handle).decode(errors="replace")
+            raise DeliveryFailed(f"Kafka refused the producer: {reason}")
+
+    def close(self) -> None:
+        try:
+            remaining = self.lib.kp_flush(self.handle, int(FLUSH_TIMEOUT_S * 1000))
+            self._raise_if_fatal()
+            failed = self.lib.kp_failed(self.handle)
+            if remaining or failed:
+                first = self.lib.kp_first_error(self.handle)
+                raise _not_delivered(failed, remaining, self.produced, self.lib.kp_err2str(first).decode())
+        finally:
+            self._destroy()
+
+    def _destroy(self) -> None:
+        if self.handle:
+            self.lib.kp_destroy(self.handle)
+            self.handle = None
+
+    def __del__(self) -> None:  # a failed task never reaches close(); the worker lives on
+        self._destroy()
 
 
 class ConfluentPartitionProducer:
     def __init__(self, conf: dict[str, Any], topic: str) -> None:
+        from confluent_kafka import KafkaError, Producer
+
+        self.fatal_codes = {
+            KafkaError._AUTHENTICATION,
+            KafkaError.TOPIC_AUTHORIZATION_FAILED,
+            KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        }
         self.topic = topic
         self.produced = 0
         self.failed = 0
@@ -33,24 +160,27 @@ class ConfluentPartitionProducer:
         self.producer = Producer(
             {
                 **conf,
-                "log_level": 3,
+                "log_level": LOG_LEVEL,
                 "delivery.report.only.error": True,
                 "on_delivery": self._on_delivery,
                 "error_cb": self._on_error,
             }
         )
 
-    def _on_delivery(self, err: KafkaError | None, _msg: object) -> None:
+    def _on_delivery(self, err: Any, _msg: object) -> None:
         if err is not None:
             self.failed += 1
             self.first_error = self.first_error or err
 
-    def _on_error(self, err: KafkaError) -> None:
-        if err.fatal() or err.code() in FATAL_CODES:
+    def _on_error(self, err: Any) -> None:
+        if err.fatal() or err.code() in self.fatal_codes:
             self.fatal = self.fatal or err
 
-    def send(self, enc: Encoded, headers: list[list[tuple[str, bytes]]], header_index: list[int]) -> None:
+    def send(self, enc: Encoded, run_id: str) -> None:
+        from confluent_kafka import KafkaException
+
         produce, poll, topic = self.producer.produce, self.producer.poll, self.topic
+        headers, header_index = headers_by_file(enc, run_id)
         values = enc.values.to_pylist()
         keys = enc.keys.to_pylist() if enc.keys is not None else [None] * len(values)
         stamps = enc.timestamps_ms.to_pylist()
@@ -77,7 +207,4 @@ class ConfluentPartitionProducer:
         remaining = self.producer.flush(FLUSH_TIMEOUT_S)
         self._raise_if_fatal()
         if remaining or self.failed:
-            raise DeliveryFailed(
-                f"{self.failed + remaining} of {self.produced} records not acknowledged by Kafka"
-                f" ({remaining} still in flight after {FLUSH_TIMEOUT_S:.0f} s); first error: {self.first_error}"
-            )
+            raise _not_delivered(self.failed, remaining, self.produced, self.first_error)

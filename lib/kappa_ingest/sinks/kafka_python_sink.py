@@ -12,7 +12,7 @@ from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
 from kappa_ingest.records import Encoded
-from kappa_ingest.sinks.partition_runner import DeliveryFailed
+from kappa_ingest.sinks.partition_runner import DeliveryFailed, headers_by_file
 
 FLUSH_TIMEOUT_S = 120.0
 
@@ -29,8 +29,9 @@ class KafkaPythonPartitionProducer:
         self.failed += 1
         self.first_error = self.first_error or exc
 
-    def send(self, enc: Encoded, headers: list[list[tuple[str, bytes]]], header_index: list[int]) -> None:
+    def send(self, enc: Encoded, run_id: str) -> None:
         send, topic, on_error = self.producer.send, self.topic, self._on_error
+        headers, header_index = headers_by_file(enc, run_id)
         values = enc.values.to_pylist()
         keys = enc.keys.to_pylist() if enc.keys is not None else [None] * len(values)
         stamps = enc.timestamps_ms.to_pylist()

@@ -29,8 +29,8 @@ class DeliveryFailed(RuntimeError):
 
 
 class PartitionProducer(Protocol):
-    def send(self, enc: Encoded, headers: list[list[tuple[str, bytes]]], header_index: list[int]) -> None:
-        """Send every record of ``enc``; ``headers[header_index[i]]`` are record i's headers."""
+    def send(self, enc: Encoded, run_id: str) -> None:
+        """Send every record of ``enc``, with the headers ``run_id`` and ``source_file``."""
 
     def close(self) -> None:
         """Flush; raise DeliveryFailed unless every record was acknowledged."""
@@ -131,8 +131,7 @@ def run_partitions(
             parsed = parse(batch)
             enc = encode_batch(parsed.rows, spec, clock())
             for lo, hi in throttle.slices(enc.rows):
-                part = enc.slice(lo, hi)
-                producer.send(part, *headers_by_file(part, spec.run_id))
+                producer.send(enc.slice(lo, hi), spec.run_id)
             stats.add(parsed, enc)
         producer.close()
         stats.ended_ms = wall_clock_ms()

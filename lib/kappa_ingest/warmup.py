@@ -1,0 +1,67 @@
+"""Python workers made ready while the driver sets up Kafka, so the sending stage starts at speed.
+
+A Spark task running Python first needs a worker: the daemon forks one, which imports
+pyspark, pyarrow, polars, the Kafka client and this package, and its first Arrow CSV parse
+and polars encode pay one-time initialisation. Measured on 2 cores: 2.9 s from task launch
+to the first row, of a 13 s ingest of 1M rows. Workers are reused across tasks
+(``spark.python.worker.reuse``), so one small job, one task per executor core, run in a
+thread while the driver creates the topic and reads its offsets, pays that off the ingest
+clock (and, for the confluent sink, builds its C loop if the cache lacks it). It sends
+nothing and touches no input; if it fails, the run goes on cold.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+
+JOB_GROUP = "kappa-ingest-warmup"
+
+
+def start(spark: SparkSession, sink: str) -> threading.Thread:
+    """Warm one Python worker per concurrent task slot, in a daemon thread; join it before sending."""
+    thread = threading.Thread(target=_warm, args=(spark, sink), name="kappa-warmup", daemon=True)
+    thread.start()
+    return thread
+
+
+def _warm(spark: SparkSession, sink: str) -> None:
+    sc = spark.sparkContext
+    slots = max(1, sc.defaultParallelism)
+    try:
+        sc.setJobGroup(JOB_GROUP, "kappa-ingest: start Python workers")
+        spark.range(0, slots, numPartitions=slots).mapInArrow(_worker(sink), "rows long").collect()
+    except Exception:  # noqa: BLE001 - a cold start is slower, not wrong
+        pass
+
+
+def _worker(sink: str):  # type: ignore[no-untyped-def]
+    def warm(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from kappa_ingest.columns import BLOCK_COL, FILE_COL, LINE_COL
+        from kappa_ingest.parsing import LineParser
+        from kappa_ingest.records import RecordSpec, encode_batch
+
+        if sink == "confluent":
+            from kappa_ingest import native
+
+            try:
+                native.load()  # built here, off the clock, if the cache lacks it
+            except native.NativeUnavailable:
+                pass
+        elif sink == "kafka-python":
+            import kafka  # noqa: F401
+        spec = RecordSpec(("id", "name", "amount"), "warm-up")
+        line = b'7,"a ""quoted"" name",1.5'
+        lines = pa.RecordBatch.from_arrays(
+            [pa.array([line] * 4, pa.binary()), pa.array(["warm-up"] * 4), pa.array([1] * 4, pa.int64())],
+            names=[LINE_COL, FILE_COL, BLOCK_COL],
+        )
+        parsed = LineParser(spec.columns)(lines)
+        encode_batch(parsed.rows, spec, 0)
+        for batch in batches:
+            yield pa.RecordBatch.from_arrays([pa.array([batch.num_rows], pa.int64())], names=["rows"])
+
+    return warm
