@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 from pyspark.sql import DataFrame
@@ -100,8 +101,38 @@ def encode_batch(batch: pa.RecordBatch, spec: RecordSpec, now_ms: int) -> Encode
 
     ``now_ms`` is the conversion time (``ingest_ts`` and, without event time, the record
     timestamp). Values are ``{"ingest_ts", ["event_ts",] "source_file", "data": {...}}``
-    with ``data`` in header order and empty fields null.
+    with ``data`` in header order and empty fields null. Text columns (every column, unless
+    ``--schema`` types them) are encoded by the C loop of :mod:`kappa_ingest.native` where
+    it builds; typed ones, event time, and machines without a C compiler use polars.
     """
+    values = None if spec.event_time else _native_values(batch, spec, now_ms)
+    if values is None:
+        return _encode_polars(batch, spec, now_ms)
+    files = batch.column(FILE_COL)
+    keys = None
+    if spec.key_column is not None:
+        keys = batch.column(spec.key_column).cast(pa.string()).view(pa.binary())
+    return Encoded(
+        keys=keys,
+        values=values,
+        timestamps_ms=pa.array(np.full(batch.num_rows, now_ms, dtype=np.int64)),
+        source_files=files.cast(pa.string()) if not pa.types.is_string(files.type) else files,
+    )
+
+
+def _native_values(batch: pa.RecordBatch, spec: RecordSpec, now_ms: int) -> pa.Array | None:
+    from kappa_ingest import native
+
+    columns = [batch.column(c) for c in spec.columns]
+    if not all(pa.types.is_string(c.type) or pa.types.is_large_string(c.type) for c in columns):
+        return None
+    try:
+        return native.json_values(columns, list(spec.columns), batch.column(FILE_COL), iso_ms(now_ms))
+    except native.NativeUnavailable:
+        return None
+
+
+def _encode_polars(batch: pa.RecordBatch, spec: RecordSpec, now_ms: int) -> Encoded:
     df = pl.from_arrow(batch)
     assert isinstance(df, pl.DataFrame)
     schema = df.schema

@@ -1,0 +1,130 @@
+/*
+ * Record values (contract §2) for text columns, in C: one pass per Arrow batch instead
+ * of polars' struct -> JSON encoder (~3 µs a row for 30 columns on this machine).
+ *
+ * A value is  prefix[file] + "name":value, ... + "}}"  where Python renders the parts
+ * that are the same for many rows: each file's prefix
+ * {"ingest_ts":"...","source_file":"...","data":{  and each column's "name":. A value is
+ * null for a null field, else the text as a JSON string, escaped exactly as polars (and
+ * serde_json) escape: \" \\ \b \t \n \f \r, other bytes below 0x20 as \u00xx, the rest
+ * (UTF-8 included) as is. kj_size bounds the output's size, kj_write fills Arrow buffers
+ * (int32 offsets, data) that Python allocated with it.
+ */
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    const int32_t *offsets; /* at the array's first element */
+    const uint8_t *data;
+    const uint8_t *valid;   /* Arrow validity bitmap, NULL when no field is null */
+    int64_t bit0;           /* the array's offset into its bitmap */
+    int64_t nulls;          /* how many fields are null */
+} kj_column;
+
+static const char HEX[] = "0123456789abcdef";
+
+/* Extra bytes a byte takes when escaped: 1 for \" \\ \b \t \n \f \r, 5 for \u00xx. */
+static uint8_t EXTRA[256];
+
+__attribute__((constructor)) static void init_extra(void) {
+    for (int b = 0; b < 0x20; b++) EXTRA[b] = 5;
+    EXTRA['"'] = EXTRA['\\'] = EXTRA['\b'] = EXTRA['\t'] = EXTRA['\n'] = EXTRA['\f'] = EXTRA['\r'] = 1;
+}
+
+static inline int is_null(const kj_column *c, int64_t i) {
+    return c->valid && !((c->valid[(c->bit0 + i) >> 3] >> ((c->bit0 + i) & 7)) & 1);
+}
+
+static inline uint8_t *escape(uint8_t *out, const uint8_t *s, int32_t len) {
+    int32_t run = 0; /* start of the bytes copied as they are, in one memcpy */
+    for (int32_t i = 0; i < len; i++) {
+        uint8_t b = s[i];
+        if (!EXTRA[b]) continue;
+        memcpy(out, s + run, (size_t)(i - run));
+        out += i - run;
+        run = i + 1;
+        *out++ = '\\';
+        switch (b) {
+            case '"': *out++ = '"'; break;
+            case '\\': *out++ = '\\'; break;
+            case '\b': *out++ = 'b'; break;
+            case '\t': *out++ = 't'; break;
+            case '\n': *out++ = 'n'; break;
+            case '\f': *out++ = 'f'; break;
+            case '\r': *out++ = 'r'; break;
+            default:
+                *out++ = 'u'; *out++ = '0'; *out++ = '0';
+                *out++ = HEX[b >> 4]; *out++ = HEX[b & 15];
+        }
+    }
+    memcpy(out, s + run, (size_t)(len - run));
+    return out + (len - run);
+}
+
+/* Extra bytes escaping adds to data[0, len): branch-free, so the compiler vectorises it. */
+static int64_t extra_in(const uint8_t *data, int64_t len) {
+    int64_t extra = 0;
+    for (int64_t i = 0; i < len; i++) {
+        uint8_t b = data[i];
+        int short_escape = (b == '"') | (b == '\\') | (b == '\b') | (b == '\t') | (b == '\n') | (b == '\f') | (b == '\r');
+        extra += short_escape ? 1 : (b < 0x20) * 5;
+    }
+    return extra;
+}
+
+/* At least the bytes of all n values (exactly, unless null fields own bytes in the data
+ * buffer, which Arrow allows); col_extra[c] gets at least the bytes escaping adds to
+ * column c. One pass over each column's data buffer, not per field. */
+int64_t kj_size(int64_t n, int ncols, const kj_column *cols, const int64_t *name_lens,
+                const int32_t *file_index, const int64_t *prefix_lens, int64_t *col_extra) {
+    int64_t total = 0;
+    for (int c = 0; c < ncols; c++) {
+        const kj_column *col = &cols[c];
+        int64_t fixed = name_lens[c] + (c > 0); /* "name": and the comma before it */
+        int64_t text = col->offsets[n] - col->offsets[0];
+        col_extra[c] = extra_in(col->data + col->offsets[0], text);
+        total += n * fixed + text + col_extra[c] + 2 * (n - col->nulls) + 4 * col->nulls;
+    }
+    for (int64_t i = 0; i < n; i++) total += prefix_lens[file_index[i]] + 2;
+    return total;
+}
+
+/* Write the n values into out_data, their n + 1 offsets into out_offsets; col_extra as
+ * kj_size gave it (a column with nothing to escape is copied without looking). Returns
+ * the bytes written. */
+int64_t kj_write(int64_t n, int ncols, const kj_column *cols, const char **names, const int64_t *name_lens,
+              const int32_t *file_index, const char **prefixes, const int64_t *prefix_lens,
+              const int64_t *col_extra, int32_t *out_offsets, uint8_t *out_data) {
+    uint8_t *out = out_data;
+    for (int64_t i = 0; i < n; i++) {
+        out_offsets[i] = (int32_t)(out - out_data);
+        int f = file_index[i];
+        memcpy(out, prefixes[f], (size_t)prefix_lens[f]);
+        out += prefix_lens[f];
+        for (int c = 0; c < ncols; c++) {
+            const kj_column *col = &cols[c];
+            if (c > 0) *out++ = ',';
+            memcpy(out, names[c], (size_t)name_lens[c]);
+            out += name_lens[c];
+            if (is_null(col, i)) {
+                memcpy(out, "null", 4);
+                out += 4;
+                continue;
+            }
+            const uint8_t *text = col->data + col->offsets[i];
+            int32_t len = col->offsets[i + 1] - col->offsets[i];
+            *out++ = '"';
+            if (col_extra[c]) {
+                out = escape(out, text, len);
+            } else {
+                memcpy(out, text, (size_t)len);
+                out += len;
+            }
+            *out++ = '"';
+        }
+        *out++ = '}';
+        *out++ = '}';
+    }
+    out_offsets[n] = (int32_t)(out - out_data);
+    return out - out_data;
+}
