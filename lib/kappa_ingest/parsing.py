@@ -81,6 +81,22 @@ def _is_utf8(b: bytes | None) -> bool:
         return False
 
 
+def _count_byte(lines: pa.Array, byte: bytes) -> np.ndarray:
+    """How often ``byte`` occurs in each line: one vectorised pass over the data buffer
+    (Arrow's count_substring searches line by line, ~6x slower)."""
+    if len(byte) != 1:
+        return np.asarray(pc.count_substring(lines, byte.decode()).fill_null(0))
+    _, offsets, data = lines.buffers()
+    width = 8 if pa.types.is_large_binary(lines.type) else 4
+    bounds = np.frombuffer(offsets, dtype=np.int64 if width == 8 else np.int32, count=len(lines) + 1,
+                           offset=width * lines.offset)  # fmt: skip
+    if data is None or bounds[-1] == bounds[0]:
+        return np.zeros(len(lines), dtype=np.int64)
+    text = np.frombuffer(data, dtype=np.uint8)[bounds[0] : bounds[-1]]
+    found = np.flatnonzero(text == byte[0]) + bounds[0]
+    return np.diff(np.searchsorted(found, bounds))
+
+
 def _as_binary(arr: pa.Array) -> pa.Array:
     if pa.types.is_string(arr.type):
         return arr.view(pa.binary())
@@ -119,7 +135,7 @@ class LineParser:
         if invalid.any():
             reasons.append((invalid, "bytes not valid in utf-8"))
             keep &= ~invalid
-        quotes = np.asarray(pc.count_substring(lines, self.quote).fill_null(0))
+        quotes = _count_byte(lines, self.quote.encode())
         odd = (quotes % 2 == 1) & keep
         if odd.any():
             reasons.append((odd, "unbalanced quotes (a quoted field with a newline needs --multiline)"))
