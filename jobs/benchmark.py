@@ -19,7 +19,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--layout", action="append", choices=["wide30", "debs2012"], help="repeatable (default both)")
     p.add_argument("--only", action="append", help="contestants whose name contains this; repeatable")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--classic-rows", type=int, default=100_000, help="the classic script sends at most this many rows")
+    p.add_argument(
+        "--classic-rows",
+        type=int,
+        default=100_000,
+        help="the classic script and the naive per-partition job send this many rows",
+    )
     p.add_argument("--partitions", type=int, default=2, help="Spark partitions and local[N] cores")
     p.add_argument("--out", default="bench-results")
     p.add_argument("--data", default="data", help="where generated inputs are kept between runs")

@@ -29,6 +29,7 @@ class Context:
     classic_rows: int
     partitions: int
     kafka_jars: Path
+    small_input: Path  # the first classic_rows rows of the layout, for the slow baselines
 
 
 @dataclass(frozen=True)
@@ -46,8 +47,10 @@ class Contestant:
     timing: Callable[[Usage, Context, str], Timing]
     available: Callable[[], str | None] = lambda: None  # a reason to skip, or None
 
+    slow: bool = False  # a baseline run on classic_rows rows only (its rate is flat in size)
+
     def expected_rows(self, ctx: Context) -> int:
-        return min(ctx.rows, ctx.classic_rows) if self.name == "classic script" else ctx.rows
+        return min(ctx.rows, ctx.classic_rows) if self.slow else ctx.rows
 
 
 def _json_line(usage: Usage) -> dict:
@@ -107,9 +110,19 @@ def _plain_spark_cmd(ctx: Context, topic: str) -> list[str]:
             f"local[{ctx.partitions}]"]  # fmt: skip
 
 
+def _naive_partitions_cmd(ctx: Context, topic: str) -> list[str]:
+    return [sys.executable, "-m", "kappa_ingest.bench.naive_partitions", str(ctx.small_input), topic, ctx.bootstrap_servers,
+            f"local[{ctx.partitions}]", str(ctx.partitions)]  # fmt: skip
+
+
 def _script_timing(usage: Usage, ctx: Context, topic: str) -> Timing:
     t = _json_line(usage)
     return Timing(t["rows"] if t["rows"] is not None else ctx.rows, t["ingest_s"], t["startup_s"])
+
+
+def _naive_timing(usage: Usage, ctx: Context, topic: str) -> Timing:
+    t = _json_line(usage)
+    return Timing(min(ctx.rows, ctx.classic_rows), t["ingest_s"], t["startup_s"])
 
 
 # -- kappa-ingest, through its normal entry point -------------------------------------------
@@ -140,8 +153,9 @@ def _needs_kcat() -> str | None:
 CONTESTANTS = [
     Contestant("ceiling: ProducerPerformance", "ceiling", _ceiling_cmd, _ceiling_timing),
     Contestant("kcat raw lines", "peer", _kcat_cmd, _kcat_timing, _needs_kcat),
-    Contestant("classic script", "baseline", _classic_cmd, _script_timing),
+    Contestant("classic script", "baseline", _classic_cmd, _script_timing, slow=True),
     Contestant("plain Spark", "baseline", _plain_spark_cmd, _script_timing),
+    Contestant("naive kafka-python per partition", "baseline", _naive_partitions_cmd, _naive_timing, slow=True),
     Contestant("kappa-ingest confluent", "kappa-ingest", _kappa_cmd("confluent"), _kappa_timing),
     Contestant("kappa-ingest spark", "kappa-ingest", _kappa_cmd("spark"), _kappa_timing),
     Contestant("kappa-ingest kafka-python", "kappa-ingest", _kappa_cmd("kafka-python"), _kappa_timing),
