@@ -17,7 +17,6 @@ def main(path: str, topic: str, servers: str, master: str, partitions: str) -> N
 
     started = time.monotonic()
     spark = build_session("naive partitions", master)  # the same jars and logging, nothing else of ours
-    ready = time.monotonic()
     # As many producers as kappa-ingest gets (a small input is one split, so one task otherwise).
     df = spark.read.option("header", True).option("escape", '"').csv(path).repartition(int(partitions))
 
