@@ -98,7 +98,7 @@ def library_path() -> Path:
 
 
 def build() -> Path:
-    """Compile the loop unless the cache has it; NativeUnavailable if it cannot."""
+    """Compile the loops unless the cache has them; NativeUnavailable if they cannot be."""
     target = library_path()
     if target.exists():
         return target
@@ -109,11 +109,12 @@ def build() -> Path:
     # Each task may build at once: compile to a private name, then rename into place.
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         out = Path(tmp) / target.name
-        done = subprocess.run(
-            [compiler, "-O3", "-shared", "-fPIC", "-o", str(out), *map(str, SOURCES),
-             f"-L{rdkafka.parent}", f"-l:{rdkafka.name}", f"-Wl,-rpath,{rdkafka.parent}"],
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
+        command = [compiler, "-O3", "-shared", "-fPIC", "-o", str(out), *map(str, SOURCES),
+                   f"-L{rdkafka.parent}", f"-l:{rdkafka.name}", f"-Wl,-rpath,{rdkafka.parent}"]  # fmt: skip
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, check=False)
+        except OSError as e:
+            raise NativeUnavailable(f"no C compiler ({compiler}: {e.strerror}) to build the C record loops") from e
         if done.returncode != 0:
             raise NativeUnavailable(f"building the C record loops failed: {done.stderr.strip()[-300:]}")
         out.replace(target)
