@@ -64,11 +64,11 @@ def test_c_loop_names_a_record_the_client_refuses(kafka):
     conf = {"bootstrap.servers": kafka.bootstrap_servers, "message.max.bytes": 1000}
     producer = NativePartitionProducer(native.load(), conf, "front-end-refused")
     big = pa.RecordBatch.from_arrays([pa.array(["x" * 5000]), pa.array(["file:/big.csv"])], names=["t", FILE_COL])
-    with pytest.raises(DeliveryFailed, match="refused a record: .*too large"):
+    with pytest.raises(DeliveryFailed, match=r"refused a record: .*too large"):
         producer.send(encode_batch(big, RecordSpec(("t",), "run-1"), 0), "run-1")
     producer.close()
 
 
 def test_c_loop_refuses_a_bad_setting():
-    with pytest.raises(DeliveryFailed, match="configuration: .*no.such.setting"):
+    with pytest.raises(DeliveryFailed, match=r"configuration: .*no\.such\.setting"):
         NativePartitionProducer(native.load(), {"no.such.setting": 1}, "t")
