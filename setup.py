@@ -28,6 +28,7 @@ setup(
     python_requires=">=3.11",
     package_dir={"": "lib"},
     packages=find_packages("lib"),
+    package_data={"kappa_ingest": ["c/*.c", "java/kappa/ingest/*.java"]},  # built at first use
     install_requires=INSTALL_REQUIRES,
     extras_require={
         "test": ["chispa==0.12.0", "pytest>=9,<10", "ruff>=0.8", "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29"]

@@ -21,7 +21,7 @@ with zipfile.ZipFile(out + ".tmp", "w", zipfile.ZIP_DEFLATED) as z:
     for root, dirs, files in os.walk(os.path.join(lib, "kappa_ingest")):
         dirs[:] = [d for d in dirs if d != "__pycache__"]
         for f in files:
-            if f.endswith(".py"):
+            if f.endswith((".py", ".c")):  # the C record loops are built on the executors
                 path = os.path.join(root, f)
                 z.write(path, os.path.relpath(path, lib))
 os.replace(out + ".tmp", out)

@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from kappa_ingest.paths import cache_dir
 
-SOURCES = (Path(__file__).parent / "c" / "json.c", Path(__file__).parent / "c" / "produce.c")
+SOURCES = ("json.c", "produce.c")  # in kappa_ingest/c/
 _c = ctypes
 _P = _c.c_void_p
 _SIGNATURES = {
@@ -90,10 +90,20 @@ def librdkafka() -> Path:
     return found[0]
 
 
+def _sources() -> dict[str, bytes]:
+    """The C sources, read as package resources: under spark-submit the package is a zip."""
+    from importlib.resources import files
+
+    try:
+        return {name: (files("kappa_ingest") / "c" / name).read_bytes() for name in SOURCES}
+    except OSError as e:
+        raise NativeUnavailable(f"the C sources are not in this installation of kappa_ingest ({e})") from e
+
+
 def library_path() -> Path:
-    """Where the built loop lives in the cache, keyed by its source and librdkafka."""
+    """Where the built loops live in the cache, keyed by their sources and librdkafka."""
     rdkafka = librdkafka()
-    digest = hashlib.sha256(b"".join(s.read_bytes() for s in SOURCES) + rdkafka.name.encode()).hexdigest()[:12]
+    digest = hashlib.sha256(b"".join(_sources().values()) + rdkafka.name.encode()).hexdigest()[:12]
     return cache_dir() / f"kappa-ingest-native-{digest}.so"
 
 
@@ -109,7 +119,11 @@ def build() -> Path:
     # Each task may build at once: compile to a private name, then rename into place.
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         out = Path(tmp) / target.name
-        command = [compiler, "-O3", "-shared", "-fPIC", "-o", str(out), *map(str, SOURCES),
+        sources = []
+        for name, text in _sources().items():
+            sources.append(Path(tmp) / name)
+            sources[-1].write_bytes(text)
+        command = [compiler, "-O3", "-shared", "-fPIC", "-o", str(out), *map(str, sources),
                    f"-L{rdkafka.parent}", f"-l:{rdkafka.name}", f"-Wl,-rpath,{rdkafka.parent}"]  # fmt: skip
         try:
             done = subprocess.run(command, capture_output=True, text=True, check=False)

@@ -1,12 +1,12 @@
-"""Fetch, once, the jars a run needs: ``python -m kappa_ingest.setup_jars`` (``make setup``).
+"""Fetch and build, once, what a run needs: ``python -m kappa_ingest.setup_jars`` (``make setup``).
 
-The broker's jars go to the kappa-ingest cache; Spark's packages (Kafka sink, Delta) to
+The broker's jars and the C record loops go to the kappa-ingest cache; Spark's packages (Kafka sink, Delta) to
 Spark's ivy cache, by starting and stopping one local session.
 """
 
 from __future__ import annotations
 
-from kappa_ingest import local_kafka
+from kappa_ingest import local_kafka, native
 from kappa_ingest.interceptor import jar_path
 from kappa_ingest.spark_session import PACKAGES, build_session, remember_package_jars, resolved_package_jars
 
@@ -14,6 +14,10 @@ from kappa_ingest.spark_session import PACKAGES, build_session, remember_package
 def main() -> None:
     print(f"Kafka broker jars: {local_kafka.jars_dir()}")
     print(f"Spark sink timestamp interceptor: {jar_path()}")
+    try:
+        print(f"C record loops: {native.build()}")
+    except native.NativeUnavailable as e:
+        print(f"C record loops: not built ({e}); JSON by polars, the confluent sink by its Python API")
     if not resolved_package_jars():
         spark = build_session("kappa-ingest setup", "local[1]")
         remember_package_jars(spark)
