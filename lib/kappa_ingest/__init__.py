@@ -15,9 +15,11 @@ call that):
                      written to ``<metrics-dir>/runs/<run_id>/summary.json``
 8. ``quarantine``    rejected rows with file and reason, beside the report
 
-Around it: ``local_kafka`` (the embedded KRaft broker), ``topics`` (driver-side admin),
-``kafka_settings`` (Kafka's Java setting names, translated per client), ``datagen`` (test
-data), ``spark_session`` (the one session factory) and ``cli`` (exit codes).
+Around it: ``native`` (the C loops that encode JSON values and feed librdkafka a batch
+per call), ``warmup`` (Python workers started while Kafka is set up), ``local_kafka`` (the
+embedded KRaft broker), ``topics`` (driver-side admin), ``kafka_settings`` (Kafka's Java
+setting names, translated per client), ``datagen`` (test data), ``spark_session`` (the
+one session factory) and ``cli`` (exit codes).
 """
 
 __version__ = "0.1.0"
