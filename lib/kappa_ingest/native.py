@@ -57,9 +57,7 @@ _SIGNATURES = {
             _c.POINTER(_c.c_int),
         ],
     ),
-    "kp_poll": (_c.c_int, [_P, _c.c_int]),
     "kp_flush": (_c.c_int, [_P, _c.c_int]),
-    "kp_acked": (_c.c_int64, [_P]),
     "kp_failed": (_c.c_int64, [_P]),
     "kp_first_error": (_c.c_int, [_P]),
     "kp_fatal_error": (_c.c_int, [_P]),
@@ -76,7 +74,7 @@ class _Column(ctypes.Structure):  # kj_column of c/json.c
 
 
 class NativeUnavailable(RuntimeError):
-    """The C loop cannot be built or loaded here; the message says why."""
+    """The C loops cannot be built or loaded here; the message says why."""
 
 
 def librdkafka() -> Path:
@@ -135,15 +133,25 @@ def build() -> Path:
     return target
 
 
-@cache
 def load() -> ctypes.CDLL:
-    """The loaded loop (built first if needed); NativeUnavailable says why not."""
+    """The loaded loops (built first if needed); NativeUnavailable says why not. Either
+    outcome is kept for the process: without cc, batches do not retry the build."""
+    outcome = _load()
+    if isinstance(outcome, NativeUnavailable):
+        raise outcome
+    return outcome
+
+
+@cache
+def _load() -> ctypes.CDLL | NativeUnavailable:
     import confluent_kafka  # noqa: F401 - loads the same librdkafka first
 
     try:
         lib = ctypes.CDLL(str(build()))
+    except NativeUnavailable as e:
+        return e
     except OSError as e:
-        raise NativeUnavailable(f"loading the C record loops failed: {e}") from e
+        return NativeUnavailable(f"loading the C record loops failed: {e}")
     for name, (restype, argtypes) in _SIGNATURES.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes

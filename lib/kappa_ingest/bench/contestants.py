@@ -120,11 +120,6 @@ def _script_timing(usage: Usage, ctx: Context, topic: str) -> Timing:
     return Timing(t["rows"] if t["rows"] is not None else ctx.rows, t["ingest_s"], t["startup_s"])
 
 
-def _naive_timing(usage: Usage, ctx: Context, topic: str) -> Timing:
-    t = _json_line(usage)
-    return Timing(min(ctx.rows, ctx.classic_rows), t["ingest_s"], t["startup_s"])
-
-
 # -- kappa-ingest, through its normal entry point -------------------------------------------
 
 
@@ -155,7 +150,7 @@ CONTESTANTS = [
     Contestant("kcat raw lines", "peer", _kcat_cmd, _kcat_timing, _needs_kcat),
     Contestant("classic script", "baseline", _classic_cmd, _script_timing, slow=True),
     Contestant("plain Spark", "baseline", _plain_spark_cmd, _script_timing),
-    Contestant("naive kafka-python per partition", "baseline", _naive_partitions_cmd, _naive_timing, slow=True),
+    Contestant("naive kafka-python per partition", "baseline", _naive_partitions_cmd, _script_timing, slow=True),
     Contestant("kappa-ingest confluent", "kappa-ingest", _kappa_cmd("confluent"), _kappa_timing),
     Contestant("kappa-ingest spark", "kappa-ingest", _kappa_cmd("spark"), _kappa_timing),
     Contestant("kappa-ingest kafka-python", "kappa-ingest", _kappa_cmd("kafka-python"), _kappa_timing),

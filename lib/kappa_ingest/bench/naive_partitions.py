@@ -20,23 +20,26 @@ def main(path: str, topic: str, servers: str, master: str, partitions: str) -> N
     # As many producers as kappa-ingest gets (a small input is one split, so one task otherwise).
     df = spark.read.option("header", True).option("escape", '"').csv(path).repartition(int(partitions))
 
-    def send(rows: Iterator) -> Iterator[tuple[float, float]]:  # type: ignore[type-arg]
+    def send(rows: Iterator) -> Iterator[tuple[float, float, int]]:  # type: ignore[type-arg]
         from kafka import KafkaProducer
 
-        began = time.time()
+        began, sent = time.time(), 0
         producer = KafkaProducer(bootstrap_servers=servers.split(","))
         for row in rows:
             record = {"ingest_ts": datetime.now(UTC).isoformat(), "source_file": path, "data": row.asDict()}
             producer.send(topic, json.dumps(record).encode())
+            sent += 1
         producer.flush()
-        yield began, time.time()
+        yield began, time.time(), sent
 
     # Timed like kappa-ingest's ingest_s: the sending tasks' span, not the job set-up.
     spans = df.rdd.mapPartitions(send).collect()
-    ingest_s = max(end for _, end in spans) - min(began for began, _ in spans)
+    ingest_s = max(end for _, end, _ in spans) - min(began for began, _, _ in spans)
     done = time.monotonic()
     spark.stop()
-    print(json.dumps({"rows": None, "ingest_s": ingest_s, "startup_s": done - started - ingest_s}))
+    print(
+        json.dumps({"rows": sum(n for _, _, n in spans), "ingest_s": ingest_s, "startup_s": done - started - ingest_s})
+    )
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@
  * run_id (one per run) and source_file (one per distinct file, chosen by index).
  *
  * Delivery is counted here: librdkafka calls dr_msg_cb for every record, acknowledged or
- * failed, from kp_poll/kp_flush on the caller's thread. Only the few declarations used are
+ * failed, from the polls in kp_produce and kp_flush on the caller's thread; after a
+ * flush that leaves nothing in flight, acknowledged = produced - failed. Only the few declarations used are
  * written out (stable public ABI of rdkafka.h, librdkafka >= 1.0), as the wheel carries
  * no header.
  */
@@ -61,7 +62,6 @@ void rd_kafka_destroy(rd_kafka_t *);
 
 typedef struct {
     rd_kafka_t *rk;
-    int64_t acked;
     int64_t failed;
     int first_error;      /* 0: none */
     int fatal_error;      /* 0: none */
@@ -74,8 +74,6 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opa
     if (msg->err) {
         p->failed++;
         if (!p->first_error) p->first_error = msg->err;
-    } else {
-        p->acked++;
     }
 }
 
@@ -160,15 +158,12 @@ int64_t kp_produce(kp_producer *p, const char *topic, int64_t n,
     return n;
 }
 
-int kp_poll(kp_producer *p, int timeout_ms) { return rd_kafka_poll(p->rk, timeout_ms); }
-
 /* Wait for every record's delivery report; returns how many are still in flight. */
 int kp_flush(kp_producer *p, int timeout_ms) {
     rd_kafka_flush(p->rk, timeout_ms);
     return rd_kafka_outq_len(p->rk);
 }
 
-int64_t kp_acked(kp_producer *p) { return p->acked; }
 int64_t kp_failed(kp_producer *p) { return p->failed; }
 int kp_first_error(kp_producer *p) { return p->first_error; }
 int kp_fatal_error(kp_producer *p) { return p->fatal_error; }

@@ -20,12 +20,18 @@ import ctypes
 from typing import Any
 
 import pyarrow as pa
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from kappa_ingest.records import Encoded
 from kappa_ingest.sinks.partition_runner import DeliveryFailed, headers_by_file
 
 FLUSH_TIMEOUT_S = 120.0
 LOG_LEVEL = 3  # librdkafka's errors only: the report says what went wrong
+FATAL_CODES = {
+    KafkaError._AUTHENTICATION,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+}
 
 
 def make_producer(conf: dict[str, Any], topic: str) -> NativePartitionProducer | ConfluentPartitionProducer:
@@ -62,9 +68,9 @@ def _conf_text(value: Any) -> str:
 
 
 def _binary_buffers(arr: pa.Array) -> tuple[int, int]:
-    """Addresses of a binary array's int32 offsets (at its first element) and data."""
-    if not pa.types.is_binary(arr.type):
-        arr = arr.cast(pa.binary())
+    """Addresses of a binary array's int32 offsets (at its first element) and data; the
+    array must outlive the C call (Encoded holds plain binary arrays: nothing to cast)."""
+    assert pa.types.is_binary(arr.type), arr.type
     _, offsets, data = arr.buffers()
     return offsets.address + 4 * arr.offset, data.address if data is not None else 0
 
@@ -86,17 +92,15 @@ class NativePartitionProducer:
         n = enc.rows
         if n == 0:
             return
-        values = enc.values.cast(pa.binary()) if not pa.types.is_binary(enc.values.type) else enc.values
-        value_offsets, value_data = _binary_buffers(values)
+        value_offsets, value_data = _binary_buffers(enc.values)
         keys = enc.keys
         key_offsets = key_data = key_valid = key_bit0 = 0
         if keys is not None:
-            keys = keys.cast(pa.binary()) if not pa.types.is_binary(keys.type) else keys
             key_offsets, key_data = _binary_buffers(keys)
             validity = keys.buffers()[0]
             if validity is not None and keys.null_count:
                 key_valid, key_bit0 = validity.address, keys.offset
-        stamps = enc.timestamps_ms.cast(pa.int64())
+        stamps = enc.timestamps_ms
         files = enc.source_files.dictionary_encode()
         index = files.indices.cast(pa.int32())
         names = [f.encode() for f in files.dictionary.to_pylist()]
@@ -112,8 +116,6 @@ class NativePartitionProducer:
         if done == n:
             self.produced += n
             return
-        refused = -done - 1
-        self.produced += min(refused, n)
         self._raise_if_fatal()
         reason = self.lib.kp_err2str(err.value).decode(errors="replace")
         raise DeliveryFailed(f"Kafka client refused a record: {reason}")
@@ -145,13 +147,6 @@ class NativePartitionProducer:
 
 class ConfluentPartitionProducer:
     def __init__(self, conf: dict[str, Any], topic: str) -> None:
-        from confluent_kafka import KafkaError, Producer
-
-        self.fatal_codes = {
-            KafkaError._AUTHENTICATION,
-            KafkaError.TOPIC_AUTHORIZATION_FAILED,
-            KafkaError.CLUSTER_AUTHORIZATION_FAILED,
-        }
         self.topic = topic
         self.produced = 0
         self.failed = 0
@@ -167,18 +162,16 @@ class ConfluentPartitionProducer:
             }
         )
 
-    def _on_delivery(self, err: Any, _msg: object) -> None:
+    def _on_delivery(self, err: KafkaError | None, _msg: object) -> None:
         if err is not None:
             self.failed += 1
             self.first_error = self.first_error or err
 
-    def _on_error(self, err: Any) -> None:
-        if err.fatal() or err.code() in self.fatal_codes:
+    def _on_error(self, err: KafkaError) -> None:
+        if err.fatal() or err.code() in FATAL_CODES:
             self.fatal = self.fatal or err
 
     def send(self, enc: Encoded, run_id: str) -> None:
-        from confluent_kafka import KafkaException
-
         produce, poll, topic = self.producer.produce, self.producer.poll, self.topic
         headers, header_index = headers_by_file(enc, run_id)
         values = enc.values.to_pylist()
