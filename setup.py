@@ -5,7 +5,8 @@ from setuptools import find_packages, setup
 # The pins of ../shared/stack.md: checked to install and run together.
 INSTALL_REQUIRES = [
     "pyspark==4.0.0",
-    "delta-spark==4.0.0",
+    "delta-spark==4.0.0",  # for reading the metrics store from Spark (notebooks); the job writes it with deltalake
+    "deltalake==1.6.6",  # the metrics store, written and read from the driver's Python: no Spark job, no JVM
     "great-expectations[spark]==1.24.1",
     "kafka-python==3.0.12",
     "lz4>=4",  # kafka-python's lz4 codec (the shipped conf/ingest.yaml compresses with lz4)

@@ -15,12 +15,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 @pytest.fixture(scope="session")
 def spark():
+    from kappa_ingest.metrics_store import SPARK_READER_CONF
     from kappa_ingest.spark_session import build_session
 
     session = build_session(
         "kappa-ingest tests",
         "local[2]",
-        extra_conf={"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g"},
+        # The Delta reader too: the suite reads the metrics store with Spark as well as with deltalake.
+        extra_conf={"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g", **SPARK_READER_CONF},
     )
     yield session
     session.stop()

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 from kappa_ingest.errors import KappaError, UsageError
 
+LAYOUT_NAMES = ("debs2012", "wide30")  # kappa_ingest.datagen.LAYOUTS, without importing polars to parse a command
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage mistake is a UsageError (one line, exit 2) like any other."""
@@ -23,7 +25,6 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     from kappa_ingest.config import add_ingest_arguments
-    from kappa_ingest.datagen import LAYOUTS
 
     p = _Parser(prog="kappa-ingest", description="CSV files into a Kafka topic with Spark, measured.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -52,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--data", default="data")
     b.add_argument("--quick", action="store_true", help="a corner of the sweep only (for tests)")
     g = sub.add_parser("gen-data", help="write a deterministic test CSV")
-    g.add_argument("--layout", choices=sorted(LAYOUTS), default="wide30")
+    g.add_argument("--layout", choices=LAYOUT_NAMES, default="wide30")
     g.add_argument("--rows", type=int, required=True)
     g.add_argument("--out", required=True)
     g.add_argument("--gzip", action="store_true", help="gzip the output (.gz appended)")
@@ -62,27 +63,67 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_ingest(args: argparse.Namespace) -> int:
     """Shared by ``kappa-ingest ingest`` and ``jobs/ingest_csv.py``: check what can be
-    checked before Spark starts (inputs, Kafka), then run the job."""
-    from kappa_ingest import config
-    from kappa_ingest.ingest import ingest, preflight
-    from kappa_ingest.report import RunReport
-    from kappa_ingest.spark_session import build_session
+    checked before Spark starts (inputs, Kafka), start an embedded broker beside Spark if
+    the run needs one, then run the job; Spark and the broker are stopped before recording."""
+    import threading
 
+    from kappa_ingest import config
+    from kappa_ingest.kafka_endpoint import KafkaEndpoint, endpoint_for
+    from kappa_ingest.phases import RunClock
+    from kappa_ingest.preflight import preflight
+    from kappa_ingest.report import RunReport
+    from kappa_ingest.spark_session import build_session, launched_by_spark_submit, stop_session
+
+    clock = RunClock.from_process_start()
     cfg = config.load(args)
-    spark = None
+    # The pipeline's imports (Arrow, polars, the Delta writer: ~0.8 s) run while the JVM starts.
+    importing = threading.Thread(target=_import_pipeline, name="imports", daemon=True)
+    importing.start()
+    kafka: KafkaEndpoint | None = None
     try:
         preflight(cfg)
+        if not launched_by_spark_submit():  # else the master is known only once the session is up
+            kafka = endpoint_for(cfg, cfg.spark_master or "local[*]")
         spark = build_session(f"kappa-ingest {cfg.run_id}", cfg.spark_master)
-    except Exception as e:
+    except BaseException as e:
         # ingest() writes the report from here on; before it, this does.
+        if kafka is not None:
+            kafka.close()
         error = str(e) if isinstance(e, KappaError) else f"Spark did not start: {type(e).__name__}"
-        RunReport(cfg.run_id, cfg.sink, cfg.topic, cfg.masked(), status="failed", error=error).finish(cfg.metrics_dir)
+        report = RunReport(cfg.run_id, cfg.sink, cfg.topic, cfg.masked(), clock=clock, status="failed", error=error)
+        report.finish(cfg.metrics_dir)
         raise
+
+    released = threading.Event()
+
+    def release() -> None:
+        """Stop Spark and the run's own broker side by side; once."""
+        if released.is_set():
+            return
+        released.set()
+        stopping = threading.Thread(target=kafka.close, name="stop-kafka") if kafka is not None else None
+        if stopping is not None:
+            stopping.start()
+        try:
+            stop_session(spark)
+        finally:
+            if stopping is not None:
+                stopping.join()
+
+    importing.join()
+    from kappa_ingest.ingest import ingest
+
     try:
-        ingest(cfg, spark)
+        ingest(cfg, spark, clock=clock, kafka=kafka, release=release)
     finally:
-        spark.stop()
+        release()
     return 0
+
+
+def _import_pipeline() -> None:
+    import deltalake  # noqa: F401
+
+    import kappa_ingest.ingest  # noqa: F401
 
 
 def report_usage_error(argv: Sequence[str], error: UsageError) -> None:
@@ -128,30 +169,23 @@ def _kafka(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from kappa_ingest import report_html
-    from kappa_ingest.metrics_store import table_path
-    from kappa_ingest.spark_session import build_session
+    from kappa_ingest import metrics_store, report_html
 
     if args.html and not args.run_id:
         raise UsageError("--html needs --run-id: the page shows one run")
-    if not Path(table_path(args.metrics_dir, "runs")).exists():
+    if not metrics_store.exists(args.metrics_dir):
         raise UsageError(f"no metrics store at {args.metrics_dir}/delta; give --metrics-dir of your runs")
-    spark = build_session("kappa-ingest report", "local[1]")
-    try:
-        if args.run_id:
-            run = report_html.load_run(spark, args.metrics_dir, args.run_id)
-            print(report_html.text_table(run["runs"], report_html.RUN_COLUMNS))
-            print()
-            print(report_html.text_table(run["executors"], ["executor_id", "host", "tasks", "rows", "busy_s", "span_s",
-                                                            "rows_per_s", "mb_per_s"]))  # fmt: skip
-            if args.html:
-                Path(args.html).write_text(report_html.render_html(run))
-                print(f"wrote {args.html}")
-        else:
-            print(report_html.text_table(report_html.last_runs(spark, args.metrics_dir, args.last),
-                                         report_html.RUN_COLUMNS))  # fmt: skip
-    finally:
-        spark.stop()
+    if args.run_id:
+        run = report_html.load_run(args.metrics_dir, args.run_id)
+        print(report_html.text_table(run["runs"], report_html.RUN_COLUMNS))
+        print()
+        print(report_html.text_table(run["executors"], ["executor_id", "host", "tasks", "rows", "busy_s", "span_s",
+                                                        "rows_per_s", "mb_per_s"]))  # fmt: skip
+        if args.html:
+            Path(args.html).write_text(report_html.render_html(run))
+            print(f"wrote {args.html}")
+    else:
+        print(report_html.text_table(report_html.last_runs(args.metrics_dir, args.last), report_html.RUN_COLUMNS))
     return 0
 
 

@@ -17,7 +17,6 @@ not fit ``--schema``, bytes not valid in the encoding, an unparseable event time
 
 from __future__ import annotations
 
-import glob
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,10 +29,10 @@ from pyspark.sql.types import StringType, StructField, StructType
 from kappa_ingest.columns import BLOCK_COL, CORRUPT_COL, EVENT_TS_COL, FILE_COL, LINE_COL, REJECT_COL
 from kappa_ingest.config import IngestConfig
 from kappa_ingest.errors import InputError, UsageError
+from kappa_ingest.inputs import resolve_inputs
 from kappa_ingest.parsing import BOM, REASON_MALFORMED, BatchParser, LineParser, RowParser
 from kappa_ingest.records import RecordSpec
 
-SUFFIXES = (".csv", ".csv.gz")
 REPLACEMENT_CHAR = "\ufffd"
 
 
@@ -48,40 +47,6 @@ class Source:
     mode: str  # "lines" | "spark-csv"
     files: tuple[str, ...]
     input_bytes: int
-
-
-def resolve_inputs(inputs: tuple[str, ...]) -> tuple[list[str], int]:
-    """Expand local files, directories and globs to the ``.csv``/``.csv.gz`` files they name.
-
-    URIs with another scheme (``hdfs://``, ``s3a://``) are passed to Spark as given.
-    Returns the paths and the local bytes found. InputError names a missing input.
-    """
-    paths: list[str] = []
-    total = 0
-    for item in inputs:
-        scheme = urlparse(item).scheme
-        if scheme not in ("", "file"):
-            paths.append(item)
-            continue
-        local = item.removeprefix("file://")
-        if glob.has_magic(local):
-            matches = sorted(p for p in glob.glob(local) if os.path.isfile(p))
-            if not matches:
-                raise InputError(f"input {item}: no file matches; check the --input pattern")
-        elif os.path.isdir(local):
-            matches = sorted(str(p) for p in Path(local).iterdir() if p.is_file() and p.name.endswith(SUFFIXES))
-            if not matches:
-                raise InputError(f"input {item}: directory has no .csv or .csv.gz files")
-        elif os.path.isfile(local):
-            matches = [local]
-        else:
-            raise InputError(f"input {item}: no such file or directory; check --input")
-        for m in matches:
-            if not os.access(m, os.R_OK):
-                raise InputError(f"input {m}: not readable (permissions); fix its mode or run as its owner")
-            total += os.path.getsize(m)
-            paths.append(os.path.abspath(m))
-    return paths, total
 
 
 def reader_options(cfg: IngestConfig) -> dict[str, str]:
@@ -120,7 +85,8 @@ def read(spark: SparkSession, cfg: IngestConfig) -> Source:
     paths, total = resolve_inputs(cfg.inputs)
     for key, value in split_size_for(total, cfg.partitions).items():
         spark.conf.set(key, value)
-    schema = _schema(spark, cfg, paths)
+    header = first_line(paths[0]) if _lines_possible(cfg) else None
+    schema = _schema(spark, cfg, paths, header)
     columns = tuple(schema.fieldNames())
     for name, what in ((cfg.key_column, "--key-column"), (cfg.event_time_column, "--event-time-column")):
         if name is not None and name not in columns:
@@ -134,8 +100,9 @@ def read(spark: SparkSession, cfg: IngestConfig) -> Source:
         )
         splits = lines.rdd.getNumPartitions()
         if cfg.partitions is None or cfg.partitions <= splits:
-            header = _first_line(spark, paths[0]) if cfg.header else None
-            parser = LineParser(columns, cfg.delimiter, cfg.quote, header)
+            if header is None and cfg.header:
+                header = _first_line(spark, paths[0])
+            parser = LineParser(columns, cfg.delimiter, cfg.quote, header if cfg.header else None)
             df = lines.coalesce(cfg.partitions) if cfg.partitions and cfg.partitions < splits else lines
             return Source(df, spec, parser, "lines", tuple(paths), total)
     df = _spark_csv(spark, cfg, paths, schema)
@@ -149,7 +116,52 @@ def _first_line(spark: SparkSession, path: str) -> str:
     return (row[0][0] or "").removeprefix(BOM)
 
 
-def _schema(spark: SparkSession, cfg: IngestConfig, paths: list[str]) -> StructType:
+MAX_HEADER_BYTES = 64 << 20
+
+
+def first_line(path: str) -> str | None:
+    """A local file's first line, BOM and line end removed, read by Python (no Spark job);
+    None for a remote file, a blank first line or one longer than ``MAX_HEADER_BYTES``:
+    Spark reads those. InputError for an empty file."""
+    import gzip
+
+    if urlparse(path).scheme not in ("", "file"):
+        return None
+    local = path.removeprefix("file://")
+    try:
+        with gzip.open(local, "rb") if local.endswith(".gz") else open(local, "rb") as f:
+            head = b""
+            while len(head) < MAX_HEADER_BYTES:
+                chunk = f.read(1 << 16)
+                head += chunk
+                if not chunk or b"\n" in chunk or b"\r" in chunk:
+                    break
+    except (OSError, EOFError) as e:
+        raise InputError(f"input {path}: cannot read its first line ({e}); check the file") from e
+    if not head:
+        raise InputError(f"input {path}: empty file, no header; give a CSV with a header line or --no-header")
+    end = min((i for i in (head.find(b"\n"), head.find(b"\r")) if i >= 0), default=None)
+    if end is None and len(head) >= MAX_HEADER_BYTES:
+        return None
+    line = head[:end].decode("utf-8", errors="replace").removeprefix(BOM)
+    return line or None
+
+
+def header_columns(line: str, cfg: IngestConfig) -> list[str]:
+    """The column names Spark's CSV reader gives this first line (``CSVUtils.makeSafeHeader``):
+    an empty name becomes ``_c<index>``, and names repeated (case-insensitively) get their
+    index appended; without a header, ``_c0``, ``_c1``, ..."""
+    import csv
+
+    fields = next(csv.reader([line], delimiter=cfg.delimiter, quotechar=cfg.quote, doublequote=True), [])
+    if not cfg.header:
+        return [f"_c{i}" for i in range(len(fields))]
+    lowered = [f.lower() for f in fields if f]
+    duplicates = {name for name in lowered if lowered.count(name) > 1}
+    return [f"_c{i}" if not f else f"{f}{i}" if f.lower() in duplicates else f for i, f in enumerate(fields)]
+
+
+def _schema(spark: SparkSession, cfg: IngestConfig, paths: list[str], header: str | None) -> StructType:
     if cfg.schema:
         text = Path(cfg.schema).read_text() if os.path.isfile(cfg.schema) else cfg.schema
         try:
@@ -159,12 +171,15 @@ def _schema(spark: SparkSession, cfg: IngestConfig, paths: list[str]) -> StructT
         if not isinstance(schema, StructType):
             raise UsageError("--schema: expected column definitions, e.g. 'id INT, name STRING'")
         return schema
-    options = {k: v for k, v in reader_options(cfg).items() if k != "enforceSchema"}
-    try:
-        columns = spark.read.options(**options).csv(paths[0]).columns
-    except Exception as e:
-        raise InputError(f"cannot read the CSV header of {paths[0]}: {str(e).splitlines()[0][:200]}") from e
-    columns = [c for c in columns if c != CORRUPT_COL]
+    if header is not None:
+        columns = header_columns(header, cfg)
+    else:
+        options = {k: v for k, v in reader_options(cfg).items() if k != "enforceSchema"}
+        try:
+            columns = spark.read.options(**options).csv(paths[0]).columns
+        except Exception as e:
+            raise InputError(f"cannot read the CSV header of {paths[0]}: {str(e).splitlines()[0][:200]}") from e
+        columns = [c for c in columns if c != CORRUPT_COL]
     if not columns:
         raise InputError(f"input {paths[0]}: empty file, no header; give a CSV with a header line or --no-header")
     return StructType([StructField(c, StringType()) for c in columns])

@@ -3,66 +3,33 @@
     source   = csv_source.read(spark, cfg)           # parse, mark rows to quarantine
     stats    = sinks.send(cfg.sink, source.df, ...)  # convert + produce, per partition
     metrics  = spark_metrics.collect(spark, group)   # Spark's own task and stage records
-    report   = RunReport(...)                        # joined, checked, printed, written
+    report   = RunReport(...)                        # joined, checked, recorded, printed
 
-Whatever happens, ``summary.json`` is written with the run's status.
+Whatever happens, ``summary.json`` is written with the run's status, and the run's clock
+(``phases``) says where the time went from the command's start.
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
 import sys
-import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from kappa_ingest import broker_rate, csv_source, local_kafka, metrics_store, quarantine, sinks, spark_metrics, warmup
+from kappa_ingest import broker_rate, csv_source, metrics_store, quarantine, sinks, spark_metrics, warmup
 from kappa_ingest.broker_rate import BrokerRateSampler
 from kappa_ingest.config import IngestConfig
-from kappa_ingest.errors import InputError, KafkaUnavailable, KappaError, UsageError
+from kappa_ingest.errors import InputError, KafkaUnavailable, KappaError
+from kappa_ingest.kafka_endpoint import KafkaEndpoint, endpoint_for
+from kappa_ingest.phases import RunClock
 from kappa_ingest.progress import Progress, estimate_rows
 from kappa_ingest.records import Encoded
 from kappa_ingest.report import RunReport, render
 from kappa_ingest.sinks.partition_runner import run_partitions
 from kappa_ingest.topics import Admin
-
-LOCAL_KAFKA_DIR = ".kafka"  # where `kappa-ingest kafka start` keeps a long-lived local broker
-
-
-@contextlib.contextmanager
-def kafka_for(cfg: IngestConfig, spark: SparkSession, report: RunReport) -> Iterator[str]:
-    """The bootstrap servers to use: configured ones; else a running `kappa-ingest kafka
-    start` broker; else an embedded broker started for this run and stopped after it."""
-    if cfg.bootstrap_servers:
-        yield cfg.bootstrap_servers
-        return
-    if not spark.sparkContext.master.startswith("local"):
-        raise UsageError(
-            "no --bootstrap-servers: give the Kafka cluster (the embedded broker runs only with a local master)"
-        )
-    running = local_kafka.status(LOCAL_KAFKA_DIR)
-    if running is not None:
-        yield running.bootstrap_servers
-        return
-    with tempfile.TemporaryDirectory(prefix="kappa-kafka-") as state:
-        cluster = local_kafka.start(state)
-        report.broker["embedded"] = True
-        try:
-            yield cluster.bootstrap_servers
-        finally:
-            cluster.stop()
-
-
-def preflight(cfg: IngestConfig) -> None:
-    """Fail fast, before Spark starts: the inputs exist, and a configured Kafka answers."""
-    csv_source.resolve_inputs(cfg.inputs)
-    if cfg.bootstrap_servers and not cfg.dry_run:
-        admin = Admin(cfg.bootstrap_servers, cfg.producer_settings())
-        admin.check_reachable()
-        admin.close()
 
 
 class _Discard:
@@ -75,17 +42,32 @@ class _Discard:
         pass
 
 
-def ingest(cfg: IngestConfig, spark: SparkSession, echo: bool = True) -> RunReport:
-    """Run one ingest; returns its report (also written to summary.json and printed).
+def ingest(
+    cfg: IngestConfig,
+    spark: SparkSession,
+    echo: bool = True,
+    *,
+    clock: RunClock | None = None,
+    kafka: KafkaEndpoint | None = None,
+    release: Callable[[], None] | None = None,
+) -> RunReport:
+    """Run one ingest; returns its report (also recorded, written to summary.json and printed).
 
-    Raises a KappaError subclass (carrying the contract's exit code) on failure, after the
-    report has been written with ``status: failed``.
+    ``clock`` has the command's start (default: now); ``kafka`` the run's Kafka (default:
+    from ``cfg``, started here if need be); ``release`` is called once the run needs Spark
+    and Kafka no more, before recording (the CLI stops both there, so that the user does
+    not wait for them after the report). Raises a KappaError subclass (carrying the
+    contract's exit code) on failure, after the report has been written with ``status: failed``.
     """
-    report = RunReport(cfg.run_id, cfg.sink, cfg.topic, cfg.masked(), dry_run=cfg.dry_run)
+    clock = clock or RunClock()
+    clock.end("startup")
+    report = RunReport(cfg.run_id, cfg.sink, cfg.topic, cfg.masked(), clock=clock, dry_run=cfg.dry_run)
     report.spark_master = spark.sparkContext.master
     report.counted_by = "dry run: rows converted, none sent" if cfg.dry_run else sinks.COUNTED_BY[cfg.sink]
     run_dir = f"{cfg.metrics_dir}/runs/{cfg.run_id}"
+    owns_kafka = kafka is None
     try:
+        kafka = kafka or endpoint_for(cfg, spark.sparkContext.master)
         warming = warmup.start(spark, cfg.sink)  # overlaps reading the header and setting up Kafka
         source = csv_source.read(spark, cfg)
         report.read_path = source.mode
@@ -94,33 +76,15 @@ def ingest(cfg: IngestConfig, spark: SparkSession, echo: bool = True) -> RunRepo
         sc.setJobGroup(group, f"kappa-ingest {cfg.run_id}: {cfg.sink} -> {cfg.topic}")
         rate = _rate_per_task(cfg, spark, source)
         if cfg.dry_run:
+            warming.join()
+            clock.end("setup")
             stats = _spark_errors(lambda: run_partitions(source.df, source.spec, source.parser, _Discard, rate))
+            clock.end("sending")
         else:
-            with kafka_for(cfg, spark, report) as servers:
-                report.bootstrap_servers = servers
-                settings = cfg.producer_settings()
-                admin = Admin(servers, settings)
-                admin.check_reachable()
-                if admin.ensure_topic(cfg.topic, cfg.topic_partitions, cfg.replication_factor):
-                    report.broker["topic_created"] = True
-                before = admin.end_offsets(cfg.topic)
-                progress = Progress(estimate_rows(list(source.files), cfg.header), quiet=cfg.quiet or not echo)
-                warming.join()
-                sampler = BrokerRateSampler(servers, cfg.topic, settings, on_sample=progress.update).start()
-                try:
-                    stats = _spark_errors(lambda: sinks.send(cfg.sink, source, cfg.topic, settings, servers, rate))
-                finally:
-                    report.broker_rate = sampler.stop()
-                    progress.close()
-                after = _settled_offsets(admin, cfg.topic, before, sum(st.rows_sent for st in stats))
-                admin.close()
+            stats, before, after = _send(cfg, source, kafka, report, warming, rate, echo)
         report.add_run(stats, spark_metrics.collect(spark, group))
         if not cfg.dry_run:
-            report.check_offsets(before, after)
-            report.broker["rate"] = broker_rate.figures(report.broker_rate)
-            sampled = report.broker_rate[-1]["offsets_total"] - report.broker_rate[0]["offsets_total"]
-            report.check("broker-side sampler saw the offset delta", sampled == report.broker["offset_delta"],
-                         report.broker["offset_delta"], sampled)  # fmt: skip
+            _check_broker(report, before, after)
         if report.rows_quarantined:
             path = f"{run_dir}/quarantine"
             reasons = _spark_errors(lambda: quarantine.write(source, path))
@@ -139,14 +103,68 @@ def ingest(cfg: IngestConfig, spark: SparkSession, echo: bool = True) -> RunRepo
         report.status, report.error = "failed", f"{type(e).__name__}: {_first_line(e)}"
         raise
     finally:
-        path = report.finish(cfg.metrics_dir)
-        _record(spark, cfg, report)
+        clock.end("reconcile")  # a failed run's last phase takes its time up to here
+        _release(release, kafka if owns_kafka else None)
+        path = _record(cfg, report)
         if echo:
             print(render(report.summary()))
             print(f"report: {path}")
     if not report.consistent:
         raise _reconciliation_error(report, path)
     return report
+
+
+def _send(
+    cfg: IngestConfig,
+    source: csv_source.Source,
+    kafka: KafkaEndpoint,
+    report: RunReport,
+    warming: threading.Thread,
+    rate: float | None,
+    echo: bool,
+) -> tuple[list, dict[int, int], dict[int, int]]:
+    """Set up the topic, send, and read the settled end offsets: (task stats, offsets before, after)."""
+    servers = kafka.servers()
+    report.bootstrap_servers = servers
+    report.broker["embedded"] = kafka.embedded
+    settings = cfg.producer_settings()
+    with Admin(servers, settings) as admin:
+        admin.check_reachable()
+        if admin.ensure_topic(cfg.topic, cfg.topic_partitions, cfg.replication_factor):
+            report.broker["topic_created"] = True
+        before = admin.end_offsets(cfg.topic)
+        progress = Progress(estimate_rows(list(source.files), cfg.header), quiet=cfg.quiet or not echo)
+        warming.join()
+        report.clock.end("setup")
+        sampler = BrokerRateSampler(servers, cfg.topic, settings, on_sample=progress.update).start()
+        try:
+            stats = _spark_errors(lambda: sinks.send(cfg.sink, source, cfg.topic, settings, servers, rate))
+        finally:
+            report.clock.end("sending")
+            report.broker_rate = sampler.stop()
+            progress.close()
+        after = _settled_offsets(admin, cfg.topic, before, sum(st.rows_sent for st in stats))
+    return stats, before, after
+
+
+def _check_broker(report: RunReport, before: dict[int, int], after: dict[int, int]) -> None:
+    """The broker's account: offsets, and the sampler's curve agreeing with them."""
+    report.check_offsets(before, after)
+    report.broker["rate"] = broker_rate.figures(report.broker_rate)
+    sampled = report.broker_rate[-1]["offsets_total"] - report.broker_rate[0]["offsets_total"]
+    report.check("broker-side sampler saw the offset delta", sampled == report.broker["offset_delta"],
+                 report.broker["offset_delta"], sampled)  # fmt: skip
+
+
+def _release(release: Callable[[], None] | None, kafka: KafkaEndpoint | None) -> None:
+    """Let go of Spark and Kafka before recording; a failure here is a warning, not a lost report."""
+    for step in (release, kafka.close if kafka is not None else None):
+        if step is None:
+            continue
+        try:
+            step()
+        except Exception as e:  # noqa: BLE001 - the run is over; its report must still be written
+            print(f"kappa-ingest: warning: stopping Spark or Kafka: {_first_line(e)[:200]}", file=sys.stderr)
 
 
 def _reconciliation_error(report: RunReport, path: Path) -> KappaError:
@@ -162,14 +180,34 @@ def _reconciliation_error(report: RunReport, path: Path) -> KappaError:
     )
 
 
-def _record(spark: SparkSession, cfg: IngestConfig, report: RunReport) -> None:
-    """Append the run to the Delta metrics store; a store that cannot be written is a
-    warning on the report, not a lost run (summary.json holds everything)."""
+def _record(cfg: IngestConfig, report: RunReport) -> Path:
+    """Append the run to the Delta metrics store and write summary.json.
+
+    The per-task, stage, executor and broker-rate rows go first; then the run's end is
+    stamped and its totals row and summary.json written, so ``wall_s`` and ``phases``
+    include the recording. A store that cannot be written is a warning on stderr, not a
+    lost run (summary.json holds everything).
+    """
+    details = metrics_store.run_rows(report.summary())
+    del details["runs"]
     try:
-        metrics_store.record_run(spark, cfg.metrics_dir, report.summary())
+        metrics_store.append(cfg.metrics_dir, details)
+        recorded = True
     except Exception as e:  # noqa: BLE001 - the run itself is done and reported
-        print(f"kappa-ingest: warning: run not recorded in {cfg.metrics_dir}/delta: {_first_line(e)[:200]}",
-              file=sys.stderr)  # fmt: skip
+        _store_warning(cfg, e)
+        recorded = False
+    path = report.finish(cfg.metrics_dir)
+    if recorded:
+        try:
+            metrics_store.append(cfg.metrics_dir, {"runs": metrics_store.run_rows(report.summary())["runs"]})
+        except Exception as e:  # noqa: BLE001
+            _store_warning(cfg, e)
+    return path
+
+
+def _store_warning(cfg: IngestConfig, e: Exception) -> None:
+    print(f"kappa-ingest: warning: run not recorded in {cfg.metrics_dir}/delta: {_first_line(e)[:200]}",
+          file=sys.stderr)  # fmt: skip
 
 
 def _settled_offsets(

@@ -1,9 +1,16 @@
 """The Delta metrics store: every run (and every `make bench` run) appended to Delta tables
 under ``<metrics-dir>/delta/``, keyed by ``run_id``, for notebooks and ``kappa-ingest report``.
 
-Each table has the explicit schema below, created once with
-``DeltaTable.createIfNotExists``; then rows are appended. Failed runs are recorded too,
-with their status and error.
+Written and read with ``deltalake`` (delta-rs) from the driver's Python: one commit per
+table and run, no Spark job and no JVM, so recording a run takes a fraction of a second
+and ``kappa-ingest report`` answers without starting Spark. The tables are ordinary Delta
+tables (reader version 1, writer version 2): Spark with delta-spark reads them too
+(``build_session(..., extra_conf=SPARK_READER_CONF)``, then
+``spark.read.format("delta").load(table_path(...))``), and the suite checks both readers.
+
+Each table has the explicit schema below; a table is created with it on first use, then
+rows are appended. Columns added by a newer version are merged into an older table's
+schema on its next append. Failed runs are recorded too, with their status and error.
 
 | table | one row per | columns |
 | --- | --- | --- |
@@ -22,14 +29,21 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import types as T
+import pyarrow as pa
 
-S, L, D, INT, TS, B = T.StringType(), T.LongType(), T.DoubleType(), T.IntegerType(), T.TimestampType(), T.BooleanType()
+# A Spark session that reads the store with delta-spark (its jars are among the session's packages).
+SPARK_READER_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+S, L, D, INT, B = pa.string(), pa.int64(), pa.float64(), pa.int32(), pa.bool_()
+TS = pa.timestamp("us", tz="UTC")
+PHASES = ("startup_s", "setup_s", "sending_s", "reconcile_s", "recording_s")
 
 
-def _schema(*fields: tuple[str, T.DataType]) -> T.StructType:
-    return T.StructType([T.StructField(name, kind, nullable=name != "run_id") for name, kind in fields])
+def _schema(*fields: tuple[str, pa.DataType]) -> pa.Schema:
+    return pa.schema([pa.field(name, kind, nullable=name != "run_id") for name, kind in fields])
 
 
 RUNS = _schema(
@@ -38,6 +52,7 @@ RUNS = _schema(
     ("ingest_s", D), ("rows_read", L), ("rows_sent", L), ("rows_quarantined", L), ("bytes_sent", L),
     ("rows_per_s", D), ("mb_per_s", D), ("peak_messages_per_s", D), ("steady_messages_per_s", D),
     ("time_to_first_record_s", D), ("retry_duplicates", L), ("checks_ok", B), ("settings", S), ("config_json", S),
+    *((p, D) for p in PHASES),
 )  # fmt: skip
 TASKS = _schema(
     ("run_id", S), ("task_id", L), ("stage_id", INT), ("partition", INT), ("attempt", INT), ("status", S),
@@ -57,75 +72,94 @@ BROKER_RATE = _schema(("run_id", S), ("t", TS), ("offsets_total", L), ("messages
 BENCH = _schema(
     ("run_id", S), ("layout", S), ("contestant", S), ("kind", S), ("repeat", INT), ("rows", L), ("broker_rows", L),
     ("ingest_s", D), ("startup_s", D), ("wall_s", D), ("rows_per_s", D), ("mb_per_s", D), ("record_bytes", D),
-    ("cpu_s", D), ("broker_cpu_s", D), ("peak_rss_mb", D),
+    ("cpu_s", D), ("broker_cpu_s", D), ("peak_rss_mb", D), ("command_to_exit_s", D),
 )  # fmt: skip
 TABLES = {"runs": RUNS, "tasks": TASKS, "executors": EXECUTORS, "stages": STAGES, "broker_rate": BROKER_RATE,
           "bench": BENCH}  # fmt: skip
+RUN_TABLES = ("runs", "tasks", "executors", "stages", "broker_rate")
 
 
 def table_path(metrics_dir: str | Path, name: str) -> str:
     return str(Path(metrics_dir).resolve() / "delta" / name)
 
 
-def ensure_tables(spark: SparkSession, metrics_dir: str | Path) -> None:
-    """Create every table with its schema if absent."""
-    from delta.tables import DeltaTable
-
-    for name, schema in TABLES.items():
-        DeltaTable.createIfNotExists(spark).location(table_path(metrics_dir, name)).addColumns(schema).execute()
-
-
 def _ts(v: Any) -> datetime | None:
     return datetime.fromisoformat(v.replace("Z", "+00:00")) if isinstance(v, str) else v
 
 
-def _row(schema: T.StructType, values: dict[str, Any]) -> tuple:
-    out = []
-    for f in schema.fields:
-        v = values.get(f.name)
-        if isinstance(f.dataType, T.TimestampType):
-            v = _ts(v)
-        elif isinstance(f.dataType, T.DoubleType) and v is not None:
-            v = float(v)
-        elif isinstance(f.dataType, (T.LongType, T.IntegerType)) and v is not None:
-            v = int(v)
-        out.append(v)
-    return tuple(out)
+def _value(kind: pa.DataType, v: Any) -> Any:
+    if v is None:
+        return None
+    if pa.types.is_timestamp(kind):
+        return _ts(v)
+    if pa.types.is_floating(kind):
+        return float(v)
+    if pa.types.is_integer(kind):
+        return int(v)
+    return v
 
 
-def run_rows(summary: dict[str, Any]) -> dict[str, list[tuple]]:
+def _table(schema: pa.Schema, rows: list[dict[str, Any]]) -> pa.Table:
+    columns = {f.name: [_value(f.type, r.get(f.name)) for r in rows] for f in schema}
+    return pa.Table.from_pydict(columns, schema=schema)
+
+
+def run_rows(summary: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """A run's summary.json as rows of each table (pure)."""
     rid = summary["run_id"]
     rate = (summary.get("broker") or {}).get("rate") or {}
     settings = " ".join(f"{k}={v}" for k, v in sorted((summary.get("config") or {}).get("kafka_opts", {}).items()))
-    run = {**summary, **rate, "retry_duplicates": (summary.get("duplicates") or {}).get("count", 0),
+    run = {**summary, **rate, **(summary.get("phases") or {}),
+           "retry_duplicates": (summary.get("duplicates") or {}).get("count", 0),
            "checks_ok": all(c["ok"] for c in summary.get("checks", [])), "settings": settings,
            "config_json": json.dumps(summary.get("config"), default=str)}  # fmt: skip
     return {
-        "runs": [_row(RUNS, run)],
-        "tasks": [_row(TASKS, {**t, "run_id": rid}) for t in summary.get("tasks", [])],
-        "executors": [_row(EXECUTORS, {**e, "run_id": rid}) for e in summary.get("executors", [])],
-        "stages": [_row(STAGES, {**s, "run_id": rid}) for s in summary.get("stages", [])],
-        "broker_rate": [_row(BROKER_RATE, {**p, "run_id": rid}) for p in summary.get("broker_rate", [])],
+        "runs": [run],
+        "tasks": [{**t, "run_id": rid} for t in summary.get("tasks", [])],
+        "executors": [{**e, "run_id": rid} for e in summary.get("executors", [])],
+        "stages": [{**s, "run_id": rid} for s in summary.get("stages", [])],
+        "broker_rate": [{**p, "run_id": rid} for p in summary.get("broker_rate", [])],
     }
 
 
-def append(spark: SparkSession, metrics_dir: str | Path, rows: dict[str, list[tuple]]) -> None:
-    """Append rows to their tables (created first if absent)."""
-    ensure_tables(spark, metrics_dir)
+def append(metrics_dir: str | Path, rows: dict[str, list[dict[str, Any]]]) -> None:
+    """Append rows to their tables: one Delta commit per table with rows; a table that does
+    not exist yet is created with its full schema, so readers always find every run table."""
+    from deltalake import DeltaTable, write_deltalake
+
     for name, values in rows.items():
+        path = table_path(metrics_dir, name)
         if values:
-            df = spark.createDataFrame(values, TABLES[name])
-            df.write.format("delta").mode("append").save(table_path(metrics_dir, name))
+            write_deltalake(path, _table(TABLES[name], values), mode="append", schema_mode="merge")
+        elif not DeltaTable.is_deltatable(path):
+            DeltaTable.create(path, TABLES[name], mode="ignore")
 
 
-def record_run(spark: SparkSession, metrics_dir: str | Path, summary: dict[str, Any]) -> None:
-    append(spark, metrics_dir, run_rows(summary))
+def record_run(metrics_dir: str | Path, summary: dict[str, Any]) -> None:
+    append(metrics_dir, run_rows(summary))
 
 
-def record_bench(spark: SparkSession, metrics_dir: str | Path, bench_id: str, runs: list[dict[str, Any]]) -> None:
-    append(spark, metrics_dir, {"bench": [_row(BENCH, {**r, "run_id": bench_id}) for r in runs]})
+def record_bench(metrics_dir: str | Path, bench_id: str, runs: list[dict[str, Any]]) -> None:
+    append(metrics_dir, {"bench": [{**r, "run_id": bench_id} for r in runs]})
 
 
-def read(spark: SparkSession, metrics_dir: str | Path, name: str) -> DataFrame:
-    return spark.read.format("delta").load(table_path(metrics_dir, name))
+def exists(metrics_dir: str | Path, name: str = "runs") -> bool:
+    from deltalake import DeltaTable
+
+    return DeltaTable.is_deltatable(table_path(metrics_dir, name))
+
+
+def read(metrics_dir: str | Path, name: str, run_id: str | None = None) -> pa.Table:
+    """One table (or one run's rows of it) as an Arrow table, without Spark."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(table_path(metrics_dir, name))
+    return table.to_pyarrow_table(filters=[("run_id", "=", run_id)] if run_id is not None else None)
+
+
+def rows(metrics_dir: str | Path, name: str, run_id: str | None = None, order_by: str | None = None) -> list[dict]:
+    """One table's rows as dicts (timestamps as UTC datetimes), optionally sorted."""
+    table = read(metrics_dir, name, run_id)
+    if order_by:
+        table = table.sort_by(order_by)
+    return table.to_pylist()

@@ -8,9 +8,6 @@ import html
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
-
 from kappa_ingest import metrics_store, plots
 from kappa_ingest.errors import UsageError
 
@@ -18,21 +15,19 @@ RUN_COLUMNS = ["run_id", "status", "sink", "topic", "rows_sent", "rows_quarantin
                "steady_messages_per_s", "ingest_s", "wall_s", "started_at"]  # fmt: skip
 
 
-def load_run(spark: SparkSession, metrics_dir: str | Path, run_id: str) -> dict[str, list[dict[str, Any]]]:
-    """Every table's rows of one run, as dicts."""
-    out = {}
-    for name in ("runs", "executors", "tasks", "stages", "broker_rate"):
-        df = metrics_store.read(spark, metrics_dir, name).where(F.col("run_id") == run_id)
-        order = {"tasks": "task_id", "stages": "stage_id", "broker_rate": "t", "executors": "executor_id"}.get(name)
-        out[name] = [r.asDict() for r in (df.orderBy(order) if order else df).collect()]
+def load_run(metrics_dir: str | Path, run_id: str) -> dict[str, list[dict[str, Any]]]:
+    """Every table's rows of one run, as dicts (read without Spark)."""
+    order = {"tasks": "task_id", "stages": "stage_id", "broker_rate": "t", "executors": "executor_id"}
+    out = {name: metrics_store.rows(metrics_dir, name, run_id, order.get(name)) for name in metrics_store.RUN_TABLES}
     if not out["runs"]:
         raise UsageError(f"--run-id {run_id}: no such run in {metrics_dir}/delta; see 'kappa-ingest report --last 20'")
     return out
 
 
-def last_runs(spark: SparkSession, metrics_dir: str | Path, n: int) -> list[dict[str, Any]]:
-    df = metrics_store.read(spark, metrics_dir, "runs").orderBy(F.col("started_at").desc()).limit(n)
-    return [r.asDict() for r in df.collect()]
+def last_runs(metrics_dir: str | Path, n: int) -> list[dict[str, Any]]:
+    """The ``n`` most recently started runs, newest first."""
+    runs = metrics_store.read(metrics_dir, "runs").sort_by([("started_at", "descending")])
+    return runs.slice(0, n).to_pylist()
 
 
 def _cell(v: Any) -> str:

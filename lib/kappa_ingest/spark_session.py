@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from kappa_ingest import class_archive
 from kappa_ingest.paths import cache_dir, conf_dir
 
 SPARK_VERSION = "4.0.0"
@@ -40,6 +41,7 @@ def build_session(
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         log4j = f"-Dlog4j2.configurationFile=file:{conf_dir() / 'log4j2-spark.properties'}"
+        driver_java = f"{log4j} {class_archive.options()}".strip()
         from kappa_ingest.interceptor import jar_path
 
         resolved = resolved_package_jars()
@@ -54,10 +56,13 @@ def build_session(
                     "spark.jars.ivySettings": str(conf_dir() / "ivysettings.xml"),
                 }
             ),
-            "spark.driver.extraJavaOptions": log4j,
+            "spark.driver.extraJavaOptions": driver_java,
             "spark.executor.extraJavaOptions": log4j,
         }
-        builder = builder.master(master or "local[*]")
+        master = master or "local[*]"
+        if master.startswith("local"):  # workers run this venv's Python, where the package is installed
+            conf["spark.python.daemon.module"] = "kappa_ingest.worker_daemon"
+        builder = builder.master(master)
         for k, v in conf.items():
             builder = builder.config(k, v)
     for k, v in (extra_conf or {}).items():
@@ -65,6 +70,33 @@ def build_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def stop_session(spark: SparkSession, timeout_s: float = 10.0) -> None:
+    """Stop the session and, when this process started the JVM, the JVM too, waiting for it.
+
+    Left to itself the JVM notices only after Python has exited, and winds down for half a
+    second more with nobody waiting for it but a pipe. Unusable for more Spark afterwards:
+    for the command line's end, not for a notebook.
+    """
+    import subprocess
+
+    from pyspark import SparkContext
+
+    spark.stop()
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)  # set only where pyspark launched the JVM itself
+    if gateway is None or proc is None:
+        return
+    gateway.shutdown()
+    SparkContext._gateway = SparkContext._jvm = None  # type: ignore[assignment]
+    if proc.stdin is not None:
+        proc.stdin.close()  # the gateway JVM exits when its stdin closes
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _resolved_list() -> Path:

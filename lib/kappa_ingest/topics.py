@@ -118,3 +118,9 @@ class Admin:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

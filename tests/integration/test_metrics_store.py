@@ -36,24 +36,57 @@ def store(spark, kafka, tmp_path_factory):
     return tmp / "metrics", summary, bad.run_id
 
 
-def test_every_table_holds_the_run_keyed_by_run_id(spark, store):
+def test_every_table_holds_the_run_keyed_by_run_id(store):
     metrics, summary, failed_id = store
     rid = summary["run_id"]
-    runs = {r["run_id"]: r for r in metrics_store.read(spark, metrics, "runs").collect()}
+    runs = {r["run_id"]: r for r in metrics_store.rows(metrics, "runs")}
     assert runs[rid]["status"] == "succeeded" and runs[rid]["rows_sent"] == 5000
     assert runs[failed_id]["status"] == "failed" and "nope" in runs[failed_id]["error"]
-    for name, schema in metrics_store.TABLES.items():
-        assert metrics_store.read(spark, metrics, name).schema.fieldNames() == schema.fieldNames()
-    tasks = metrics_store.read(spark, metrics, "tasks").where(f"run_id = '{rid}'").collect()
+    # The totals row carries the same clock as summary.json: phases adding up to wall_s.
+    assert runs[rid]["wall_s"] == summary["wall_s"]
+    assert [runs[rid][p] for p in metrics_store.PHASES] == [summary["phases"][p] for p in metrics_store.PHASES]
+    for name in metrics_store.RUN_TABLES:
+        assert metrics_store.read(metrics, name).schema == metrics_store.TABLES[name]
+    tasks = metrics_store.rows(metrics, "tasks", rid)
     assert sum(t["rows"] for t in tasks if t["status"] == "SUCCESS") == 5000
-    samples = metrics_store.read(spark, metrics, "broker_rate").where(f"run_id = '{rid}'").orderBy("t").collect()
+    samples = metrics_store.rows(metrics, "broker_rate", rid, order_by="t")
     assert samples[-1]["offsets_total"] - samples[0]["offsets_total"] == 5000
-    assert len(metrics_store.read(spark, metrics, "executors").where(f"run_id = '{rid}'").collect()) == 1
+    assert len(metrics_store.rows(metrics, "executors", rid)) == 1
 
 
-def test_stage_and_task_times_lie_inside_the_run(spark, store):
+def test_spark_reads_the_store_as_deltalake_does(spark, store):
+    """Written by delta-rs, read by delta-spark: the same rows and columns (two tables: every
+    column type of the store is in them, and each Delta load costs Spark seconds)."""
+    metrics, _, _ = store
+    for name in ("runs", "tasks"):
+        df = spark.read.format("delta").load(metrics_store.table_path(metrics, name))
+        assert df.schema.fieldNames() == metrics_store.TABLES[name].names
+        key = [c for c in ("run_id", "task_id", "stage_id", "t", "executor_id") if c in df.columns]
+        by_spark = sorted((tuple(r) for r in df.select(*key).collect()), key=str)
+        by_rs = sorted((tuple(r[k] for k in key) for r in metrics_store.rows(metrics, name)), key=str)
+        assert [tuple(str(v)[:19] for v in r) for r in by_spark] == [tuple(str(v)[:19] for v in r) for r in by_rs]
+    totals = spark.read.format("delta").load(metrics_store.table_path(metrics, "runs")).collect()
+    assert {r["run_id"]: r["rows_sent"] for r in totals} == {
+        r["run_id"]: r["rows_sent"] for r in metrics_store.rows(metrics, "runs")
+    }
+
+
+def test_an_older_table_gains_new_columns_on_append(tmp_path, store):
+    """A store written before a column existed takes the new column on the next run's append."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    _, summary, _ = store
+    old = pa.schema([f for f in metrics_store.RUNS if f.name not in metrics_store.PHASES])
+    write_deltalake(metrics_store.table_path(tmp_path, "runs"), pa.Table.from_pylist([{"run_id": "old"}], old))
+    metrics_store.record_run(tmp_path, summary)
+    rows = {r["run_id"]: r for r in metrics_store.rows(tmp_path, "runs")}
+    assert rows["old"]["setup_s"] is None and rows[summary["run_id"]]["setup_s"] == summary["phases"]["setup_s"]
+
+
+def test_stage_and_task_times_lie_inside_the_run(store):
     metrics, summary, _ = store
-    run_row = load_run(spark, metrics, summary["run_id"])
+    run_row = load_run(metrics, summary["run_id"])
     start, end = run_row["runs"][0]["started_at"], run_row["runs"][0]["finished_at"]
     for s in run_row["stages"]:
         assert start <= s["submitted_at"] <= s["completed_at"] <= end
@@ -66,9 +99,9 @@ def test_stage_and_task_times_lie_inside_the_run(spark, store):
     assert len(run_row["tasks"]) == len(summary["tasks"])
 
 
-def test_html_page_is_self_contained_with_figures(spark, store):
+def test_html_page_is_self_contained_with_figures(store):
     metrics, summary, _ = store
-    page = render_html(load_run(spark, metrics, summary["run_id"]))
+    page = render_html(load_run(metrics, summary["run_id"]))
     assert page.count("data:image/png;base64,") == 3 and "<script" not in page and "http" not in page
     assert summary["run_id"] in page and "Executors" in page
 

@@ -173,13 +173,8 @@ def _x(v: float | None) -> str:
 def _record(metrics_dir: Path, bench_id: str, results: list[RunResult]) -> None:
     """Append the runs to the ``bench`` table of the Delta metrics store."""
     from kappa_ingest.metrics_store import record_bench
-    from kappa_ingest.spark_session import build_session
 
-    spark = build_session("kappa-ingest bench store", "local[1]")
-    try:
-        record_bench(spark, metrics_dir, f"bench-{bench_id}", [asdict(r) for r in results])
-    finally:
-        spark.stop()
+    record_bench(metrics_dir, f"bench-{bench_id}", [asdict(r) for r in results])
     print(f"recorded in {metrics_dir}/delta/bench as run_id bench-{bench_id}")
 
 

@@ -1,0 +1,15 @@
+"""Checks made before Spark starts, so a bad run fails in a second, not after the JVM's start-up."""
+
+from __future__ import annotations
+
+from kappa_ingest.config import IngestConfig
+from kappa_ingest.inputs import resolve_inputs
+from kappa_ingest.topics import Admin
+
+
+def preflight(cfg: IngestConfig) -> None:
+    """The inputs exist and are readable, and a configured Kafka answers."""
+    resolve_inputs(cfg.inputs)
+    if cfg.bootstrap_servers and not cfg.dry_run:
+        with Admin(cfg.bootstrap_servers, cfg.producer_settings()) as admin:
+            admin.check_reachable()
