@@ -1,7 +1,7 @@
 """``make bench``: kappa-ingest side by side with Kafka's own producer, kcat, the classic
 Python script and plain Spark, on the same input and the same local broker.
 
-    .venv/bin/python jobs/benchmark.py [--rows 1000000] [--layout wide30 --layout debs2012]
+    .venv/bin/python jobs/benchmark.py [--rows 10 --rows 100000 --rows 1000000] [--layout wide30 --layout debs2012]
                                        [--only kappa --only ceiling] [--repeats 3]
 """
 
@@ -15,7 +15,7 @@ from kappa_ingest.cli import exit_on_sigterm
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="jobs/benchmark.py", description=__doc__.splitlines()[0])
-    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--rows", type=int, action="append", help="input rows; repeatable (default 10, 100000, 1000000)")
     p.add_argument("--layout", action="append", choices=["wide30", "debs2012"], help="repeatable (default both)")
     p.add_argument("--only", action="append", help="contestants whose name contains this; repeatable")
     p.add_argument("--repeats", type=int, default=3)
@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--metrics-dir", default="metrics", help="the Delta metrics store the runs are appended to")
     args = p.parse_args(argv)
     exit_on_sigterm()  # stop the benchmark's broker on SIGTERM too
-    run_bench(args.layout or ["wide30", "debs2012"], args.rows, args.only, args.repeats, Path(args.out),
+    run_bench(args.layout or ["wide30", "debs2012"], args.rows or [10, 100_000, 1_000_000], args.only, args.repeats, Path(args.out),
               Path(args.data), args.classic_rows, args.partitions, " ".join(["jobs/benchmark.py", *argv]),
               Path(args.metrics_dir))  # fmt: skip
     return 0

@@ -72,7 +72,7 @@ def run_ingest(args: argparse.Namespace) -> int:
     from kappa_ingest.phases import RunClock
     from kappa_ingest.preflight import preflight
     from kappa_ingest.report import RunReport
-    from kappa_ingest.spark_session import build_session, launched_by_spark_submit, stop_session
+    from kappa_ingest.spark_session import QUICK_JIT_BYTES, build_session, launched_by_spark_submit, stop_session
 
     clock = RunClock.from_process_start()
     cfg = config.load(args)
@@ -81,10 +81,11 @@ def run_ingest(args: argparse.Namespace) -> int:
     importing.start()
     kafka: KafkaEndpoint | None = None
     try:
-        preflight(cfg)
+        input_bytes = preflight(cfg)
         if not launched_by_spark_submit():  # else the master is known only once the session is up
             kafka = endpoint_for(cfg, cfg.spark_master or "local[*]")
-        spark = build_session(f"kappa-ingest {cfg.run_id}", cfg.spark_master)
+        quick = input_bytes < QUICK_JIT_BYTES  # start-up outweighs steady state on smaller inputs
+        spark = build_session(f"kappa-ingest {cfg.run_id}", cfg.spark_master, quick_jit=quick)
     except BaseException as e:
         # ingest() writes the report from here on; before it, this does.
         if kafka is not None:

@@ -78,10 +78,11 @@ def ingest(
         if cfg.dry_run:
             warming.join()
             clock.end("setup")
+            spark_metrics.warm(spark)
             stats = _spark_errors(lambda: run_partitions(source.df, source.spec, source.parser, _Discard, rate))
             clock.end("sending")
         else:
-            stats, before, after = _send(cfg, source, kafka, report, warming, rate, echo)
+            stats, before, after = _send(cfg, spark, source, kafka, report, warming, rate, echo)
         report.add_run(stats, spark_metrics.collect(spark, group))
         if not cfg.dry_run:
             _check_broker(report, before, after)
@@ -104,8 +105,9 @@ def ingest(
         raise
     finally:
         clock.end("reconcile")  # a failed run's last phase takes its time up to here
-        _release(release, kafka if owns_kafka else None)
-        path = _record(cfg, report)
+        releasing = threading.Thread(target=_release, args=(release, kafka if owns_kafka else None), name="release")
+        releasing.start()  # Spark and Kafka stop while the store is written
+        path = _record(cfg, report, releasing)
         if echo:
             print(render(report.summary()))
             print(f"report: {path}")
@@ -116,6 +118,7 @@ def ingest(
 
 def _send(
     cfg: IngestConfig,
+    spark: SparkSession,
     source: csv_source.Source,
     kafka: KafkaEndpoint,
     report: RunReport,
@@ -136,6 +139,7 @@ def _send(
         progress = Progress(estimate_rows(list(source.files), cfg.header), quiet=cfg.quiet or not echo)
         warming.join()
         report.clock.end("setup")
+        spark_metrics.warm(spark)
         sampler = BrokerRateSampler(servers, cfg.topic, settings, on_sample=progress.update).start()
         try:
             stats = _spark_errors(lambda: sinks.send(cfg.sink, source, cfg.topic, settings, servers, rate))
@@ -180,12 +184,12 @@ def _reconciliation_error(report: RunReport, path: Path) -> KappaError:
     )
 
 
-def _record(cfg: IngestConfig, report: RunReport) -> Path:
+def _record(cfg: IngestConfig, report: RunReport, releasing: threading.Thread) -> Path:
     """Append the run to the Delta metrics store and write summary.json.
 
-    The per-task, stage, executor and broker-rate rows go first; then the run's end is
-    stamped and its totals row and summary.json written, so ``wall_s`` and ``phases``
-    include the recording. A store that cannot be written is a warning on stderr, not a
+    The per-task, stage, executor and broker-rate rows go first (while ``releasing`` stops
+    Spark and Kafka); then the run's end is stamped and its totals row and summary.json
+    written, so ``wall_s`` and ``phases`` include the recording. A store that cannot be written is a warning on stderr, not a
     lost run (summary.json holds everything).
     """
     details = metrics_store.run_rows(report.summary())
@@ -196,6 +200,7 @@ def _record(cfg: IngestConfig, report: RunReport) -> Path:
     except Exception as e:  # noqa: BLE001 - the run itself is done and reported
         _store_warning(cfg, e)
         recorded = False
+    releasing.join()
     path = report.finish(cfg.metrics_dir)
     if recorded:
         try:

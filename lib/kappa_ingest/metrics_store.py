@@ -70,9 +70,10 @@ STAGES = _schema(
 )  # fmt: skip
 BROKER_RATE = _schema(("run_id", S), ("t", TS), ("offsets_total", L), ("messages_per_s", D), ("one_minute_rate", D))
 BENCH = _schema(
-    ("run_id", S), ("layout", S), ("contestant", S), ("kind", S), ("repeat", INT), ("rows", L), ("broker_rows", L),
+    ("run_id", S), ("layout", S), ("row_set", L), ("contestant", S), ("kind", S), ("repeat", INT), ("rows", L),
+    ("broker_rows", L),
     ("ingest_s", D), ("startup_s", D), ("wall_s", D), ("rows_per_s", D), ("mb_per_s", D), ("record_bytes", D),
-    ("cpu_s", D), ("broker_cpu_s", D), ("peak_rss_mb", D), ("command_to_exit_s", D),
+    ("cpu_s", D), ("broker_cpu_s", D), ("peak_rss_mb", D),
 )  # fmt: skip
 TABLES = {"runs": RUNS, "tasks": TASKS, "executors": EXECUTORS, "stages": STAGES, "broker_rate": BROKER_RATE,
           "bench": BENCH}  # fmt: skip

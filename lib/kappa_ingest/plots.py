@@ -97,21 +97,34 @@ def runs_compared(runs: Rows) -> Figure:
 
 
 def bench_results(summary: Rows) -> Figure:
-    """`make bench`: median rows/s per contestant with min–max whiskers, per layout."""
-    layouts = sorted({r["layout"] for r in summary})
-    fig, axes = plt.subplots(len(layouts), 1, figsize=(10, 3.2 * len(layouts)), squeeze=False)
+    """`make bench`: per layout and input size, median rows/s per contestant (min–max
+    whiskers) beside its command-to-exit time; both axes start at zero."""
+    groups = sorted({(r["layout"], r.get("row_set", r["rows"])) for r in summary})
+    fig, axes = plt.subplots(len(groups), 2, figsize=(12, 3.2 * len(groups)), squeeze=False)
     colours = {"ceiling": "#555555", "peer": "#999999", "baseline": ORANGE, "kappa-ingest": BLUE}
-    for ax, layout in zip(axes[:, 0], layouts, strict=True):
-        rows = [r for r in summary if r["layout"] == layout]
+    for (ax, ax_exit), (layout, row_set) in zip(axes, groups, strict=True):
+        rows = [r for r in summary if (r["layout"], r.get("row_set", r["rows"])) == (layout, row_set)]
+        names = [r["contestant"] for r in rows]
+        colour = [colours.get(r["kind"], GREY) for r in rows]
         med = [r["rows_per_s"] for r in rows]
         err = [[m - r["rows_per_s_min"] for m, r in zip(med, rows, strict=True)],
                [r["rows_per_s_max"] - m for m, r in zip(med, rows, strict=True)]]  # fmt: skip
-        ax.barh([r["contestant"] for r in rows], med, xerr=err, color=[colours.get(r["kind"], GREY) for r in rows])
+        ax.barh(names, med, xerr=err, color=colour)
         ax.invert_yaxis()
+        ax.set_xlim(left=0)
         ax.set_xlabel("rows/s (median, min–max)")
-        ax.set_title(f"{layout}: {rows[0]['rows']:,} rows")
+        ax.set_title(f"{layout}, {row_set:,} input rows: sending rate")
         for y, m in enumerate(med):
             ax.text(m, y, f" {m:,.0f}", va="center", fontsize=8)
+        exits = [r.get("command_to_exit_s", 0.0) for r in rows]
+        ax_exit.barh(names, exits, color=colour)
+        ax_exit.invert_yaxis()
+        ax_exit.set_xlim(left=0)
+        ax_exit.set_yticks(range(len(names)), [""] * len(names))
+        ax_exit.set_xlabel("seconds, command to exit (median)")
+        ax_exit.set_title("what the user waits for")
+        for y, e in enumerate(exits):
+            ax_exit.text(e, y, f" {e:.1f} s", va="center", fontsize=8)
     fig.tight_layout()
     return fig
 

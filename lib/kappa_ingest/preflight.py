@@ -7,9 +7,11 @@ from kappa_ingest.inputs import resolve_inputs
 from kappa_ingest.topics import Admin
 
 
-def preflight(cfg: IngestConfig) -> None:
-    """The inputs exist and are readable, and a configured Kafka answers."""
-    resolve_inputs(cfg.inputs)
+def preflight(cfg: IngestConfig) -> int:
+    """The inputs exist and are readable, and a configured Kafka answers; returns the
+    inputs' local bytes."""
+    _, input_bytes = resolve_inputs(cfg.inputs)
     if cfg.bootstrap_servers and not cfg.dry_run:
         with Admin(cfg.bootstrap_servers, cfg.producer_settings()) as admin:
             admin.check_reachable()
+    return input_bytes

@@ -171,11 +171,7 @@ class RunReport:
     def check_offsets(self, before: dict[int, int], after: dict[int, int]) -> None:
         """The broker's account: the topic grew by rows_sent plus counted retry duplicates."""
         delta = sum(after.values()) - sum(before.get(p, 0) for p in after)
-        self.broker = {
-            "offsets_before": sum(before.values()),
-            "offsets_after": sum(after.values()),
-            "offset_delta": delta,
-        }
+        self.broker.update(offsets_before=sum(before.values()), offsets_after=sum(after.values()), offset_delta=delta)
         extra = delta - self.rows_sent
         if self.duplicates.get("failed_attempts") and extra > 0:
             self.duplicates["count"] = extra

@@ -9,6 +9,7 @@ and the executors. Nothing here is estimated.
 from __future__ import annotations
 
 import json
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -97,6 +98,20 @@ class StatusApi:
     def get(self, path: str) -> Any:
         with urllib.request.urlopen(f"{self.base}{path}", timeout=30) as resp:
             return json.load(resp)
+
+
+def warm(spark: SparkSession) -> None:
+    """Answer one REST request now, on a background thread: the API's first request
+    initialises its servlets (about a second of JVM time), better spent while the job sends
+    than after it, when the run reads its metrics."""
+
+    def ask() -> None:
+        try:
+            StatusApi(spark).get("/jobs")
+        except Exception:  # noqa: BLE001 - only a head start; collect() asks again
+            pass
+
+    threading.Thread(target=ask, name="spark-rest-warm-up", daemon=True).start()
 
 
 def collect(spark: SparkSession, job_group: str) -> SparkRunMetrics:

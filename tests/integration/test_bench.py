@@ -19,17 +19,20 @@ pytestmark = pytest.mark.integration
 
 
 def test_bench_writes_table_json_and_chart(tmp_path):
-    out = run_bench(["wide30"], 20_000, ["ceiling", "classic", "kappa-ingest confluent"], 1, tmp_path / "out",
+    out = run_bench(["wide30"], [20_000], ["ceiling", "classic", "kappa-ingest confluent"], 1, tmp_path / "out",
                     tmp_path / "data", 5_000, 2, "test")  # fmt: skip
     results = json.loads((out / "results.json").read_text())
     names = {r["contestant"] for r in results["summary"]}
     assert names == {"ceiling: ProducerPerformance", "classic script", "kappa-ingest confluent"}
     for r in results["runs"]:
         assert r["broker_rows"] >= r["rows"] > 0 and r["rows_per_s"] > 0 and r["peak_rss_mb"] > 0
+        assert r["row_set"] == 20_000 and r["wall_s"] >= r["ingest_s"] > 0
     kappa = next(r for r in results["summary"] if r["contestant"] == "kappa-ingest confluent")
     assert kappa["x_ceiling"] > 0 and kappa["x_classic"] > 0
     assert (out / "rows_per_s.png").stat().st_size > 10_000
-    assert "| wide30 | kappa-ingest confluent |" in (out / "results.md").read_text()
+    kappa_run = next(r for r in results["runs"] if r["contestant"] == "kappa-ingest confluent")
+    assert kappa["command_to_exit_s"] == kappa_run["wall_s"]
+    assert "| wide30 | 20,000 | kappa-ingest confluent | 20,000 |" in (out / "results.md").read_text()
 
 
 def test_sweep_corner_writes_heatmap_and_rates(tmp_path):

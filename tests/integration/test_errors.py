@@ -86,11 +86,28 @@ def test_files_with_different_headers_exit_3(tmp_path, kafka):
     assert summary["status"] == "failed"
 
 
-def test_a_good_run_through_the_cli_exits_0(tmp_path, kafka):
+def test_a_good_run_through_the_cli_exits_0_and_its_clock_covers_the_command(tmp_path):
+    """No --bootstrap-servers: the run starts its own broker beside Spark and stops it; the
+    report's clock starts with the process and its phases add up to wall_s."""
+    from datetime import datetime
+
     (tmp_path / "in.csv").write_text("a,b\n1,2\n3,4\n")
-    done = cli(tmp_path, "--input", str(tmp_path / "in.csv"), "--topic", "cli-ok", "--bootstrap-servers",
-               kafka.bootstrap_servers)  # fmt: skip
+    launched = time.time()
+    done = cli(tmp_path, "--input", str(tmp_path / "in.csv"), "--topic", "cli-ok")
+    exited = time.time()
     assert done.returncode == 0, done.stderr
-    assert "SUCCEEDED" in done.stdout and "executors" in done.stdout and "stages" in done.stdout
+    assert "SUCCEEDED" in done.stdout and "executors" in done.stdout and "phases: start-up" in done.stdout
     [summary] = summaries(tmp_path)
-    assert summary["rows_sent"] == 2
+    assert summary["rows_sent"] == 2 and summary["broker"]["embedded"] is True
+    assert summary["broker"]["offset_delta"] == 2 and all(c["ok"] for c in summary["checks"])
+    started = datetime.fromisoformat(summary["started_at"].replace("Z", "+00:00")).timestamp()
+    finished = datetime.fromisoformat(summary["finished_at"].replace("Z", "+00:00")).timestamp()
+    assert launched - 0.05 <= started <= launched + 0.5  # the process's own start, not the session's
+    assert finished <= exited and sum(summary["phases"].values()) == pytest.approx(summary["wall_s"], abs=0.002)
+    assert all(v >= 0 for v in summary["phases"].values()) and summary["phases"]["sending_s"] > 0
+    # The run's broker is gone with it, and nothing of it is left behind.
+    port = int(summary["bootstrap_servers"].rsplit(":", 1)[1])
+    import socket
+
+    with socket.socket() as sock:
+        assert sock.connect_ex(("127.0.0.1", port)) != 0

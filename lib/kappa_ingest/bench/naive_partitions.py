@@ -16,7 +16,9 @@ def main(path: str, topic: str, servers: str, master: str, partitions: str) -> N
     from kappa_ingest.spark_session import build_session
 
     started = time.monotonic()
-    spark = build_session("naive partitions", master)  # the same jars and logging, nothing else of ours
+    spark = build_session(
+        "naive partitions", master, start_up_aids=False
+    )  # the same jars and logging, nothing else of ours
     # As many producers as kappa-ingest gets (a small input is one split, so one task otherwise).
     df = spark.read.option("header", True).option("escape", '"').csv(path).repartition(int(partitions))
 

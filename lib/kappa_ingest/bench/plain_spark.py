@@ -15,7 +15,7 @@ def main(path: str, topic: str, servers: str, master: str) -> None:
     from kappa_ingest.spark_session import build_session
 
     started = time.monotonic()
-    spark = build_session("plain spark", master)  # the same jars and logging, nothing else of ours
+    spark = build_session("plain spark", master, start_up_aids=False)  # the same jars and logging, nothing else of ours
     ready = time.monotonic()
     df = spark.read.option("header", True).option("escape", '"').csv(path)
     out = df.select(F.to_json(F.struct(*df.columns)).alias("value"))

@@ -32,6 +32,7 @@ PAYLOAD_SAMPLE_ROWS = 10_000
 @dataclass
 class RunResult:
     layout: str
+    row_set: int  # the input's rows (the slow baselines send at most classic_rows of them)
     contestant: str
     kind: str
     repeat: int
@@ -39,7 +40,7 @@ class RunResult:
     broker_rows: int
     ingest_s: float
     startup_s: float
-    wall_s: float
+    wall_s: float  # command to exit: the process started, ran and ended, on the runner's clock
     rows_per_s: float
     mb_per_s: float
     record_bytes: float
@@ -79,7 +80,7 @@ def _record_bytes(bootstrap: str, topic: str) -> float:
 
 
 def run_contestant(c: Contestant, ctx: Context, layout: str, repeat: int, admin: Admin, broker_pid: int) -> RunResult:
-    topic = f"bench-{layout}-{c.name.split(':')[0].replace(' ', '-')}-{repeat}-{os.getpid()}"
+    topic = f"bench-{layout}-{ctx.rows}-{c.name.split(':')[0].replace(' ', '-')}-{repeat}-{os.getpid()}"
     admin.ensure_topic(topic, 2, 1)
     before = sum(admin.end_offsets(topic).values())
     broker_before = cpu_seconds(broker_pid)
@@ -95,23 +96,25 @@ def run_contestant(c: Contestant, ctx: Context, layout: str, repeat: int, admin:
         raise RuntimeError(f"{c.name}: the broker holds {broker_rows} new records, expected {expected}")
     size = _record_bytes(ctx.bootstrap_servers, topic)
     rate = timing.rows / timing.ingest_s
-    return RunResult(layout, c.name, c.kind, repeat, timing.rows, broker_rows, round(timing.ingest_s, 3),
+    return RunResult(layout, ctx.rows, c.name, c.kind, repeat, timing.rows, broker_rows, round(timing.ingest_s, 3),
                      round(timing.startup_s, 3), round(usage.wall_s, 3), round(rate, 1),
                      round(rate * size / 1e6, 2), round(size, 1), usage.cpu_s, round(broker_cpu, 2),
                      usage.peak_rss_mb)  # fmt: skip
 
 
 def summarise(results: list[RunResult]) -> list[dict[str, Any]]:
-    """Median and min–max per layout and contestant, with ratios to the ceiling and the classic script."""
-    groups: dict[tuple[str, str], list[RunResult]] = {}
+    """Median and min–max per layout, row set and contestant, with ratios to the ceiling,
+    the classic script and plain Spark: of rows/s, and of command-to-exit time."""
+    groups: dict[tuple[str, int, str], list[RunResult]] = {}
     for r in results:
-        groups.setdefault((r.layout, r.contestant), []).append(r)
+        groups.setdefault((r.layout, r.row_set, r.contestant), []).append(r)
     rows = []
-    for (layout, name), rs in groups.items():
+    for (layout, row_set, name), rs in groups.items():
         rates = [r.rows_per_s for r in rs]
         rows.append(
             {
                 "layout": layout,
+                "row_set": row_set,
                 "contestant": name,
                 "kind": rs[0].kind,
                 "runs": len(rs),
@@ -126,21 +129,29 @@ def summarise(results: list[RunResult]) -> list[dict[str, Any]]:
                 "peak_rss_mb": max(r.peak_rss_mb for r in rs),
                 "startup_s": statistics.median(r.startup_s for r in rs),
                 "ingest_s": statistics.median(r.ingest_s for r in rs),
+                "command_to_exit_s": statistics.median(r.wall_s for r in rs),
+                "command_to_exit_min_s": min(r.wall_s for r in rs),
+                "command_to_exit_max_s": max(r.wall_s for r in rs),
             }
         )
-    for layout in {r["layout"] for r in rows}:
-        mine = [r for r in rows if r["layout"] == layout]
+    for key in {(r["layout"], r["row_set"]) for r in rows}:
+        mine = [r for r in rows if (r["layout"], r["row_set"]) == key]
         ceiling = next((r["rows_per_s"] for r in mine if r["kind"] == "ceiling"), None)
         classic = next((r["rows_per_s"] for r in mine if r["contestant"] == "classic script"), None)
-        plain = next((r["rows_per_s"] for r in mine if r["contestant"] == "plain Spark"), None)
+        plain = next((r for r in mine if r["contestant"] == "plain Spark"), None)
         by_name = {r["contestant"]: r["rows_per_s"] for r in mine}
         for r in mine:
             naive = by_name.get(NAIVE_FORM.get(r["contestant"], ""))
             r["x_naive"] = round(r["rows_per_s"] / naive, 2) if naive else None
             r["x_ceiling"] = round(r["rows_per_s"] / ceiling, 3) if ceiling else None
             r["x_classic"] = round(r["rows_per_s"] / classic, 2) if classic else None
-            r["x_plain_spark"] = round(r["rows_per_s"] / plain, 2) if plain else None
-    return rows
+            r["x_plain_spark"] = round(r["rows_per_s"] / plain["rows_per_s"], 2) if plain else None
+            # Command to exit as a share of plain Spark's on the same input (lower is better).
+            same_rows = plain is not None and plain["rows"] == r["rows"]
+            r["exit_vs_plain_spark"] = (
+                round(r["command_to_exit_s"] / plain["command_to_exit_s"], 2) if same_rows else None
+            )
+    return sorted(rows, key=lambda r: (r["layout"], r["row_set"]))
 
 
 # What each non-default sink is measured against (issue: "each at least 2x its naive form").
@@ -151,15 +162,18 @@ NAIVE_FORM = {
 
 
 def markdown(summary: list[dict[str, Any]], meta: dict[str, Any]) -> str:
-    head = ("| layout | contestant | rows/s (median) | min–max | MB/s | × ceiling | × classic | × plain Spark "
-            "| × naive form | CPU µs/row | broker CPU s | peak RSS MB | start-up s |")  # fmt: skip
-    lines = [f"`{meta['command']}` — {meta['started_at']}, {meta['machine']}", "", head, "|" + " --- |" * 13]
+    head = ("| layout | input rows | contestant | rows sent | rows/s (median) | min–max | MB/s | × ceiling | × classic "
+            "| × plain Spark | × naive form | command to exit s (median, min–max) | exit ÷ plain Spark's | CPU µs/row "
+            "| broker CPU s | peak RSS MB | start-up s |")  # fmt: skip
+    lines = [f"`{meta['command']}` — {meta['started_at']}, {meta['machine']}", "", head, "|" + " --- |" * 17]
     for r in summary:
         lines.append(
-            f"| {r['layout']} | {r['contestant']} | {r['rows_per_s']:,.0f} | {r['rows_per_s_min']:,.0f}–"
-            f"{r['rows_per_s_max']:,.0f} | {r['mb_per_s']:.1f} | {_x(r['x_ceiling'])} | {_x(r['x_classic'])} | "
-            f"{_x(r['x_plain_spark'])} | {_x(r.get('x_naive'))} | {r['cpu_us_per_row']} | {r['broker_cpu_s']:.1f} | {r['peak_rss_mb']:,.0f} | "
-            f"{r['startup_s']:.1f} |"
+            f"| {r['layout']} | {r['row_set']:,} | {r['contestant']} | {r['rows']:,} | {r['rows_per_s']:,.0f} | "
+            f"{r['rows_per_s_min']:,.0f}–{r['rows_per_s_max']:,.0f} | {r['mb_per_s']:.1f} | {_x(r['x_ceiling'])} | "
+            f"{_x(r['x_classic'])} | {_x(r['x_plain_spark'])} | {_x(r.get('x_naive'))} | "
+            f"{r['command_to_exit_s']:.1f} ({r['command_to_exit_min_s']:.1f}–{r['command_to_exit_max_s']:.1f}) | "
+            f"{_x(r.get('exit_vs_plain_spark'))} | {r['cpu_us_per_row']} | {r['broker_cpu_s']:.1f} | "
+            f"{r['peak_rss_mb']:,.0f} | {r['startup_s']:.1f} |"
         )
     skipped = meta.get("skipped") or {}
     lines += [""] + [f"- skipped {name}: {why}" for name, why in skipped.items()]
@@ -178,9 +192,30 @@ def _record(metrics_dir: Path, bench_id: str, results: list[RunResult]) -> None:
     print(f"recorded in {metrics_dir}/delta/bench as run_id bench-{bench_id}")
 
 
+def _context(
+    layout: str,
+    rows: int,
+    data_dir: Path,
+    classic_rows: int,
+    partitions: int,
+    cluster: local_kafka.LocalKafka,
+    tmp: Path,
+) -> Context:
+    """Inputs of one layout and row set (generated once, kept in ``data_dir``) and what every contestant shares."""
+    data = data_dir / f"{layout}-{rows}.csv"
+    if not data.exists():
+        datagen.generate(layout, rows, data)
+    small = data_dir / f"{layout}-{min(rows, classic_rows)}.csv"
+    if not small.exists():
+        datagen.generate(layout, min(rows, classic_rows), small)
+    payload, _ = payload_file(data, tmp / f"{layout}-{rows}-payload.json")
+    return Context(data, rows, cluster.bootstrap_servers, payload, tmp, min(rows, classic_rows), partitions,
+                   local_kafka.jars_dir(), small)  # fmt: skip
+
+
 def run_bench(
     layouts: list[str],
-    rows: int,
+    row_sets: list[int],
     only: list[str] | None,
     repeats: int,
     out_root: Path,
@@ -190,7 +225,7 @@ def run_bench(
     command: str,
     metrics_dir: Path | None = None,
 ) -> Path:
-    """Run every selected contestant ``repeats`` times per layout; returns the results directory."""
+    """Run every selected contestant ``repeats`` times per layout and row set; returns the results directory."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = out_root / stamp
     out.mkdir(parents=True, exist_ok=True)
@@ -203,26 +238,20 @@ def run_bench(
         try:
             admin = Admin(cluster.bootstrap_servers)
             for layout in layouts:
-                data = data_dir / f"{layout}-{rows}.csv"
-                if not data.exists():
-                    datagen.generate(layout, rows, data)
-                small = data_dir / f"{layout}-{min(rows, classic_rows)}.csv"
-                if not small.exists():
-                    datagen.generate(layout, min(rows, classic_rows), small)
-                payload, _ = payload_file(data, Path(tmp) / f"{layout}-payload.json")
-                ctx = Context(data, rows, cluster.bootstrap_servers, payload, Path(tmp), min(rows, classic_rows),
-                              partitions, local_kafka.jars_dir(), small)  # fmt: skip
-                for c in chosen:
-                    for repeat in range(repeats):
-                        r = run_contestant(c, ctx, layout, repeat, admin, cluster.brokers[0].pid)
-                        print(f"  {layout:9} {c.name:28} run {repeat + 1}: {r.rows_per_s:>10,.0f} rows/s", flush=True)
-                        results.append(r)
+                for rows in row_sets:
+                    ctx = _context(layout, rows, data_dir, classic_rows, partitions, cluster, Path(tmp))
+                    for c in chosen:
+                        for repeat in range(repeats):
+                            r = run_contestant(c, ctx, layout, repeat, admin, cluster.brokers[0].pid)
+                            print(f"  {layout:9} {rows:>9,} {c.name:33} run {repeat + 1}: {r.rows_per_s:>10,.0f} rows/s,"
+                                  f" command to exit {r.wall_s:6.1f} s", flush=True)  # fmt: skip
+                            results.append(r)
             admin.close()
         finally:
             cluster.stop()
     summary = summarise(results)
     meta = {"command": command, "started_at": stamp, "machine": f"{os.cpu_count()} cores", "skipped": skipped,
-            "rows": rows, "classic_rows": classic_rows, "partitions": partitions, "repeats": repeats}  # fmt: skip
+            "row_sets": row_sets, "classic_rows": classic_rows, "partitions": partitions, "repeats": repeats}  # fmt: skip
     (out / "results.json").write_text(
         json.dumps({"meta": meta, "summary": summary, "runs": [asdict(r) for r in results]}, indent=2) + "\n"
     )
