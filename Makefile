@@ -21,13 +21,16 @@ $(STAMP): setup.py
 
 # The broker's jars (Maven Central, via mvn) and Spark's packages (Kafka sink, Delta),
 # resolved once into ~/.cache/kappa-ingest and ~/.ivy2.5.2; later runs download nothing.
+# Also the C record loops and the driver JVM's class archive (a training session, ~40 s).
 $(VENV)/.jars: $(STAMP) conf/kafka-broker-pom.xml
 	$(BIN)/python -m kappa_ingest.setup_jars
 	touch $@
 
-demo: setup
-	$(BIN)/kappa-ingest gen-data --layout wide30 --rows $(DEMO_ROWS) --out data/demo.csv
-	$(BIN)/kappa-ingest ingest --input data/demo.csv --topic demo --master 'local[2]' --partitions 2
+demo: setup data/demo-$(DEMO_ROWS).csv
+	$(BIN)/kappa-ingest ingest --input data/demo-$(DEMO_ROWS).csv --topic demo --master 'local[2]' --partitions 2
+
+data/demo-$(DEMO_ROWS).csv: | $(STAMP)
+	$(BIN)/kappa-ingest gen-data --layout wide30 --rows $(DEMO_ROWS) --out $@
 
 test: setup lint
 	$(BIN)/pytest tests

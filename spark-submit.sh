@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # spark-submit for kappa-ingest jobs: passes every spark-submit option through and adds
-# only what the job needs: its packages (Kafka sink, Delta), lib/ zipped for executors,
+# only what the job needs: its package (the Kafka sink), lib/ zipped for executors,
 # conf/spark-defaults.conf, the log4j2 config and an ivy settings file naming Maven Central.
 #
 #   ./spark-submit.sh [spark-submit option ...] jobs/ingest_csv.py --input PATH --topic TOPIC [option ...]
@@ -38,7 +38,7 @@ export PYSPARK_PYTHON=${PYSPARK_PYTHON:-$venv/bin/python}
 export PYSPARK_DRIVER_PYTHON=${PYSPARK_DRIVER_PYTHON:-$venv/bin/python}
 exec "$spark_submit" \
   "${props[@]}" \
-  --packages org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0,io.delta:delta-spark_2.13:4.0.0 \
+  --packages org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0 \
   --conf "spark.jars.ivySettings=$here/conf/ivysettings.xml" \
   --conf "spark.driver.extraJavaOptions=$log4j" \
   --conf "spark.executor.extraJavaOptions=$log4j" \
