@@ -76,14 +76,14 @@ def run_ingest(args: argparse.Namespace) -> int:
 
     clock = RunClock.from_process_start()
     cfg = config.load(args)
-    # The pipeline's imports (Arrow, polars, the Delta writer: ~0.8 s) run while the JVM starts.
     importing = threading.Thread(target=_import_pipeline, name="imports", daemon=True)
-    importing.start()
     kafka: KafkaEndpoint | None = None
     try:
         input_bytes = preflight(cfg)
         if not launched_by_spark_submit():  # else the master is known only once the session is up
             kafka = endpoint_for(cfg, cfg.spark_master or "local[*]")
+        # The pipeline's imports (Arrow, polars, the Delta writer: ~0.8 s) run while the JVM starts.
+        importing.start()
         quick = input_bytes < QUICK_JIT_BYTES  # start-up outweighs steady state on smaller inputs
         spark = build_session(f"kappa-ingest {cfg.run_id}", cfg.spark_master, quick_jit=quick)
     except BaseException as e:
@@ -112,7 +112,7 @@ def run_ingest(args: argparse.Namespace) -> int:
                 stopping.join()
 
     importing.join()
-    from kappa_ingest.ingest import ingest
+    from kappa_ingest.ingest import ingest  # imported by now
 
     try:
         ingest(cfg, spark, clock=clock, kafka=kafka, release=release)

@@ -9,11 +9,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kappa_ingest.phases import RunClock
-from kappa_ingest.sinks.partition_runner import TaskStats
-from kappa_ingest.spark_metrics import SparkRunMetrics, TaskInfo
+
+if TYPE_CHECKING:  # the command line imports this before Spark starts: keep it light
+    from kappa_ingest.sinks.partition_runner import TaskStats
+    from kappa_ingest.spark_metrics import SparkRunMetrics, TaskInfo
 
 MB = 1_000_000
 

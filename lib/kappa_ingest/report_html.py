@@ -8,7 +8,7 @@ import html
 from pathlib import Path
 from typing import Any
 
-from kappa_ingest import metrics_store, plots
+from kappa_ingest import metrics_store
 from kappa_ingest.errors import UsageError
 
 RUN_COLUMNS = ["run_id", "status", "sink", "topic", "rows_sent", "rows_quarantined", "rows_per_s", "mb_per_s",
@@ -60,6 +60,8 @@ def _img(png: bytes, alt: str) -> str:
 
 def render_html(run: dict[str, list[dict[str, Any]]]) -> str:
     """One run as a self-contained page: totals, figures, executors and stages (pure)."""
+    from kappa_ingest import plots  # matplotlib: 0.4 s to import, needed for the page only
+
     r = run["runs"][0]
     figures = []
     if run["executors"]:
