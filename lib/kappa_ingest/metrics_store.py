@@ -152,10 +152,14 @@ def exists(metrics_dir: str | Path, name: str = "runs") -> bool:
 
 def read(metrics_dir: str | Path, name: str, run_id: str | None = None) -> pa.Table:
     """One table (or one run's rows of it) as an Arrow table, without Spark."""
+    import pyarrow.dataset as ds
     from deltalake import DeltaTable
 
-    table = DeltaTable(table_path(metrics_dir, name))
-    return table.to_pyarrow_table(filters=[("run_id", "=", run_id)] if run_id is not None else None)
+    dataset = DeltaTable(table_path(metrics_dir, name)).to_pyarrow_dataset()
+    # Single-threaded: a threaded Arrow scan can leave a pool thread alive into interpreter
+    # exit and abort the process (SIGABRT, "terminate called without an active exception"),
+    # seen here 3 times in 12; these tables are small.
+    return dataset.to_table(filter=ds.field("run_id") == run_id if run_id is not None else None, use_threads=False)
 
 
 def rows(metrics_dir: str | Path, name: str, run_id: str | None = None, order_by: str | None = None) -> list[dict]:
