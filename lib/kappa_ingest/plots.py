@@ -104,7 +104,7 @@ def bench_results(summary: Rows) -> Figure:
     colours = {"ceiling": "#555555", "peer": "#999999", "baseline": ORANGE, "kappa-ingest": BLUE}
     for (ax, ax_exit), (layout, row_set) in zip(axes, groups, strict=True):
         rows = [r for r in summary if (r["layout"], r.get("row_set", r["rows"])) == (layout, row_set)]
-        names = [r["contestant"] for r in rows]
+        names = [r["contestant"] + (f" ({r['rows']:,} rows)" if r["rows"] < row_set else "") for r in rows]
         colour = [colours.get(r["kind"], GREY) for r in rows]
         med = [r["rows_per_s"] for r in rows]
         err = [[m - r["rows_per_s_min"] for m, r in zip(med, rows, strict=True)],
