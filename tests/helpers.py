@@ -8,10 +8,11 @@ import gzip
 import io
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 
 def csv_rows(path: str | Path, delimiter: str = ",", encoding: str = "utf-8-sig", header: bool = True):
@@ -38,20 +39,26 @@ class Record:
 
 
 def consume_all(bootstrap: str, topic: str, timeout_s: float = 60) -> list[Record]:
-    """Every record in ``topic``, read from the beginning up to the end offsets."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"test-{time.time_ns()}", "enable.auto.commit": False})
+    """Every committed record in ``topic``, as a ``read_committed`` consumer reads it from the
+    beginning to the high watermarks taken now. A transaction left open holds such a
+    consumer back: then this times out, naming the partitions."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"test-{time.time_ns()}", "enable.auto.commit": False,
+                  "isolation.level": "read_committed", "enable.partition.eof": True})  # fmt: skip
     try:
         parts = c.list_topics(topic, timeout=10).topics[topic].partitions
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
-        c.assign([TopicPartition(topic, p, 0) for p in parts])
+        ends = high_watermarks(bootstrap, topic)
+        todo = {p for p in parts if ends[p] > 0}
+        c.assign([TopicPartition(topic, p, 0) for p in todo])
         out: list[Record] = []
-        positions = {p: 0 for p in parts}
         deadline = time.monotonic() + timeout_s
-        while any(positions[p] < ends[p] for p in parts):
-            assert time.monotonic() < deadline, f"timed out reading {topic}: at {positions}, end {ends}"
+        while todo:
+            assert time.monotonic() < deadline, f"timed out reading {topic}: partitions {todo} not at {ends}"
             for m in c.consume(10000, timeout=1):
-                assert m.error() is None, m.error()
-                positions[m.partition()] = m.offset() + 1
+                if m.error() is not None:
+                    assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
+                    if m.offset() >= ends[m.partition()]:
+                        todo.discard(m.partition())
+                    continue
                 out.append(
                     Record(
                         m.key(),
@@ -65,6 +72,27 @@ def consume_all(bootstrap: str, topic: str, timeout_s: float = 60) -> list[Recor
         return out
     finally:
         c.close()
+
+
+def high_watermarks(bootstrap: str, topic: str) -> dict[int, int]:
+    """Each partition's high watermark: records appended, committed or not, and markers."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "hw", "isolation.level": "read_uncommitted"})
+    try:
+        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+    finally:
+        c.close()
+
+
+def rows(records: list[Record]) -> Counter[str]:
+    """The multiset of the records' ``data``, each as canonical JSON."""
+    return Counter(json.dumps(r.value["data"], sort_keys=True) for r in records)
+
+
+def expected_rows(path: str | Path, **kwargs) -> Counter[str]:
+    """The multiset of a CSV file's good rows, read by Python's csv module."""
+    _, good, _ = csv_rows(path, **kwargs)
+    return Counter(json.dumps(row, sort_keys=True) for row in good)
 
 
 def iso_ms_to_epoch(text: str) -> int:

@@ -22,6 +22,7 @@ from kappa_ingest.topics import Admin
 
 TICK_S = 5
 ALPHA = 1 - math.exp(-TICK_S / 60)
+SAMPLE_TIMEOUT_S = 2.0  # a sample that takes longer is missed, not waited for
 
 
 class OneMinuteRate:
@@ -69,11 +70,19 @@ class BrokerRateSampler:
     samples: list[tuple[float, int]] = field(default_factory=list)  # (epoch seconds, offsets total)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    # Who closes the admin: the thread if stop() gave up waiting for it, else stop().
+    _handoff: threading.Lock = field(default_factory=threading.Lock)
+    _finished: bool = False
+    _abandoned: bool = False
 
     def start(self) -> BrokerRateSampler:
-        self._admin = Admin(self.bootstrap_servers, self.settings)
+        self._admin = Admin(self.bootstrap_servers, self.settings, timeout_s=SAMPLE_TIMEOUT_S)
         self._meter = OneMinuteRate()
-        self._sample()
+        try:
+            self._sample()
+        except BaseException:
+            self._admin.close()
+            raise
         self._ticked = self.samples[0][1]
         self._thread = threading.Thread(target=self._run, name="broker-rate", daemon=True)
         self._thread.start()
@@ -97,14 +106,31 @@ class BrokerRateSampler:
             except Exception:  # noqa: BLE001 - a missed sample is not a failed run; the next one counts
                 pass
             next_at += self.interval_s
+        with self._handoff:
+            self._finished = True
+            if self._abandoned:
+                self._admin.close()
 
     def stop(self) -> list[dict[str, Any]]:
-        """Take a last sample and return the curve: ``t, offsets_total, messages_per_s, one_minute_rate``."""
+        """Take a last sample and return the curve: ``t, offsets_total, messages_per_s, one_minute_rate``.
+
+        The last sample is taken only once the thread has ended (they share one consumer),
+        and a broker that no longer answers ends the curve at its last sample instead of
+        failing the run: the run's own error, if any, is the one to report."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
-        self._sample()
-        self._admin.close()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(SAMPLE_TIMEOUT_S + 1)
+            with self._handoff:
+                if not self._finished:  # still inside a query: it closes the admin itself when it ends
+                    self._abandoned = True
+                    return curve(self.samples)
+        try:
+            self._sample()
+        except Exception:  # noqa: BLE001 - see above
+            pass
+        finally:
+            self._admin.close()
         return curve(self.samples)
 
 

@@ -78,8 +78,16 @@ def run_ingest(args: argparse.Namespace) -> int:
     cfg = config.load(args)
     importing = threading.Thread(target=_import_pipeline, name="imports", daemon=True)
     kafka: KafkaEndpoint | None = None
+    resumption = None
     try:
         input_bytes = preflight(cfg)
+        if cfg.resume:  # fenced and read before Spark starts: with nothing left, Spark never does
+            from kappa_ingest.ingest import nothing_to_send, prepare_resume
+
+            resumption = prepare_resume(cfg)
+            if resumption.nothing_left:
+                nothing_to_send(cfg, resumption, clock)
+                return 0
         if not launched_by_spark_submit():  # else the master is known only once the session is up
             kafka = endpoint_for(cfg, cfg.spark_master or "local[*]")
         # The pipeline's imports (Arrow, polars, the Delta writer: ~0.8 s) run while the JVM starts.
@@ -115,7 +123,7 @@ def run_ingest(args: argparse.Namespace) -> int:
     from kappa_ingest.ingest import ingest  # imported by now
 
     try:
-        ingest(cfg, spark, clock=clock, kafka=kafka, release=release)
+        ingest(cfg, spark, clock=clock, kafka=kafka, release=release, resumption=resumption)
     finally:
         release()
     return 0

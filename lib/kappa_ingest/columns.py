@@ -6,4 +6,5 @@ EVENT_TS_COL = "__kappa_event_ts"  # parsed --event-time-column
 REJECT_COL = "__kappa_reject"  # why Spark's CSV reader marked the row, or null
 CORRUPT_COL = "__kappa_corrupt"  # a malformed row's raw text (Spark's corrupt-record column)
 LINE_COL = "__kappa_line"  # a raw line (the fast path reads lines)
-BLOCK_COL = "__kappa_block"  # the byte offset of the line's split: 0 for a file's first split
+BLOCK_COL = "__kappa_block"  # the byte offset of the row's split: 0 for a file's first split
+BLOCK_LEN_COL = "__kappa_block_len"  # the length of the line's split (its ledger unit)

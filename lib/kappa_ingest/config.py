@@ -17,12 +17,13 @@ from typing import Any
 
 import yaml
 
+from kappa_ingest import delivery
 from kappa_ingest.errors import UsageError
 from kappa_ingest.kafka_settings import DEFAULT_PRODUCER_SETTINGS, is_secret, validate_settings
+from kappa_ingest.ledger import DEFAULT_TOPIC as DEFAULT_LEDGER_TOPIC
 
 SINKS = ("confluent", "spark", "kafka-python")
 DEFAULT_SINK = "confluent"  # the fastest in `make bench` (README, "Performance")
-DEFAULT_CONFIG = Path("conf/ingest.yaml")
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,10 @@ class IngestConfig:
     quiet: bool = False
     spark_master: str | None = None
     config_file: str | None = None
+    delivery: str = ""  # resolved by validate(): at-least-once | exactly-once
+    resume: str | None = None  # the run this one resumes
+    lineage: str = ""  # the first run of a resumed chain (this run's id if it resumes none)
+    ledger_topic: str = DEFAULT_LEDGER_TOPIC
 
     def producer_settings(self) -> dict[str, str]:
         """Kafka (Java-named) producer settings: the defaults overlaid by ``kafka_opts``."""
@@ -121,34 +126,63 @@ def add_ingest_arguments(p: argparse.ArgumentParser) -> None:
         help="producer setting (Java name); repeatable",
     )
     a("--target-rate", type=float, metavar="ROWS_PER_S", help="throttle the whole job to this input rate")
-    a("--config", dest="config_file", metavar="FILE", help=f"YAML file of these options (default {DEFAULT_CONFIG})")
+    a("--config", dest="config_file", metavar="FILE", help="YAML file of these options (default conf/ingest.yaml)")
     a("--metrics-dir", metavar="DIR", help="where run reports go (default ./metrics)")
     a("--run-id", metavar="ID", help="name of this run (default: generated, time-sortable)")
     a("--dry-run", action="store_const", const=True, help="read, convert and validate; send nothing")
+    a(
+        "--delivery",
+        choices=delivery.MODES,
+        help="exactly-once (confluent, kafka-python: one transaction per task) or at-least-once"
+        f" (default {delivery.DEFAULT_MODE} where the sink can)",
+    )
+    a("--resume", metavar="RUN_ID|last", help="send only the splits of that run the ledger does not show as delivered")
+    a("--ledger-topic", metavar="NAME", help=f"the delivery ledger's compacted topic (default {DEFAULT_LEDGER_TOPIC})")
     a("--quiet", action="store_const", const=True, help="no progress display")
     a("--master", dest="spark_master", metavar="URL", help="Spark master for `kappa-ingest ingest` (default local[*])")
 
 
 def load(args: argparse.Namespace) -> IngestConfig:
-    """Build the run's configuration: YAML file first, then the command line on top."""
+    """Build the run's configuration: YAML file first, then the command line on top.
+
+    With ``--resume``, the run resumed gives the base instead of the default YAML file:
+    its settings, and its input files as it planned them (a glob may match more now)."""
     explicit = args.config_file is not None
-    path = Path(args.config_file) if explicit else DEFAULT_CONFIG
+    path = Path(args.config_file) if explicit else default_config()
     values: dict[str, Any] = {}
-    if path.exists():
-        values.update(_read_yaml(path))
-    elif explicit:
-        raise UsageError(f"--config {path}: no such file")
     cli = {k: v for k, v in vars(args).items() if v is not None and k in _FIELD_NAMES}
+    if cli.get("resume"):
+        from kappa_ingest import resume
+
+        values.update(resume.base_values(cli))
+    elif path.exists():
+        values.update(_read_yaml(path))
+    if explicit and not path.exists():
+        raise UsageError(f"--config {path}: no such file")
+    if explicit and cli.get("resume"):
+        values.update(_read_yaml(path))
     if "kafka_opts" in cli:
         cli["kafka_opts"] = {**values.get("kafka_opts", {}), **_parse_kv(cli["kafka_opts"])}
+    if cli.get("resume"):
+        from kappa_ingest import resume
+
+        resume.check_overrides(values, cli)
     values.update(cli)
-    if path.exists():
+    if path.exists() and (explicit or not cli.get("resume")):
         values["config_file"] = str(path)
     return validate(values)
 
 
+def default_config() -> Path:
+    """``conf/ingest.yaml`` of the installation (its checkout, or KAPPA_INGEST_HOME's)."""
+    from kappa_ingest.paths import conf_dir
+
+    return conf_dir() / "ingest.yaml"
+
+
 _FIELD_NAMES = {f.name for f in fields(IngestConfig)}
 _YAML_ALIASES = {"input": "inputs", "kafka_opt": "kafka_opts", "master": "spark_master"}
+_NOT_IN_YAML = {"config_file", "lineage"}
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -164,8 +198,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         name = _YAML_ALIASES.get(name, name)
         if name == "no_header":
             raise UsageError(f"{path}: use 'header: false' instead of 'no-header'")
-        if name not in _FIELD_NAMES or name == "config_file":
-            accepted = ", ".join(sorted(n.replace("_", "-") for n in _FIELD_NAMES - {"config_file", "inputs"}))
+        if name not in _FIELD_NAMES or name in _NOT_IN_YAML:
+            accepted = ", ".join(sorted(n.replace("_", "-") for n in _FIELD_NAMES - {*_NOT_IN_YAML, "inputs"}))
             raise UsageError(f"{path}: unknown key '{key}'; accepted: input, {accepted}")
         if name == "inputs" and isinstance(value, str):
             value = [value]
@@ -263,6 +297,15 @@ def validate(values: dict[str, Any]) -> IngestConfig:
             raise UsageError(f"'{name.replace('_', '-')}': expected true or false, got {v[name]!r}")
     v["kafka_opts"] = dict(v.get("kafka_opts") or {})
     validate_settings({**DEFAULT_PRODUCER_SETTINGS, **v["kafka_opts"]}, sink)
+    v["delivery"] = delivery.resolve_mode(
+        v.get("delivery") or None, sink, {**DEFAULT_PRODUCER_SETTINGS, **v["kafka_opts"]}
+    )
+    if v.get("resume") and v.get("dry_run"):
+        raise UsageError("--resume with --dry-run: a dry run sends nothing to resume")
+    ledger_topic = str(v.get("ledger_topic") or DEFAULT_LEDGER_TOPIC)
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", ledger_topic) or ledger_topic == topic:
+        raise UsageError(f"--ledger-topic {ledger_topic!r}: a topic name of its own (letters, digits, '.', '_', '-')")
+    v["ledger_topic"] = ledger_topic
     if v.get("bootstrap_servers") is not None:
         v["bootstrap_servers"] = str(v["bootstrap_servers"])
         if not re.fullmatch(r"[^,\s]+:\d+(,[^,\s]+:\d+)*", v["bootstrap_servers"]):
@@ -270,4 +313,7 @@ def validate(values: dict[str, Any]) -> IngestConfig:
     v["run_id"] = str(v.get("run_id") or new_run_id())
     if not re.fullmatch(r"[A-Za-z0-9._-]+", v["run_id"]):
         raise UsageError(f"--run-id {v['run_id']!r}: use only letters, digits, '.', '_' and '-'")
+    if v["run_id"] == v.get("resume"):
+        raise UsageError(f"--run-id {v['run_id']}: a resumed run needs a name of its own")
+    v["lineage"] = str(v.get("lineage") or v["run_id"]) if v.get("resume") else v["run_id"]
     return IngestConfig(**v)

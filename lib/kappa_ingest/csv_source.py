@@ -13,6 +13,11 @@ Two ways to read, chosen per run (``Source.mode``):
 Either way a row that cannot be read faithfully is quarantined with its reason, never
 padded, cut or dropped: a field count that differs from the header's, a value that does
 not fit ``--schema``, bytes not valid in the encoding, an unparseable event time.
+
+Every row carries its file and split (start and length), the unit the delivery ledger
+records; the split size is fixed by the run (:mod:`kappa_ingest.splits`), so a resumed
+run reads the same splits. A shuffle (more producers than splits) hash-partitions each
+row by its content, so the same rows land in the same task in every run.
 """
 
 from __future__ import annotations
@@ -26,12 +31,22 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
-from kappa_ingest.columns import BLOCK_COL, CORRUPT_COL, EVENT_TS_COL, FILE_COL, LINE_COL, REJECT_COL
+from kappa_ingest import splits
+from kappa_ingest.columns import (
+    BLOCK_COL,
+    BLOCK_LEN_COL,
+    CORRUPT_COL,
+    EVENT_TS_COL,
+    FILE_COL,
+    LINE_COL,
+    REJECT_COL,
+)
 from kappa_ingest.config import IngestConfig
 from kappa_ingest.errors import InputError, UsageError
-from kappa_ingest.inputs import resolve_inputs
+from kappa_ingest.inputs import SUFFIXES, resolve_inputs
 from kappa_ingest.parsing import BOM, REASON_MALFORMED, BatchParser, LineParser, RowParser
 from kappa_ingest.records import RecordSpec
+from kappa_ingest.splits import InputFile, Plan
 
 REPLACEMENT_CHAR = "\ufffd"
 
@@ -45,8 +60,9 @@ class Source:
     spec: RecordSpec
     parser: BatchParser
     mode: str  # "lines" | "spark-csv"
-    files: tuple[str, ...]
+    files: tuple[str, ...]  # the paths read (a resumed run leaves out files delivered whole)
     input_bytes: int
+    plan: Plan  # every unit of the run's input, read or not
 
 
 def reader_options(cfg: IngestConfig) -> dict[str, str]:
@@ -77,13 +93,19 @@ def _lines_possible(cfg: IngestConfig) -> bool:
     )
 
 
-def read(spark: SparkSession, cfg: IngestConfig) -> Source:
+def read(spark: SparkSession, cfg: IngestConfig, pinned: Plan | None = None, paths: list[str] | None = None) -> Source:
     """Build the source (lazy: nothing is read but the first file's header).
 
-    With ``--partitions`` it sets the session's file split size to match.
+    ``pinned`` is the plan of the run a resumed run continues (its split size and parts
+    are kept), ``paths`` the files it still has to read; else the plan is made here from
+    ``cfg.inputs``. The split size is set in the session's configuration.
     """
-    paths, total = resolve_inputs(cfg.inputs)
-    for key, value in split_size_for(total, cfg.partitions).items():
+    if paths is None:
+        paths, _ = resolve_inputs(cfg.inputs)
+    plan = pinned or make_plan(spark, cfg, paths)
+    read_bytes = sum(f.size for f in plan.files if f.path in {splits.canonical_file(p) for p in paths})
+    open_cost = 0 if cfg.partitions else splits.OPEN_COST_BYTES
+    for key, value in splits.spark_conf(plan.split_bytes, open_cost).items():
         spark.conf.set(key, value)
     header = first_line(paths[0]) if _lines_possible(cfg) else None
     schema = _schema(spark, cfg, paths, header)
@@ -92,21 +114,58 @@ def read(spark: SparkSession, cfg: IngestConfig) -> Source:
         if name is not None and name not in columns:
             raise UsageError(f"{what} {name!r}: no such column; the columns are {', '.join(columns)}")
     spec = RecordSpec(columns, cfg.run_id, cfg.key_column, cfg.event_time_column is not None)
-    if _lines_possible(cfg):
+    if _lines_possible(cfg) and plan.parts == 1:
         lines = spark.read.text(paths).select(
             F.col("value").alias(LINE_COL),
             F.col("_metadata.file_path").alias(FILE_COL),
             F.col("_metadata.file_block_start").alias(BLOCK_COL),
+            F.col("_metadata.file_block_length").alias(BLOCK_LEN_COL),
         )
-        splits = lines.rdd.getNumPartitions()
-        if cfg.partitions is None or cfg.partitions <= splits:
+        splits_read = lines.rdd.getNumPartitions()
+        if pinned is not None or cfg.partitions is None or cfg.partitions <= splits_read:
             if header is None and cfg.header:
                 header = _first_line(spark, paths[0])
             parser = LineParser(columns, cfg.delimiter, cfg.quote, header if cfg.header else None)
-            df = lines.coalesce(cfg.partitions) if cfg.partitions and cfg.partitions < splits else lines
-            return Source(df, spec, parser, "lines", tuple(paths), total)
-    df = _spark_csv(spark, cfg, paths, schema)
-    return Source(df, spec, RowParser(columns, cfg.delimiter, cfg.quote), "spark-csv", tuple(paths), total)
+            df = lines.coalesce(cfg.partitions) if cfg.partitions and cfg.partitions < splits_read else lines
+            return Source(df, spec, parser, "lines", tuple(paths), read_bytes, plan)
+    df, parts = _spark_csv(spark, cfg, paths, schema, plan.parts if pinned is not None else None)
+    plan = Plan(plan.files, plan.split_bytes, parts)
+    return Source(df, spec, RowParser(columns, cfg.delimiter, cfg.quote), "spark-csv", tuple(paths), read_bytes, plan)
+
+
+def make_plan(spark: SparkSession, cfg: IngestConfig, paths: list[str]) -> Plan:
+    """The run's files (size, modification time) and its split size; one part per split
+    (the CSV source raises it when it must shuffle)."""
+    local = [p for p in paths if urlparse(p).scheme in ("", "file")]
+    files = [splits.local_file(p.removeprefix("file://"), cfg.multiline) for p in local]
+    remote = [p for p in paths if p not in local]
+    if remote:
+        files += remote_files(spark, remote, cfg.multiline)
+    split_bytes, _ = splits.default_split_bytes(
+        (f.size for f in files), cfg.partitions, spark.sparkContext.defaultParallelism
+    )
+    return Plan(tuple(files), split_bytes)
+
+
+def remote_files(spark: SparkSession, uris: list[str], multiline: bool) -> list[InputFile]:
+    """Size and modification time of remote inputs (files, directories, globs), from the
+    Hadoop file system Spark reads them with."""
+    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
+    out: list[InputFile] = []
+    for uri in uris:
+        path = jvm.org.apache.hadoop.fs.Path(uri)
+        fs = path.getFileSystem(conf)
+        statuses = fs.globStatus(path) or []
+        for st in statuses:
+            found = [st] if st.isFile() else [c for c in fs.listStatus(st.getPath()) if c.isFile()]
+            for f in found:
+                name = splits.canonical_file(f.getPath().toUri().toString())
+                if st.isFile() or name.endswith(SUFFIXES):
+                    out.append(InputFile(name, f.getLen(), f.getModificationTime(), splits.splittable(name, multiline)))
+    if not out:
+        raise InputError(f"input {', '.join(uris)}: no file found; check --input")
+    return out
 
 
 def _first_line(spark: SparkSession, path: str) -> str:
@@ -185,16 +244,25 @@ def _schema(spark: SparkSession, cfg: IngestConfig, paths: list[str], header: st
     return StructType([StructField(c, StringType()) for c in columns])
 
 
-def _spark_csv(spark: SparkSession, cfg: IngestConfig, paths: list[str], schema: StructType) -> DataFrame:
+def _spark_csv(
+    spark: SparkSession, cfg: IngestConfig, paths: list[str], schema: StructType, parts: int | None
+) -> tuple[DataFrame, int]:
+    """Spark's CSV reader, repartitioned to ``--partitions``; with the parts per split
+    (``parts`` fixed: a resumed run keeps its original's)."""
     read_schema = StructType([*schema.fields, StructField(CORRUPT_COL, StringType())])
     df = spark.read.schema(read_schema).options(**reader_options(cfg)).csv(paths)
-    df = df.withColumn(FILE_COL, F.col("_metadata.file_path"))
+    df = df.select(
+        "*",
+        F.col("_metadata.file_path").alias(FILE_COL),
+        F.col("_metadata.file_block_start").alias(BLOCK_COL),
+        F.col("_metadata.file_block_length").alias(BLOCK_LEN_COL),
+    )
     if cfg.event_time_column is not None:
         col = F.col(cfg.event_time_column)
         fmt = cfg.event_time_format
         df = df.withColumn(EVENT_TS_COL, F.try_to_timestamp(col, F.lit(fmt)) if fmt else F.try_to_timestamp(col))
     df = df.withColumn(REJECT_COL, reject_reason(schema, cfg))
-    return _repartition(df, cfg.partitions)
+    return _repartition(df, cfg.partitions, parts)
 
 
 def reject_reason(schema: StructType, cfg: IngestConfig) -> Column:
@@ -212,22 +280,16 @@ def reject_reason(schema: StructType, cfg: IngestConfig) -> Column:
     return reason
 
 
-def _repartition(df: DataFrame, partitions: int | None) -> DataFrame:
+def _repartition(df: DataFrame, partitions: int | None, parts: int | None) -> tuple[DataFrame, int]:
     """Exactly ``partitions`` producers: coalesce when the scan splits finer, shuffle only
-    when it cannot split as fine (gzip and multiline files are one split each)."""
-    if partitions is None:
-        return df
+    when it cannot split as fine (gzip and multiline files are one split each). The
+    shuffle hashes each whole row (Spark's murmur3, as ``F.hash``), so a row lands in the
+    same part in every run; ``parts``, when given, is kept whatever the scan's split."""
     current = df.rdd.getNumPartitions()
-    if current > partitions:
-        return df.coalesce(partitions)
-    if current < partitions:
-        return df.repartition(partitions)
-    return df
-
-
-def split_size_for(total_bytes: int, partitions: int | None) -> dict[str, str]:
-    """Spark settings that make the file scan produce about ``partitions`` splits."""
-    if not partitions or total_bytes <= 0:
-        return {}
-    size = max(4096, -(-total_bytes // partitions))
-    return {"spark.sql.files.maxPartitionBytes": str(size), "spark.sql.files.openCostInBytes": "0"}
+    if parts is None:
+        parts = partitions if partitions is not None and current < partitions else 1
+    if parts > 1:
+        return df.repartition(parts, *[F.col(c) for c in df.columns]), parts
+    if partitions is not None and current > partitions:
+        return df.coalesce(partitions), 1
+    return df, 1

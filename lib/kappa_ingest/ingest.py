@@ -1,45 +1,68 @@
-"""The ingest job: CSV files → JSON records → a Kafka topic, measured.
+"""The ingest job: CSV files → JSON records → a Kafka topic, measured and reconciled.
 
-    source   = csv_source.read(spark, cfg)           # parse, mark rows to quarantine
-    stats    = sinks.send(cfg.sink, source.df, ...)  # convert + produce, per partition
-    metrics  = spark_metrics.collect(spark, group)   # Spark's own task and stage records
-    report   = RunReport(...)                        # joined, checked, recorded, printed
+    resumption = resume.prepare(cfg, ...)            # --resume: fence, read the ledger
+    source     = csv_source.read(spark, cfg, ...)    # the planned units; rows to parse
+    sent       = _send(...)                          # convert + produce, per partition
+    report.add_run(sent.outcome.stats, spark_metrics.collect(...))
+    _account(...)                                    # units committed, missing, to the ledger
+    _reconcile(...)                                  # the topic holds what was sent
+    _record(...)                                     # summary.json, the Delta tables
 
-Whatever happens, ``summary.json`` is written with the run's status, and the run's clock
+Whatever happens, ``summary.json`` is written with the run's status (first before sending,
+with the run's plan, so that a killed run can be resumed), and the run's clock
 (``phases``) says where the time went from the command's start.
 """
 
 from __future__ import annotations
 
-import re
 import sys
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from kappa_ingest import broker_rate, csv_source, metrics_store, quarantine, sinks, spark_metrics, warmup
+from kappa_ingest import (
+    broker_rate,
+    csv_source,
+    delivery,
+    ledger,
+    metrics_store,
+    quarantine,
+    reconcile,
+    sinks,
+    spark_metrics,
+    warmup,
+)
 from kappa_ingest.broker_rate import BrokerRateSampler
 from kappa_ingest.config import IngestConfig
-from kappa_ingest.errors import InputError, KafkaUnavailable, KappaError
+from kappa_ingest.errors import KafkaUnavailable, KappaError
+from kappa_ingest.failures import classify, spark_action
 from kappa_ingest.kafka_endpoint import KafkaEndpoint, endpoint_for
+from kappa_ingest.kafka_settings import connection_conf
+from kappa_ingest.ledger import Entry
 from kappa_ingest.phases import RunClock
 from kappa_ingest.progress import Progress, estimate_rows
-from kappa_ingest.records import Encoded
 from kappa_ingest.report import RunReport, render
-from kappa_ingest.sinks.partition_runner import run_partitions
+from kappa_ingest.resume import Resumption
+from kappa_ingest.sinks.partition_runner import Discard, SendOutcome, TaskStats, run_partitions
+from kappa_ingest.splits import Plan, Unit
 from kappa_ingest.topics import Admin
 
+FAILED_RUN_OFFSETS_TIMEOUT_S = 3.0
 
-class _Discard:
-    """The dry run's producer: converts everything, sends nothing."""
 
-    def send(self, enc: Encoded, run_id: str) -> None:
-        pass
+@dataclass
+class Sent:
+    """What the sending step leaves: the job's outcome and the topic's offsets around it."""
 
-    def close(self) -> None:
-        pass
+    outcome: SendOutcome
+    task_delivery: delivery.TaskDelivery
+    conf: dict  # librdkafka settings for the driver's own Kafka clients
+    before: dict[int, int]
+    after: dict[int, int] | None  # None: Kafka did not answer after a failed job
 
 
 def ingest(
@@ -50,45 +73,72 @@ def ingest(
     clock: RunClock | None = None,
     kafka: KafkaEndpoint | None = None,
     release: Callable[[], None] | None = None,
+    resumption: Resumption | None = None,
 ) -> RunReport:
     """Run one ingest; returns its report (also recorded, written to summary.json and printed).
 
     ``clock`` has the command's start (default: now); ``kafka`` the run's Kafka (default:
     from ``cfg``, started here if need be); ``release`` is called once the run needs Spark
     and Kafka no more, before recording (the CLI stops both there, so that the user does
-    not wait for them after the report). Raises a KappaError subclass (carrying the
+    not wait for them after the report); ``resumption`` is ``resume.prepare``'s answer for a
+    ``--resume`` run (made here if not given). Raises a KappaError subclass (carrying the
     contract's exit code) on failure, after the report has been written with ``status: failed``.
     """
     clock = clock or RunClock()
     clock.end("startup")
-    report = RunReport(cfg.run_id, cfg.sink, cfg.topic, cfg.masked(), clock=clock, dry_run=cfg.dry_run)
+    if cfg.resume and resumption is None:
+        try:
+            resumption = prepare_resume(cfg)
+        except BaseException as e:
+            failed_report(cfg, clock, e)
+            raise
+    if resumption is not None and resumption.nothing_left:
+        return nothing_to_send(cfg, resumption, clock, echo)
+    report = new_report(cfg, clock)
     report.spark_master = spark.sparkContext.master
-    report.counted_by = "dry run: rows converted, none sent" if cfg.dry_run else sinks.COUNTED_BY[cfg.sink]
     run_dir = f"{cfg.metrics_dir}/runs/{cfg.run_id}"
     owns_kafka = kafka is None
+    new_entries: list[Entry] = []
     try:
         kafka = kafka or endpoint_for(cfg, spark.sparkContext.master)
+        delivery.check_spark(cfg.delivery, spark.sparkContext.getConf().get("spark.speculation", "false"))
+        if resumption is not None:
+            add_resumption(report, resumption)
         warming = warmup.start(spark, cfg.sink)  # overlaps reading the header and setting up Kafka
-        source = csv_source.read(spark, cfg)
+        source = csv_source.read(
+            spark, cfg, resumption.plan if resumption else None, resumption.paths if resumption else None
+        )
         report.read_path = source.mode
+        report.plan = source.plan.to_json()
         sc = spark.sparkContext
         group = f"kappa-ingest-{cfg.run_id}"
         sc.setJobGroup(group, f"kappa-ingest {cfg.run_id}: {cfg.sink} -> {cfg.topic}")
         rate = _rate_per_task(cfg, spark, source)
+        skip = resumption.skip if resumption else frozenset()
         if cfg.dry_run:
             warming.join()
             clock.end("setup")
             spark_metrics.warm(spark)
-            stats = _spark_errors(lambda: run_partitions(source.df, source.spec, source.parser, _Discard, rate))
+            task_delivery = _task_delivery(cfg, source, None, {}, skip)
+            outcome = run_partitions(source.df, source.spec, source.parser, lambda _: Discard(), task_delivery, rate)
             clock.end("sending")
+            sent = None
         else:
-            stats, before, after = _send(cfg, spark, source, kafka, report, warming, rate, echo)
-        report.add_run(stats, spark_metrics.collect(spark, group))
-        if not cfg.dry_run:
-            _check_broker(report, before, after)
+            sent = _send(cfg, spark, source, kafka, report, warming, rate, echo, skip)
+            outcome = sent.outcome
+        inherited = _inherited(outcome.stats)
+        report.add_run(outcome.stats, spark_metrics.collect(spark, group), inherited)
+        if sent is not None:
+            new_entries = _account(cfg, report, source.plan, sent, inherited, resumption)
+        if outcome.error is not None:
+            if sent is not None and sent.after is not None:
+                report.add_offsets(sent.before, sent.after)
+            raise classify(outcome.error) from outcome.error
+        if sent is not None:
+            _reconcile(cfg, report, sent, resumption, new_entries)
         if report.rows_quarantined:
             path = f"{run_dir}/quarantine"
-            reasons = _spark_errors(lambda: quarantine.write(source, path))
+            reasons = spark_action(lambda: quarantine.write(source, path, skip))
             report.quarantine = {"rows": sum(reasons.values()), "path": path, "reasons": reasons}
             report.check("quarantine holds every quarantined row", report.quarantine["rows"] == report.rows_quarantined,
                          report.rows_quarantined, report.quarantine["rows"])  # fmt: skip
@@ -107,13 +157,102 @@ def ingest(
         clock.end("reconcile")  # a failed run's last phase takes its time up to here
         releasing = threading.Thread(target=_release, args=(release, kafka if owns_kafka else None), name="release")
         releasing.start()  # Spark and Kafka stop while the store is written
-        path = _record(cfg, report, releasing)
+        path = _record(cfg, report, releasing, new_entries)
         if echo:
             print(render(report.summary()))
             print(f"report: {path}")
     if not report.consistent:
         raise _reconciliation_error(report, path)
     return report
+
+
+def new_report(cfg: IngestConfig, clock: RunClock) -> RunReport:
+    report = RunReport(cfg.run_id, cfg.sink, cfg.topic, cfg.masked(), clock=clock, dry_run=cfg.dry_run)
+    report.counted_by = "dry run: rows converted, none sent" if cfg.dry_run else sinks.COUNTED_BY[cfg.sink]
+    report.delivery = {"mode": cfg.delivery, "lineage": cfg.lineage, "resumed_from": cfg.resume,
+                       "splits_skipped": 0, "rows_skipped": 0, "transactions_committed": 0,
+                       "transactions_aborted": 0}  # fmt: skip
+    return report
+
+
+def prepare_resume(cfg: IngestConfig) -> Resumption:
+    """Fence and read the ledger for a --resume run (its Kafka is the original run's)."""
+    from kappa_ingest import resume
+
+    assert cfg.bootstrap_servers, "a resumed run's Kafka comes from the run it resumes"
+    return resume.prepare(cfg, connection_conf(cfg.producer_settings(), cfg.bootstrap_servers))
+
+
+def failed_report(cfg: IngestConfig, clock: RunClock, e: BaseException) -> Path:
+    """The report of a run that failed before it had one of its own."""
+    error = str(e) if isinstance(e, KappaError) else f"{type(e).__name__}: {_first_line(e)}"
+    report = new_report(cfg, clock)
+    report.status, report.error = "failed", error
+    return report.finish(cfg.metrics_dir)
+
+
+def add_resumption(report: RunReport, r: Resumption) -> None:
+    report.delivery.update(resumed_from=r.resumed_from, splits_skipped=len(r.delivered), rows_skipped=r.rows_skipped,
+                           fenced_transactional_ids=r.fenced)  # fmt: skip
+
+
+def nothing_to_send(cfg: IngestConfig, r: Resumption, clock: RunClock, echo: bool = True) -> RunReport:
+    """A resumed run whose every unit is delivered: its report, without Spark."""
+    clock.end("sending")
+    report = new_report(cfg, clock)
+    add_resumption(report, r)
+    report.plan = r.plan.to_json()
+    report.bootstrap_servers = cfg.bootstrap_servers
+    report.ledger = {"topic": cfg.ledger_topic, "units": len(r.plan.units()), "delivered_before": len(r.delivered),
+                     "committed": [], "missing": []}  # fmt: skip
+    report.status = "succeeded"
+    report.error = None
+    path = _record(cfg, report, None, [])
+    if echo:
+        print(render(report.summary()))
+        print(f"sent 0 rows: all {len(r.delivered):,} splits of run {r.resumed_from} were already delivered")
+        print(f"report: {path}")
+    return report
+
+
+def _task_delivery(
+    cfg: IngestConfig, source: csv_source.Source, admin: Admin | None, conf: dict, skip: frozenset[Unit], rate=None
+) -> delivery.TaskDelivery:
+    """What the tasks need to deliver; for exactly-once, with a transaction timeout sized
+    to the longest task and checked against the brokers' maximum."""
+    files = {f.path: (f.size, f.mtime_ms) for f in source.plan.files}
+    mode = cfg.delivery if admin is not None else delivery.AT_LEAST_ONCE  # a dry run has no transactions
+    timeout_s = 60.0
+    if admin is not None and cfg.delivery == delivery.EXACTLY_ONCE:
+        broker_max = admin.broker_setting("transaction.max.timeout.ms")
+        tasks = max(1, source.df.rdd.getNumPartitions())
+        largest = max((f.size for f in source.plan.files), default=0)
+        task_bytes = max(min(largest, source.plan.split_bytes), -(-source.input_bytes // tasks))
+        rows = estimate_rows(list(source.files), cfg.header) or 0
+        requested = cfg.producer_settings().get("transaction.timeout.ms")
+        timeout_s = (
+            delivery.transaction_timeout_ms(
+                task_bytes,
+                any(f.path.endswith(".gz") for f in source.plan.files),
+                rate,
+                source.input_bytes / rows if rows else 200.0,
+                int(broker_max) if broker_max else delivery.BROKER_MAX_DEFAULT_MS,
+                int(requested) if requested else None,
+            )
+            / 1000
+        )
+    return delivery.TaskDelivery(
+        mode=mode,
+        run_id=cfg.run_id,
+        lineage=cfg.lineage,
+        topic=cfg.topic,
+        ledger_topic=None if admin is None else cfg.ledger_topic,
+        ledger_conf=conf,
+        files=files,
+        parts=source.plan.parts,
+        transaction_timeout_s=timeout_s,
+        skip=skip,
+    )
 
 
 def _send(
@@ -125,39 +264,163 @@ def _send(
     warming: threading.Thread,
     rate: float | None,
     echo: bool,
-) -> tuple[list, dict[int, int], dict[int, int]]:
-    """Set up the topic, send, and read the settled end offsets: (task stats, offsets before, after)."""
+    skip: frozenset[Unit],
+) -> Sent:
+    """Set up the topics, write the run's plan, send, and read the settled end offsets."""
     servers = kafka.servers()
     report.bootstrap_servers = servers
     report.broker["embedded"] = kafka.embedded
     settings = cfg.producer_settings()
+    conf = connection_conf(settings, servers)
     with Admin(servers, settings) as admin:
-        admin.check_reachable()
+        brokers = admin.check_reachable()
         if admin.ensure_topic(cfg.topic, cfg.topic_partitions, cfg.replication_factor):
             report.broker["topic_created"] = True
+        replicas, ledger_config = ledger.topic_config(brokers)
+        admin.ensure_topic(cfg.ledger_topic, 1, replicas, ledger_config)
+        task_delivery = replace(
+            _task_delivery(cfg, source, admin, conf, skip, rate),
+            ledger_start=ledger.end_offsets(conf, cfg.ledger_topic),
+        )
+        if task_delivery.transactional:
+            settings = {**settings, "transaction.timeout.ms": str(int(task_delivery.transaction_timeout_s * 1000))}
+        tasks = source.df.rdd.getNumPartitions()
+        report.delivery.update(tasks=tasks, ledger_topic=cfg.ledger_topic)
+        if task_delivery.transactional:
+            report.delivery.update(
+                transactional_ids=f"{delivery.transactional_id(cfg.lineage, 0)[:-1]}<partition>",
+                transaction_timeout_ms=int(task_delivery.transaction_timeout_s * 1000),
+            )
         before = admin.end_offsets(cfg.topic)
+        report.add_offsets(before, before)
+        report.write(cfg.metrics_dir)  # the run's plan, before anything is sent: --resume starts from it
         progress = Progress(estimate_rows(list(source.files), cfg.header), quiet=cfg.quiet or not echo)
         warming.join()
         report.clock.end("setup")
         spark_metrics.warm(spark)
         sampler = BrokerRateSampler(servers, cfg.topic, settings, on_sample=progress.update).start()
         try:
-            stats = _spark_errors(lambda: sinks.send(cfg.sink, source, cfg.topic, settings, servers, rate))
+            outcome = sinks.send(cfg.sink, source, settings, servers, task_delivery, rate)
         finally:
             report.clock.end("sending")
-            report.broker_rate = sampler.stop()
-            progress.close()
-        after = _settled_offsets(admin, cfg.topic, before, sum(st.rows_sent for st in stats))
-    return stats, before, after
+            try:
+                report.broker_rate = sampler.stop()
+            finally:
+                progress.close()
+        if outcome.error is None:
+            sent = sum(st.rows_sent for st in outcome.stats)
+            expected = reconcile.expected_growth(sent, [st.markers for st in outcome.stats if st.transactions])
+            after: dict[int, int] | None = _settled_offsets(admin, cfg.topic, before, expected or sent)
+        else:
+            after = _offsets_if_reachable(admin, cfg.topic)
+    return Sent(outcome, task_delivery, conf, before, after)
 
 
-def _check_broker(report: RunReport, before: dict[int, int], after: dict[int, int]) -> None:
-    """The broker's account: offsets, and the sampler's curve agreeing with them."""
-    report.check_offsets(before, after)
-    report.broker["rate"] = broker_rate.figures(report.broker_rate)
-    sampled = report.broker_rate[-1]["offsets_total"] - report.broker_rate[0]["offsets_total"]
-    report.check("broker-side sampler saw the offset delta", sampled == report.broker["offset_delta"],
-                 report.broker["offset_delta"], sampled)  # fmt: skip
+def _inherited(stats: list[TaskStats]) -> list[Entry]:
+    """Units committed by attempts Spark counted as failed (found by their retries), once each."""
+    out: dict[Unit, Entry] = {}
+    for s in stats:
+        for e in s.inherited_entries():
+            out.setdefault(e.unit, e)
+    return list(out.values())
+
+
+def _account(
+    cfg: IngestConfig,
+    report: RunReport,
+    plan: Plan,
+    sent: Sent,
+    inherited: list[Entry],
+    resumption: Resumption | None,
+) -> list[Entry]:
+    """Which units this run delivered and which are missing; the ledger entries the driver
+    writes itself (the Spark sink's; after a successful job, units no row begins in).
+    Returns this run's entries, for the ledger's Delta copy."""
+    outcome = sent.outcome
+    entries = [e for s in outcome.stats for e in s.entries()]
+    seen = {e.unit for e in entries} | {e.unit for e in inherited}
+    before = resumption.delivered if resumption else {}
+    planned = plan.units()
+    unplanned = sorted(seen - set(planned))
+    report.check("every split Spark read is one the run planned", not unplanned, 0, len(unplanned))
+    read_files = {f.path for f in plan.files} if resumption is None else set(resumption.paths)
+    empty: list[Entry] = []
+    if outcome.error is None:
+        files = {f.path: f for f in plan.files}
+        empty = [
+            Entry(cfg.topic, u, files[u.file].size, files[u.file].mtime_ms, cfg.run_id, cfg.lineage, cfg.delivery)
+            for u in planned
+            if u.file in read_files and u not in seen and u not in before
+        ]
+        report.ledger["units_without_rows"] = len(empty)
+    # Spark's writer has no place for the spark sink's entries: written once their tasks succeeded.
+    by_driver = [*(entries if cfg.sink == "spark" else []), *empty]
+    try:
+        ledger.write(sent.conf, cfg.ledger_topic, by_driver)
+    except KafkaUnavailable as e:
+        if outcome.error is None:
+            raise
+        report.ledger["driver_entries_not_written"] = str(e)  # the job's own failure is the one to report
+    delivered = seen | {e.unit for e in by_driver}
+    missing = [u for u in planned if u not in delivered and u not in before]
+    report.ledger.update(
+        topic=cfg.ledger_topic,
+        units=len(planned),
+        delivered_before=len(before),
+        committed=[u.label() for u in sorted(delivered)],
+        missing=[u.label() for u in missing],
+    )
+    if outcome.error is not None and cfg.delivery == delivery.EXACTLY_ONCE:
+        _end_open_transactions(report, sent)
+    return [*entries, *inherited, *empty]
+
+
+def _end_open_transactions(report: RunReport, sent: Sent) -> None:
+    """After a failed job, fence every task's transactional id, so that no transaction of
+    the run stays open (Spark kills the tasks it abandons without their abort)."""
+    ids = [sent.task_delivery.transactional_id(p) for p in range(report.delivery.get("tasks", 0))]
+    failures = delivery.fence(sent.conf, [i for i in ids if i], timeout_s=delivery.ABORT_TIMEOUT_S)
+    report.delivery["fenced_after_failure"] = len(ids) - len(failures)
+    if failures:
+        report.delivery["not_fenced"] = failures[:5]
+
+
+def _reconcile(
+    cfg: IngestConfig, report: RunReport, sent: Sent, resumption: Resumption | None, entries: list[Entry]
+) -> None:
+    """The broker's account of the run: offsets if they balance exactly, else a read back."""
+    assert sent.after is not None
+    stats = sent.outcome.stats
+    delta = report.add_offsets(sent.before, sent.after)
+    own = sum(s.rows_sent for s in stats)
+    growth = reconcile.expected_growth(own, [s.markers for s in stats if s.transactions])
+    failed = len(report.duplicates.get("failed_attempts", []))
+    sent_by_file: dict[str, int] = {}
+    for e in entries:
+        sent_by_file[e.unit.file] = sent_by_file.get(e.unit.file, 0) + e.rows_sent
+    if resumption is not None:
+        # The runs before this one may have sent rows of the units this one sends: count them all.
+        runs = set(resumption.lineage_runs) | {e.run_id for e in resumption.delivered.values()}
+        start = {p: resumption.root_offsets_before.get(p, o) for p, o in sent.before.items()}
+        found = reconcile.read_back(sent.conf, cfg.topic, start, sent.after, runs)
+        rows_by_file: dict[str, int] = {}
+        for e in [*resumption.delivered.values(), *entries]:
+            rows_by_file[e.unit.file] = rows_by_file.get(e.unit.file, 0) + e.rows_sent
+        own = reconcile.check(cfg.delivery, report.rows_sent, delta, growth, failed, found, cfg.run_id, sent_by_file)
+        lineage = reconcile.check_lineage(cfg.delivery, found, runs, rows_by_file)
+        report.add_verdict(reconcile.Verdict([*own.checks[:1], *lineage.checks], lineage.verified_by,
+                                             lineage.duplicates, lineage.duplicates_by_file))  # fmt: skip
+    else:
+        found = None
+        if failed or growth is None or delta != growth:
+            found = reconcile.read_back(sent.conf, cfg.topic, sent.before, sent.after, {cfg.run_id})
+        report.add_verdict(
+            reconcile.check(cfg.delivery, report.rows_sent, delta, growth, failed, found, cfg.run_id, sent_by_file)
+        )
+    if report.broker_rate:
+        report.broker["rate"] = broker_rate.figures(report.broker_rate)
+        sampled = report.broker_rate[-1]["offsets_total"] - report.broker_rate[0]["offsets_total"]
+        report.check("broker-side sampler saw the offset delta", sampled == delta, delta, sampled)
 
 
 def _release(release: Callable[[], None] | None, kafka: KafkaEndpoint | None) -> None:
@@ -173,34 +436,42 @@ def _release(release: Callable[[], None] | None, kafka: KafkaEndpoint | None) ->
 
 def _reconciliation_error(report: RunReport, path: Path) -> KappaError:
     missing = report.rows_sent - report.broker.get("offset_delta", report.rows_sent)
-    if missing > 0:
+    if missing > 0 and report.delivery.get("verified_by") == "offsets":
         return KafkaUnavailable(
             f"Kafka holds {missing:,} fewer new records than the {report.sink} sink reported sent"
             f" ({report.broker['offset_delta']:,} of {report.rows_sent:,}): the broker refused records"
             f" without the sink noticing; see {path}"
+        )
+    lost = next((c for c in report.checks if not c["ok"] and "finds" in c["name"]), None)
+    if lost is not None:
+        return KafkaUnavailable(
+            f"a read_committed consumer finds {lost['actual']:,} records of run {report.run_id} where"
+            f" {report.rows_sent:,} were reported sent: the broker refused records without the sink noticing; see {path}"
         )
     return KappaError(
         f"run {report.run_id} finished, but its counts do not reconcile; see the CHECK FAILED lines in {path}"
     )
 
 
-def _record(cfg: IngestConfig, report: RunReport, releasing: threading.Thread) -> Path:
+def _record(cfg: IngestConfig, report: RunReport, releasing: threading.Thread | None, entries: list[Entry]) -> Path:
     """Append the run to the Delta metrics store and write summary.json.
 
-    The per-task, stage, executor and broker-rate rows go first (while ``releasing`` stops
-    Spark and Kafka); then the run's end is stamped and its totals row and summary.json
-    written, so ``wall_s`` and ``phases`` include the recording. A store that cannot be written is a warning on stderr, not a
-    lost run (summary.json holds everything).
+    The per-task, stage, executor, broker-rate and ledger rows go first (while
+    ``releasing`` stops Spark and Kafka); then the run's end is stamped and its totals row
+    and summary.json written, so ``wall_s`` and ``phases`` include the recording. A store
+    that cannot be written is a warning on stderr, not a lost run (summary.json holds everything).
     """
     details = metrics_store.run_rows(report.summary())
     del details["runs"]
+    details["ledger"] = metrics_store.ledger_rows(entries)
     try:
         metrics_store.append(cfg.metrics_dir, details)
         recorded = True
     except Exception as e:  # noqa: BLE001 - the run itself is done and reported
         _store_warning(cfg, e)
         recorded = False
-    releasing.join()
+    if releasing is not None:
+        releasing.join()
     path = report.finish(cfg.metrics_dir)
     if recorded:
         try:
@@ -216,18 +487,16 @@ def _store_warning(cfg: IngestConfig, e: Exception) -> None:
 
 
 def _settled_offsets(
-    admin: Admin, topic: str, before: dict[int, int], sent: int, timeout_s: float = 10.0
+    admin: Admin, topic: str, before: dict[int, int], expected: int, timeout_s: float = 10.0
 ) -> dict[int, int]:
     """End offsets once the broker has appended what was sent. With ``acks=0`` (or 1 and a
-    lagging replica) producers finish before the log does; wait, bounded, until the
-    offsets reach ``sent`` or stop moving for a second."""
-    import time
-
+    lagging replica) producers finish before the log does, and commit markers follow a
+    commit; wait, bounded, until the offsets reach ``expected`` or stop moving for a second."""
     base = sum(before.values())
     after = admin.end_offsets(topic)
     deadline = time.monotonic() + timeout_s
     still_since = time.monotonic()
-    while sum(after.values()) - base < sent and time.monotonic() < deadline:
+    while sum(after.values()) - base < expected and time.monotonic() < deadline:
         time.sleep(0.2)
         now = admin.end_offsets(topic)
         if sum(now.values()) != sum(after.values()):
@@ -236,6 +505,15 @@ def _settled_offsets(
             break
         after = now
     return after
+
+
+def _offsets_if_reachable(admin: Admin, topic: str) -> dict[int, int] | None:
+    """The end offsets after a failed job, if Kafka answers quickly (it may be what failed)."""
+    admin.timeout_s = FAILED_RUN_OFFSETS_TIMEOUT_S
+    try:
+        return admin.end_offsets(topic)
+    except KafkaUnavailable:
+        return None
 
 
 def _rate_per_task(cfg: IngestConfig, spark: SparkSession, source: csv_source.Source) -> float | None:
@@ -250,47 +528,3 @@ def _rate_per_task(cfg: IngestConfig, spark: SparkSession, source: csv_source.So
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
-
-
-# What a failed Spark job's message means, for the one line people get.
-_CAUSES = [
-    (re.compile(r"DeliveryFailed: (.*)"), KafkaUnavailable, "{0}"),
-    (re.compile(r"HeaderMismatch: (.*)"), InputError, "{0}"),
-    (re.compile(r"(kafka\.errors\.\w+|KafkaTimeoutError|KafkaException)[:\s]*(.*)"), KafkaUnavailable,
-     "Kafka refused or did not answer the producer: {0}: {1}"),
-    (re.compile(r"(SaslAuthenticationException|AuthorizationException)[:\s]*(.*)"), KafkaUnavailable,
-     "Kafka refused the producer: {0}: {1}"),
-    (re.compile(r"(org\.apache\.kafka\.common\.errors\.\w+Exception)[:\s]*(.*)"), KafkaUnavailable,
-     "Kafka refused the records: {0}: {1}"),
-    (re.compile(r"(FileNotFoundException|PATH_NOT_FOUND)[:\s]*(.*)"), InputError,
-     "input disappeared or is unreadable: {1}; check --input"),
-    (re.compile(r"CSV header does not conform to the schema.*?(Header: .*)"), InputError,
-     "the input files' headers differ ({0}); ingest files with one header per run"),
-    (re.compile(r"(MALFORMED_RECORD_IN_PARSING|MalformedInputException|CharacterCodingException)(.*)"), InputError,
-     "input cannot be decoded as configured: {0}{1}; check --encoding and the CSV dialect"),
-]  # fmt: skip
-
-
-def _spark_errors(action):  # type: ignore[no-untyped-def]
-    """Run a Spark action; map a failed job to the error that names its cause."""
-    try:
-        return action()
-    except KappaError:
-        raise
-    except Exception as e:
-        text = str(e)
-        for pattern, kind, message in _CAUSES:
-            m = pattern.search(text)
-            if m:
-                raise kind(message.format(*(g.strip()[:300] for g in m.groups()))) from e
-        raise KappaError(f"the Spark job failed: {_cause_line(text)[:400]}") from e
-
-
-def _cause_line(text: str) -> str:
-    """The line that names the cause: a Python traceback's last ``XxxError: ...`` line if
-    the failure came from a Python worker, else the message's first line."""
-    errors = re.findall(r"^([\w.]+(?:Error|Exception|Failed|Mismatch): .+)$", text, flags=re.MULTILINE)
-    python_side = [line for line in errors if not line.startswith(("org.", "java."))]
-    if "Python worker" in text and python_side:
-        return python_side[0]
-    return text.strip().splitlines()[0] if text.strip() else "unknown error"

@@ -63,6 +63,7 @@ TABLE: dict[str, tuple[Translation, Translation]] = {
     ),
     "request.timeout.ms": (("request.timeout.ms", _int), ("request_timeout_ms", _int)),
     "delivery.timeout.ms": (("delivery.timeout.ms", _int), ("delivery_timeout_ms", _int)),
+    "transaction.timeout.ms": (("transaction.timeout.ms", _int), ("transaction_timeout_ms", _int)),
     "buffer.memory": (("queue.buffering.max.kbytes", _kbytes), ("buffer_memory", _int)),
     "max.request.size": (("message.max.bytes", _int), ("max_request_size", _int)),
     "client.id": (("client.id", _same), ("client_id", _same)),
@@ -75,6 +76,18 @@ TABLE: dict[str, tuple[Translation, Translation]] = {
 }
 
 CLIENTS = {"confluent": 0, "kafka-python": 1}
+# What every client of the cluster needs to connect, producer or not (admin, ledger reader, read-back).
+CONNECTION_KEYS = ("security.protocol", "sasl.mechanism", "sasl.username", "sasl.password", "client.id")
+
+
+def connection_conf(settings: dict[str, str] | None, bootstrap_servers: str) -> dict[str, Any]:
+    """librdkafka settings to connect to the cluster (for the driver's admin, consumers and fencing)."""
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap_servers}
+    for key in CONNECTION_KEYS:
+        if settings and key in settings:
+            target, convert = TABLE[key][0]  # type: ignore[misc]
+            conf[target] = convert(settings[key])
+    return conf
 
 
 def validate_settings(settings: dict[str, str], sink: str) -> None:

@@ -126,7 +126,9 @@ def _reap(pid: int) -> None:
         pass
 
 
-def _server_properties(node_id: int, ports: list[tuple[int, int]], log_dir: Path, voters: str) -> str:
+def _server_properties(
+    node_id: int, ports: list[tuple[int, int]], log_dir: Path, voters: str, extra: dict[str, str] | None = None
+) -> str:
     port, cport = ports[node_id - 1]
     replicas = min(3, len(ports))
     return "\n".join(
@@ -148,6 +150,7 @@ def _server_properties(node_id: int, ports: list[tuple[int, int]], log_dir: Path
             "share.coordinator.state.topic.min.isr=1",
             "group.initial.rebalance.delay.ms=0",
             "auto.create.topics.enable=false",
+            *(f"{k}={v}" for k, v in (extra or {}).items()),
             "",
         ]
     )
@@ -159,11 +162,13 @@ def start(
     port: int | None = None,
     heap: str = "512m",
     timeout_s: float = 90.0,
+    properties: dict[str, str] | None = None,
 ) -> LocalKafka:
     """Format storage and start ``brokers`` KRaft brokers on 127.0.0.1; wait until they serve.
 
-    ``port`` fixes the first broker's port (the others take free ones). Raises
-    KafkaUnavailable, naming the log file, if a broker exits or does not answer in time.
+    ``port`` fixes the first broker's port (the others take free ones); ``properties`` are
+    added to every broker's server.properties. Raises KafkaUnavailable, naming the log
+    file, if a broker exits or does not answer in time.
     """
     state_dir = Path(state_dir).resolve()
     existing = status(state_dir)
@@ -190,7 +195,7 @@ def start(
                 shutil.rmtree(node_dir)
             (node_dir / "logs").mkdir(parents=True)
             props = node_dir / "server.properties"
-            props.write_text(_server_properties(node_id, ports, node_dir / "data", voters))
+            props.write_text(_server_properties(node_id, ports, node_dir / "data", voters, properties))
             fmt = subprocess.run(
                 [java, "-cp", classpath, "kafka.tools.StorageTool", "format",
                  f"--cluster-id={cluster_id}", "-c", str(props), "--ignore-formatted"],
@@ -199,16 +204,8 @@ def start(
             if fmt.returncode != 0:
                 last = (fmt.stderr.strip().splitlines() or ["no output"])[-1]
                 raise KafkaUnavailable(f"formatting broker {node_id} storage failed: {last[:300]}")
-            log_dir = node_dir / "logs"
-            with open(log_dir / "stdout.log", "wb") as out:
-                proc = subprocess.Popen(
-                    [java, f"-Xmx{heap}", f"-Xms{heap}", "-XX:+UseG1GC",
-                     f"-Dlog4j2.configurationFile={conf_dir() / 'log4j2-kafka.properties'}",
-                     f"-Dkafka.logs.dir={log_dir}", "-cp", classpath, "kafka.Kafka", str(props)],
-                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                )  # fmt: skip
-            started.append(Broker(node_id, ports[node_id - 1][0], ports[node_id - 1][1], proc.pid))
+            pid = _launch(java, classpath, node_dir, heap)
+            started.append(Broker(node_id, ports[node_id - 1][0], ports[node_id - 1][1], pid))
             cluster = LocalKafka(state_dir, tuple(started))
             _write_state(cluster)
         _wait_ready(cluster, timeout_s)
@@ -216,6 +213,41 @@ def start(
         cluster.stop(timeout_s=5)
         raise
     return cluster
+
+
+def _launch(java: str, classpath: str, node_dir: Path, heap: str) -> int:
+    """Start one broker from its directory (server.properties, formatted data, logs/); its pid."""
+    log_dir = node_dir / "logs"
+    with open(log_dir / "stdout.log", "ab") as out:
+        proc = subprocess.Popen(
+            [java, f"-Xmx{heap}", f"-Xms{heap}", "-XX:+UseG1GC",
+             f"-Dlog4j2.configurationFile={conf_dir() / 'log4j2-kafka.properties'}",
+             f"-Dkafka.logs.dir={log_dir}", "-cp", classpath, "kafka.Kafka", str(node_dir / "server.properties")],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+    return proc.pid
+
+
+def restart(cluster: LocalKafka, heap: str = "512m", timeout_s: float = 90.0) -> LocalKafka:
+    """Start again the brokers of ``cluster`` that are no longer running (killed, say), on
+    their own ports and data; wait until the whole cluster serves."""
+    java = shutil.which("java")
+    if java is None:
+        raise UsageError("Java 17 is needed to run the local Kafka broker; install a JDK")
+    classpath = f"{jars_dir()}/*"
+    brokers = []
+    for b in cluster.brokers:
+        if _pid_alive(b.pid):
+            brokers.append(b)
+            continue
+        _reap(b.pid)
+        pid = _launch(java, classpath, cluster.state_dir / f"broker-{b.node_id}", heap)
+        brokers.append(Broker(b.node_id, b.port, b.controller_port, pid))
+    restarted = LocalKafka(cluster.state_dir, tuple(brokers))
+    _write_state(restarted)
+    _wait_ready(restarted, timeout_s)
+    return restarted
 
 
 def _write_state(cluster: LocalKafka) -> None:

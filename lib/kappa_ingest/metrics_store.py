@@ -20,6 +20,7 @@ schema on its next append. Failed runs are recorded too, with their status and e
 | stages | stage attempt | see STAGES |
 | broker_rate | one-second broker sample | see BROKER_RATE |
 | bench | contestant run of `make bench` | see BENCH |
+| ledger | unit of input a run delivered (the ledger topic's readable copy) | see LEDGER |
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ RUNS = _schema(
     ("rows_per_s", D), ("mb_per_s", D), ("peak_messages_per_s", D), ("steady_messages_per_s", D),
     ("time_to_first_record_s", D), ("retry_duplicates", L), ("checks_ok", B), ("settings", S), ("config_json", S),
     *((p, D) for p in PHASES),
+    ("delivery_mode", S), ("transactions_committed", L), ("transactions_aborted", L), ("resumed_from", S),
+    ("splits_skipped", L), ("rows_skipped", L),
 )  # fmt: skip
 TASKS = _schema(
     ("run_id", S), ("task_id", L), ("stage_id", INT), ("partition", INT), ("attempt", INT), ("status", S),
@@ -75,8 +78,14 @@ BENCH = _schema(
     ("ingest_s", D), ("startup_s", D), ("wall_s", D), ("rows_per_s", D), ("mb_per_s", D), ("record_bytes", D),
     ("cpu_s", D), ("broker_cpu_s", D), ("peak_rss_mb", D),
 )  # fmt: skip
+LEDGER = _schema(
+    ("run_id", S), ("lineage", S), ("topic", S), ("file", S), ("split_start", L), ("split_length", L), ("part", INT),
+    ("parts", INT), ("file_size", L), ("file_mtime_ms", L), ("mode", S), ("lines", L), ("rows_read", L),
+    ("rows_sent", L), ("rows_quarantined", L), ("bytes_sent", L), ("task_id", L), ("attempt", INT),
+    ("delivered_at", TS), ("status", S),
+)  # fmt: skip
 TABLES = {"runs": RUNS, "tasks": TASKS, "executors": EXECUTORS, "stages": STAGES, "broker_rate": BROKER_RATE,
-          "bench": BENCH}  # fmt: skip
+          "bench": BENCH, "ledger": LEDGER}  # fmt: skip
 RUN_TABLES = ("runs", "tasks", "executors", "stages", "broker_rate")
 
 
@@ -110,7 +119,11 @@ def run_rows(summary: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     rid = summary["run_id"]
     rate = (summary.get("broker") or {}).get("rate") or {}
     settings = " ".join(f"{k}={v}" for k, v in sorted((summary.get("config") or {}).get("kafka_opts", {}).items()))
+    delivery = summary.get("delivery") or {}
     run = {**summary, **rate, **(summary.get("phases") or {}),
+           "delivery_mode": delivery.get("mode"),
+           **{k: delivery.get(k) for k in ("transactions_committed", "transactions_aborted", "resumed_from",
+                                            "splits_skipped", "rows_skipped")},
            "retry_duplicates": (summary.get("duplicates") or {}).get("count", 0),
            "checks_ok": all(c["ok"] for c in summary.get("checks", [])), "settings": settings,
            "config_json": json.dumps(summary.get("config"), default=str)}  # fmt: skip
@@ -138,6 +151,18 @@ def append(metrics_dir: str | Path, rows: dict[str, list[dict[str, Any]]]) -> No
 
 def record_run(metrics_dir: str | Path, summary: dict[str, Any]) -> None:
     append(metrics_dir, run_rows(summary))
+
+
+def ledger_rows(entries: list[Any]) -> list[dict[str, Any]]:
+    """Ledger entries (kappa_ingest.ledger.Entry) as rows of the ``ledger`` table."""
+    from datetime import UTC
+
+    rows = []
+    for e in entries:
+        row = e.row()
+        row["delivered_at"] = datetime.fromtimestamp(row.pop("delivered_at_ms") / 1000, UTC)
+        rows.append(row)
+    return rows
 
 
 def record_bench(metrics_dir: str | Path, bench_id: str, runs: list[dict[str, Any]]) -> None:

@@ -32,32 +32,45 @@ from kappa_ingest.paths import cache_dir
 SOURCES = ("json.c", "produce.c")  # in kappa_ingest/c/
 _c = ctypes
 _P = _c.c_void_p
+
+
+class Batch(ctypes.Structure):
+    """One batch of records for ``kp_produce``: mirrors ``kp_batch`` of c/produce.c."""
+
+    _fields_ = [
+        ("topic", _c.c_char_p),
+        ("n", _c.c_int64),
+        ("value_offsets", _P),
+        ("value_data", _P),
+        ("key_offsets", _P),
+        ("key_data", _P),
+        ("key_valid", _P),
+        ("key_bit0", _c.c_int64),
+        ("timestamps", _P),
+        ("run_id", _c.c_char_p),
+        ("run_id_len", _c.c_int64),
+        ("file_index", _P),
+        ("files", _c.POINTER(_c.c_char_p)),
+        ("file_lens", _c.POINTER(_c.c_int64)),
+    ]
+
+
 _SIGNATURES = {
+    "kp_batch_size": (_c.c_size_t, []),
     "kp_new": (_P, [_c.POINTER(_c.c_char_p), _c.POINTER(_c.c_char_p), _c.c_int, _c.c_char_p, _c.c_size_t]),
-    # producer, topic, n, value offsets+data, key offsets+data, key validity+first bit,
-    # timestamps, run_id+length, file index, file names+lengths, error out
-    "kp_produce": (
-        _c.c_int64,
-        [
-            _P,
-            _c.c_char_p,
-            _c.c_int64,
-            _P,
-            _P,
-            _P,
-            _P,
-            _P,
-            _c.c_int64,
-            _P,
-            _c.c_char_p,
-            _c.c_int64,
-            _P,
-            _c.POINTER(_c.c_char_p),
-            _c.POINTER(_c.c_int64),
-            _c.POINTER(_c.c_int),
-        ],
-    ),
+    "kp_produce": (_c.c_int64, [_P, _c.POINTER(Batch), _c.POINTER(_c.c_int)]),
+    "kp_produce_one": (_c.c_int, [_P, _c.c_char_p, _c.c_char_p, _c.c_size_t, _c.c_char_p, _c.c_size_t]),
     "kp_flush": (_c.c_int, [_P, _c.c_int]),
+    "kp_txn_init": (_c.c_int, [_P, _c.c_int]),
+    "kp_txn_begin": (_c.c_int, [_P]),
+    "kp_txn_commit": (_c.c_int, [_P, _c.c_int]),
+    "kp_txn_abort": (_c.c_int, [_P, _c.c_int]),
+    "kp_txn_code": (_c.c_int, [_P]),
+    "kp_txn_fatal": (_c.c_int, [_P]),
+    "kp_txn_retriable": (_c.c_int, [_P]),
+    "kp_txn_abortable": (_c.c_int, [_P]),
+    "kp_txn_reason": (_c.c_char_p, [_P]),
+    "kp_partitions_touched": (_c.c_int32, [_P]),
     "kp_failed": (_c.c_int64, [_P]),
     "kp_first_error": (_c.c_int, [_P]),
     "kp_fatal_error": (_c.c_int, [_P]),
@@ -155,6 +168,11 @@ def _load() -> ctypes.CDLL | NativeUnavailable:
     for name, (restype, argtypes) in _SIGNATURES.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes
+    if lib.kp_batch_size() != ctypes.sizeof(Batch):
+        return NativeUnavailable(
+            f"the C record loop's batch layout ({lib.kp_batch_size()} bytes) differs from its Python mirror"
+            f" ({ctypes.sizeof(Batch)} bytes)"
+        )
     return lib
 
 

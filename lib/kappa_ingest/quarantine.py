@@ -7,20 +7,26 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pyarrow as pa
+from pyspark import TaskContext
 
 from kappa_ingest.csv_source import Source
 from kappa_ingest.parsing import REJECT_DDL
+from kappa_ingest.sinks.task_input import TaskInput
+from kappa_ingest.splits import Unit
 
 
-def write(source: Source, path: str) -> dict[str, int]:
-    """Write the rejected rows to ``path``, parsed by the same parser the sink used; their
-    count by reason, read back from what was written."""
-    parser = source.parser
+def write(source: Source, path: str, skip: frozenset[Unit] = frozenset()) -> dict[str, int]:
+    """Write the rejected rows to ``path``, parsed by the same parser the sink used (units
+    in ``skip``, delivered before this run, left out); their count by reason, read back
+    from what was written."""
+    parser, parts = source.parser, source.plan.parts
 
     def rejects(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        ctx = TaskContext.get()
+        assert ctx is not None
         parse = parser.fresh()
-        for batch in batches:
-            out = parse(batch).rejects
+        for _unit, rows in TaskInput(ctx.partitionId(), parts, skip).units(batches):
+            out = parse(rows).rejects
             if out.num_rows:
                 yield out
 

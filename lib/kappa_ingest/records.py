@@ -15,7 +15,7 @@ milliseconds of work), so rows converted together share a millisecond.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -25,7 +25,6 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from kappa_ingest.columns import EVENT_TS_COL, FILE_COL
-from kappa_ingest.parsing import BatchParser, Parsed, no_rejects
 
 TIMESTAMP_HEADER = "__kappa_ts"  # read by kappa.ingest.TimestampFromHeader (interceptor.py)
 KAFKA_RECORD_SCHEMA = "key binary, value binary, timestamp timestamp, headers array<struct<key:string,value:binary>>"
@@ -210,28 +209,12 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def to_records(
-    df: DataFrame,
-    spec: RecordSpec,
-    clock: Callable[[], int] = wall_clock_ms,
-    parser: BatchParser | None = None,
-    on_batch: Callable[[Parsed, Encoded], Iterable[tuple[int, int]] | None] | None = None,
-) -> DataFrame:
+def to_records(df: DataFrame, spec: RecordSpec, clock: Callable[[], int] = wall_clock_ms) -> DataFrame:
     """Parsed rows (the CSV's columns, FILE_COL[, EVENT_TS_COL]) → rows of Spark's Kafka
-    sink schema: ``key, value, timestamp, headers``.
-
-    With ``parser`` the rows are parsed first on the executor (raw lines, or Spark's
-    rows with reject marks); rejected rows are dropped, and ``on_batch(parsed, encoded)``
-    sees every batch before it is handed on (the Spark sink counts and throttles there).
-    """
+    sink schema: ``key, value, timestamp, headers``."""
 
     def convert(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        parse = parser.fresh() if parser is not None else None
         for batch in batches:
-            parsed = parse(batch) if parse is not None else Parsed(batch, no_rejects())
-            enc = encode_batch(parsed.rows, spec, clock())
-            slices = on_batch(parsed, enc) if on_batch is not None else None
-            for lo, hi in slices or [(0, enc.rows)]:
-                yield kafka_batch(enc.slice(lo, hi), spec.run_id)
+            yield kafka_batch(encode_batch(batch, spec, clock()), spec.run_id)
 
     return df.mapInArrow(convert, KAFKA_RECORD_SCHEMA)

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 from kappa_ingest.phases import RunClock
 
 if TYPE_CHECKING:  # the command line imports this before Spark starts: keep it light
+    from kappa_ingest.ledger import Entry
+    from kappa_ingest.reconcile import Verdict
     from kappa_ingest.sinks.partition_runner import TaskStats
     from kappa_ingest.spark_metrics import SparkRunMetrics, TaskInfo
 
@@ -61,6 +63,10 @@ class RunReport:
     quarantine: dict[str, Any] = field(default_factory=dict)
     duplicates: dict[str, Any] = field(default_factory=dict)
     checks: list[dict[str, Any]] = field(default_factory=list)
+    delivery: dict[str, Any] = field(default_factory=dict)
+    plan: dict[str, Any] | None = None
+    ledger: dict[str, Any] = field(default_factory=dict)
+    rows_inherited: int = 0  # rows_sent by attempts Spark counted as failed after they committed
 
     @property
     def started_at(self) -> datetime:
@@ -76,22 +82,27 @@ class RunReport:
         end = self.finished_at or datetime.now(UTC)
         return self.clock.phases(end.timestamp())
 
-    def add_run(self, stats: list[TaskStats], spark: SparkRunMetrics) -> None:
-        """Join the producers' per-task counts with Spark's task and stage records."""
+    def add_run(self, stats: list[TaskStats], spark: SparkRunMetrics, inherited: list[Entry] | None = None) -> None:
+        """Join the producers' per-task counts with Spark's task and stage records.
+
+        ``inherited``: ledger entries of units that attempts Spark counted as failed had
+        committed before they died; their rows are in the topic, sent by this run."""
+        inherited = inherited or []
         by_task = {s.task_id: s for s in stats}
         sending = {(t.stage_id, t.stage_attempt) for t in spark.tasks if t.task_id in by_task}
         send_tasks = [t for t in spark.tasks if (t.stage_id, t.stage_attempt) in sending]
-        self.rows_read = sum(s.rows_read for s in stats)
-        self.rows_converted = sum(s.rows_sent for s in stats)
-        self.rows_quarantined = sum(s.rows_quarantined for s in stats)
+        self.rows_inherited = sum(e.rows_sent for e in inherited)
+        self.rows_read = sum(s.rows_read for s in stats) + sum(e.rows_read for e in inherited)
+        self.rows_converted = sum(s.rows_sent for s in stats) + self.rows_inherited
+        self.rows_quarantined = sum(s.rows_quarantined for s in stats) + sum(e.rows_quarantined for e in inherited)
         if not self.dry_run:
             self.rows_sent = self.rows_converted
-            self.bytes_sent = sum(s.bytes_sent for s in stats)
+            self.bytes_sent = sum(s.bytes_sent for s in stats) + sum(e.bytes_sent for e in inherited)
         # Spark's own input count, independent of the parsers': every line or row it read.
         spark_records = sum(t.records_read for t in spark.tasks if t.status == "SUCCESS")
-        not_rows = sum(s.lines_skipped for s in stats)
-        self.check("Spark's input records = rows_read + header/blank lines", spark_records == self.rows_read + not_rows,
-                   self.rows_read + not_rows, spark_records)  # fmt: skip
+        lines = sum(s.rows_read + s.lines_skipped + s.lines_dropped for s in stats)
+        self.check("Spark's input records = rows read + header/blank lines + lines of units delivered before",
+                   spark_records == lines, lines, spark_records)  # fmt: skip
         if send_tasks:
             start = min(t.launched_at for t in send_tasks)
             end = max(t.ended_at for t in send_tasks)
@@ -120,7 +131,13 @@ class RunReport:
         self.duplicates = {
             "failed_attempts": [{"task_id": t.task_id, "partition": t.partition, "error": t.error} for t in failed],
             "count": 0,
+            "by_file": {},
         }
+        self.delivery["transactions_committed"] = sum(s.transactions for s in stats)
+        # A failed attempt's transaction is aborted, by the attempt or, fenced, by the next one.
+        self.delivery["transactions_aborted"] = len(failed) if self.delivery.get("mode") == "exactly-once" else 0
+        if inherited:
+            self.delivery["committed_by_failed_attempts"] = {"units": len(inherited), "rows": self.rows_inherited}
 
     def _task(self, t: TaskInfo, s: TaskStats | None) -> dict[str, Any]:
         rows = s.rows_sent if s else 0
@@ -170,16 +187,20 @@ class RunReport:
             )
         return out
 
-    def check_offsets(self, before: dict[int, int], after: dict[int, int]) -> None:
-        """The broker's account: the topic grew by rows_sent plus counted retry duplicates."""
+    def add_offsets(self, before: dict[int, int], after: dict[int, int]) -> int:
+        """The topic's high watermarks before and after; returns how far they moved."""
         delta = sum(after.values()) - sum(before.get(p, 0) for p in after)
-        self.broker.update(offsets_before=sum(before.values()), offsets_after=sum(after.values()), offset_delta=delta)
-        extra = delta - self.rows_sent
-        if self.duplicates.get("failed_attempts") and extra > 0:
-            self.duplicates["count"] = extra
-            self.check("topic grew by rows_sent + retry duplicates", True, f"{self.rows_sent} + {extra}", delta)
-        else:
-            self.check("topic grew by rows_sent", delta == self.rows_sent, self.rows_sent, delta)
+        self.broker.update(offsets_before=sum(before.values()), offsets_after=sum(after.values()), offset_delta=delta,
+                           offsets_before_by_partition=before, offsets_after_by_partition=after)  # fmt: skip
+        return delta
+
+    def add_verdict(self, verdict: Verdict) -> None:
+        """The broker's account of the run (:func:`kappa_ingest.reconcile.check`)."""
+        for name, ok, expected, actual in verdict.checks:
+            self.check(name, ok, expected, actual)
+        self.delivery["verified_by"] = verdict.verified_by
+        self.duplicates["count"] = verdict.duplicates
+        self.duplicates["by_file"] = verdict.duplicates_by_file
 
     def check(self, name: str, ok: bool, expected: Any, actual: Any) -> None:
         self.checks.append({"name": name, "ok": bool(ok), "expected": expected, "actual": actual})
@@ -193,10 +214,11 @@ class RunReport:
             else "rows_read = rows_sent + rows_quarantined"
         )
         self.check(name, self.rows_read == counted, counted, self.rows_read)
-        exec_rows = sum(e["rows"] for e in self.executors)
-        self.check(
-            "executors' rows add up to rows_sent", exec_rows == self.rows_converted, self.rows_converted, exec_rows
-        )
+        exec_rows = sum(e["rows"] for e in self.executors) + self.rows_inherited
+        name = "executors' rows add up to rows_sent"
+        if self.rows_inherited:
+            name = "executors' rows + rows committed by failed attempts add up to rows_sent"
+        self.check(name, exec_rows == self.rows_converted, self.rows_converted, exec_rows)
 
     @property
     def consistent(self) -> bool:
@@ -234,6 +256,9 @@ class RunReport:
             "broker": self.broker,
             "quarantine": self.quarantine,
             "duplicates": self.duplicates,
+            "delivery": self.delivery,
+            "ledger": self.ledger,
+            "plan": self.plan,
             "checks": self.checks,
             "config": self.config,
         }
@@ -279,6 +304,32 @@ def render_phases(phases: dict[str, float], wall_s: float) -> str:
     return f"phases: {parts} = {wall_s:.1f} s wall (command start to report)"
 
 
+def _render_delivery(s: dict[str, Any]) -> list[str]:
+    d, ledger = s.get("delivery") or {}, s.get("ledger") or {}
+    if not d.get("mode") or s["dry_run"]:
+        return []
+    line = f"  delivery {d['mode']}"
+    if d["mode"] == "exactly-once":
+        line += (
+            f": {d.get('transactions_committed', 0)} transactions committed, {d.get('transactions_aborted', 0)} aborted"
+        )
+    if d.get("verified_by"):
+        line += f"; verified by {d['verified_by']}"
+    out = [line]
+    if d.get("resumed_from"):
+        out.append(
+            f"  resumed from {d['resumed_from']}: {d.get('splits_skipped', 0):,} splits"
+            f" ({d.get('rows_skipped', 0):,} rows) already delivered, skipped"
+        )
+    if ledger.get("missing") and s["status"] != "succeeded":
+        committed = ledger.get("committed") or []
+        out.append(f"  splits committed by this run ({len(committed)}): " + "; ".join(committed[:5])
+                   + (" ..." if len(committed) > 5 else ""))  # fmt: skip
+        out.append(f"  splits missing ({len(ledger['missing'])}): " + "; ".join(ledger["missing"][:5])
+                   + (" ..." if len(ledger["missing"]) > 5 else "") + f"; complete them with --resume {s['run_id']}")  # fmt: skip
+    return out
+
+
 def render(s: dict[str, Any]) -> str:
     """The report as people read it at the end of a run."""
     out = [
@@ -295,6 +346,7 @@ def render(s: dict[str, Any]) -> str:
         f"  {s['rows_per_s']:,.0f} rows/s  {s['mb_per_s']:.2f} MB/s",
         "  " + render_phases(s["phases"], s["wall_s"]),
     ]
+    out += _render_delivery(s)
     rate = s["broker"].get("rate")
     if rate:
         out.append(
@@ -350,7 +402,9 @@ def render(s: dict[str, Any]) -> str:
     if s["duplicates"].get("count"):
         d = s["duplicates"]
         ids = ", ".join(str(t["task_id"]) for t in d["failed_attempts"])
-        out.append(f"retry duplicates: {d['count']:,} records re-sent by retried tasks (failed attempts: {ids})")
+        files = ", ".join(f"{f.rsplit('/', 1)[-1]} {n:,}" for f, n in (d.get("by_file") or {}).items())
+        out.append(f"retry duplicates: {d['count']:,} records re-sent by retried tasks (failed attempts: {ids};"
+                   f" by file: {files})")  # fmt: skip
     bad = [c for c in s["checks"] if not c["ok"]]
     for c in bad:
         out.append(f"CHECK FAILED: {c['name']}: expected {c['expected']}, got {c['actual']}")

@@ -1,7 +1,10 @@
-"""Driver-side Kafka administration: reachability, topic creation, end offsets.
+"""Driver-side Kafka administration: reachability, topic creation, end offsets, broker settings.
 
 Always confluent-kafka's AdminClient, whichever sink produces: it fails fast (an
-unreachable or refusing cluster is an exit-4 error within ~15 s, never a hang).
+unreachable or refusing cluster is an exit-4 error within ~15 s, never a hang). End
+offsets are high watermarks (``read_uncommitted``: records appended, committed or not);
+librdkafka's own default would give the last stable offset, which stands still while a
+transaction is open.
 """
 
 from __future__ import annotations
@@ -11,10 +14,10 @@ import time
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from kappa_ingest.errors import KafkaUnavailable
-from kappa_ingest.kafka_settings import TABLE
+from kappa_ingest.kafka_settings import connection_conf
 
 TIMEOUT_S = 10.0
 # librdkafka's own connection chatter; the errors that matter reach error_cb and are raised.
@@ -22,20 +25,19 @@ _LOG = logging.getLogger("kappa_ingest.kafka_admin")
 _LOG.addHandler(logging.NullHandler())
 _LOG.propagate = False
 _SETTLING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART}
-_CONNECTION_KEYS = ("security.protocol", "sasl.mechanism", "sasl.username", "sasl.password", "client.id")
 
 
 class Admin:
     """A connection to one cluster for the driver's questions."""
 
-    def __init__(self, bootstrap_servers: str, settings: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, bootstrap_servers: str, settings: dict[str, str] | None = None, timeout_s: float = TIMEOUT_S
+    ) -> None:
         self.bootstrap_servers = bootstrap_servers
+        self.timeout_s = timeout_s
         self.errors: list[KafkaError] = []
-        conf: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "error_cb": self.errors.append, "logger": _LOG}
-        for key in _CONNECTION_KEYS:
-            if settings and key in settings:
-                target, convert = TABLE[key][0]  # type: ignore[misc]
-                conf[target] = convert(settings[key])
+        conf: dict[str, Any] = {**connection_conf(settings, bootstrap_servers), "error_cb": self.errors.append,
+                                "logger": _LOG}  # fmt: skip
         self.conf = conf
         self.client = AdminClient(conf)
         self._consumer: Consumer | None = None
@@ -59,17 +61,19 @@ class Admin:
         return len(md.brokers)
 
     def partitions(self, topic: str) -> int | None:
-        md = self.client.list_topics(topic=topic, timeout=TIMEOUT_S)
+        md = self.client.list_topics(topic=topic, timeout=self.timeout_s)
         t = md.topics.get(topic)
         if t is None or t.error is not None:
             return None
         return len(t.partitions)
 
-    def ensure_topic(self, topic: str, partitions: int, replication_factor: int) -> bool:
-        """Create ``topic`` if absent; True if this call created it."""
+    def ensure_topic(
+        self, topic: str, partitions: int, replication_factor: int, config: dict[str, str] | None = None
+    ) -> bool:
+        """Create ``topic`` if absent (with ``config``); True if this call created it."""
         if self.partitions(topic) is not None:
             return False
-        futures = self.client.create_topics([NewTopic(topic, partitions, replication_factor)])
+        futures = self.client.create_topics([NewTopic(topic, partitions, replication_factor, config=config or {})])
         try:
             futures[topic].result(TIMEOUT_S)
         except KafkaException as e:
@@ -100,12 +104,13 @@ class Admin:
         if n is None:
             return {}
         if self._consumer is None:
-            self._consumer = Consumer({**self.conf, "group.id": "kappa-ingest-offsets", "enable.auto.commit": False})
-        deadline = time.monotonic() + TIMEOUT_S
+            self._consumer = Consumer({**self.conf, "group.id": "kappa-ingest-offsets", "enable.auto.commit": False,
+                                       "isolation.level": "read_uncommitted"})  # fmt: skip
+        deadline = time.monotonic() + self.timeout_s
         while True:
             try:
                 return {
-                    p: self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=TIMEOUT_S)[1]
+                    p: self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=self.timeout_s)[1]
                     for p in range(n)
                 }
             except KafkaException as e:
@@ -114,10 +119,28 @@ class Admin:
                     raise self._unavailable("reading end offsets", e.args[0]) from e
                 time.sleep(0.2)
 
+    def brokers(self) -> int:
+        return len(self.client.list_topics(timeout=TIMEOUT_S).brokers)
+
+    def broker_setting(self, name: str) -> str | None:
+        """A broker's value of ``name`` (the first broker's), or None if it cannot be read
+        (no DESCRIBE_CONFIGS permission, say)."""
+        try:
+            broker = min(self.client.list_topics(timeout=TIMEOUT_S).brokers)
+            resource = ConfigResource(ConfigResource.Type.BROKER, str(broker))
+            entries = self.client.describe_configs([resource])[resource].result(TIMEOUT_S)
+        except (KafkaException, ValueError):
+            return None
+        entry = entries.get(name)
+        return entry.value if entry is not None else None
+
     def close(self) -> None:
+        """Release the consumer and the admin client (this AdminClient has no close():
+        its handle goes with the object)."""
         if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+            consumer, self._consumer = self._consumer, None
+            consumer.close()
+        self.client = None  # type: ignore[assignment]
 
     def __enter__(self) -> Admin:
         return self

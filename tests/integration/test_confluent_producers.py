@@ -42,6 +42,7 @@ def _encoded():
 def _send(producer, enc) -> None:
     producer.send(enc.slice(0, 123), "run-1")
     producer.send(enc.slice(123, enc.rows), "run-1")
+    producer.flush()
     producer.close()
 
 

@@ -42,7 +42,7 @@ def test_defaults_and_generated_run_id():
 
 
 def test_the_shipped_conf_file_loads():
-    cfg = config.validate({**config._read_yaml(config.DEFAULT_CONFIG), "inputs": ["x"], "topic": "t"})
+    cfg = config.validate({**config._read_yaml(config.default_config()), "inputs": ["x"], "topic": "t"})
     assert cfg.sink == config.DEFAULT_SINK
 
 

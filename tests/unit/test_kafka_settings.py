@@ -40,8 +40,8 @@ def test_spark_gets_java_names_the_interceptor_and_a_jaas_line():
 
 def test_a_setting_a_client_cannot_honour_is_refused_with_the_accepted_list():
     with pytest.raises(UsageError, match=r"not supported by the confluent sink; accepted: acks, .*linger\.ms"):
-        ks.validate_settings({"transaction.timeout.ms": "1"}, "confluent")
-    ks.validate_settings({"transaction.timeout.ms": "1"}, "spark")  # Java names pass through to Spark
+        ks.validate_settings({"partitioner.class": "x.Y"}, "confluent")
+    ks.validate_settings({"partitioner.class": "x.Y"}, "spark")  # Java names pass through to Spark
 
 
 def test_bad_values_are_refused():

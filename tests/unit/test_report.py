@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 
+from kappa_ingest import reconcile
 from kappa_ingest.report import RunReport, render
 from kappa_ingest.sinks.partition_runner import TaskStats
 from kappa_ingest.spark_metrics import SparkRunMetrics, StageInfo, TaskInfo, parse_time
@@ -47,21 +49,25 @@ def test_spark_input_records_that_disagree_fail_the_check():
     assert "CHECK FAILED: Spark's input records" in render(r.summary())
 
 
-def test_broker_offsets_must_grow_by_rows_sent():
+def test_broker_offsets_moved_by_rows_sent_balance():
     r = RunReport("r", "confluent", "t", {})
     r.add_run([stats(1, 0, 10)], metrics([task(1, 0, "1", 0, 1, records=11)]))
-    r.check_offsets({0: 5, 1: 0}, {0: 10, 1: 5})
+    delta = r.add_offsets({0: 5, 1: 0}, {0: 10, 1: 5})
+    r.add_verdict(reconcile.check("at-least-once", 10, delta, 10, 0, None, "r", {}))
     assert r.broker["offset_delta"] == 10 and r.consistent
-    r.check_offsets({0: 0}, {0: 12})
+    delta = r.add_offsets({0: 0}, {0: 12})
+    r.add_verdict(reconcile.check("at-least-once", 10, delta, 10, 0, None, "r", {}))
     assert not r.consistent
 
 
-def test_retry_duplicates_are_counted_and_named():
+def test_retry_duplicates_found_by_the_read_back_are_counted_and_named():
     r = RunReport("r", "spark", "t", {})
     tasks = [task(1, 0, "1", 0, 1, status="FAILED"), task(2, 0, "1", 1, 1, records=11, attempt=1)]
     r.add_run([stats(2, 0, 10)], metrics(tasks))
-    r.check_offsets({0: 0}, {0: 14})
+    found = reconcile.ReadBack(Counter({("r", "/in/a.csv"): 14, ("other-run", "/in/a.csv"): 3}))
+    r.add_verdict(reconcile.check("at-least-once", 10, 17, 10, 1, found, "r", {"/in/a.csv": 10}))
     assert r.duplicates["count"] == 4 and r.duplicates["failed_attempts"][0]["task_id"] == 1
+    assert r.duplicates["by_file"] == {"/in/a.csv": 4}
     assert r.consistent
     assert "retry duplicates: 4" in render(r.summary())
 

@@ -10,9 +10,15 @@
  *
  * Delivery is counted here: librdkafka calls dr_msg_cb for every record, acknowledged or
  * failed, from the polls in kp_produce and kp_flush on the caller's thread; after a
- * flush that leaves nothing in flight, acknowledged = produced - failed. Only the few declarations used are
- * written out (stable public ABI of rdkafka.h, librdkafka >= 1.0), as the wheel carries
- * no header.
+ * flush that leaves nothing in flight, acknowledged = produced - failed. The same
+ * callback notes which partitions of the data topic the current transaction wrote to:
+ * each gets one commit marker, which takes an offset (the run's reconciliation counts them).
+ *
+ * Transactions (exactly-once delivery) are librdkafka's own; the kp_txn_* calls return
+ * 0 or the error's code, with its text and kind kept in the producer for Python to read.
+ *
+ * Only the few declarations used are written out (stable public ABI of rdkafka.h,
+ * librdkafka >= 1.4), as the wheel carries no header.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -23,6 +29,7 @@
 typedef struct rd_kafka_s rd_kafka_t;
 typedef struct rd_kafka_conf_s rd_kafka_conf_t;
 typedef struct rd_kafka_topic_s rd_kafka_topic_t;
+typedef struct rd_kafka_error_s rd_kafka_error_t;
 typedef struct rd_kafka_message_s {
     int err;
     rd_kafka_topic_t *rkt;
@@ -32,7 +39,7 @@ typedef struct rd_kafka_message_s {
     void *key;
     size_t key_len;
     int64_t offset;
-    void *_private;
+    void *_private; /* the record's opaque (VT_OPAQUE) in delivery reports */
 } rd_kafka_message_t;
 
 enum { VT_END, VT_TOPIC, VT_RKT, VT_PARTITION, VT_VALUE, VT_KEY, VT_OPAQUE, VT_MSGFLAGS, VT_TIMESTAMP, VT_HEADER };
@@ -42,6 +49,9 @@ enum { VT_END, VT_TOPIC, VT_RKT, VT_PARTITION, VT_VALUE, VT_KEY, VT_OPAQUE, VT_M
 #define ERR_AUTHENTICATION (-169)
 #define ERR_TOPIC_AUTHORIZATION_FAILED 29
 #define ERR_CLUSTER_AUTHORIZATION_FAILED 31
+#define ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED 53
+#define PURGE_QUEUE 0x1
+#define PURGE_INFLIGHT 0x2
 #define CONF_OK 0
 #define PRODUCER 0
 
@@ -55,10 +65,39 @@ rd_kafka_t *rd_kafka_new(int, rd_kafka_conf_t *, char *, size_t);
 int rd_kafka_producev(rd_kafka_t *, ...);
 int rd_kafka_poll(rd_kafka_t *, int);
 int rd_kafka_flush(rd_kafka_t *, int);
+int rd_kafka_purge(rd_kafka_t *, int);
 int rd_kafka_outq_len(rd_kafka_t *);
 int rd_kafka_fatal_error(rd_kafka_t *, char *, size_t);
 const char *rd_kafka_err2str(int);
 void rd_kafka_destroy(rd_kafka_t *);
+rd_kafka_error_t *rd_kafka_init_transactions(rd_kafka_t *, int);
+rd_kafka_error_t *rd_kafka_begin_transaction(rd_kafka_t *);
+rd_kafka_error_t *rd_kafka_commit_transaction(rd_kafka_t *, int);
+rd_kafka_error_t *rd_kafka_abort_transaction(rd_kafka_t *, int);
+int rd_kafka_error_code(const rd_kafka_error_t *);
+const char *rd_kafka_error_string(const rd_kafka_error_t *);
+int rd_kafka_error_is_fatal(const rd_kafka_error_t *);
+int rd_kafka_error_is_retriable(const rd_kafka_error_t *);
+int rd_kafka_error_txn_requires_abort(const rd_kafka_error_t *);
+void rd_kafka_error_destroy(rd_kafka_error_t *);
+
+/* One batch of records, as Arrow buffers; mirrored by kappa_ingest.native.Batch. */
+typedef struct {
+    const char *topic;
+    int64_t n;
+    const int32_t *value_offsets; /* advanced to the array's offset */
+    const uint8_t *value_data;
+    const int32_t *key_offsets;   /* NULL: no key */
+    const uint8_t *key_data;
+    const uint8_t *key_valid;     /* NULL: no null key; else bit key_bit0 + i */
+    int64_t key_bit0;
+    const int64_t *timestamps;
+    const char *run_id;
+    int64_t run_id_len;
+    const int32_t *file_index;    /* picks the source_file header of record i */
+    const char **files;
+    const int64_t *file_lens;
+} kp_batch;
 
 typedef struct {
     rd_kafka_t *rk;
@@ -66,7 +105,36 @@ typedef struct {
     int first_error;      /* 0: none */
     int fatal_error;      /* 0: none */
     char fatal_reason[512];
+    /* Partitions of the data topic written by the current transaction (or since creation). */
+    uint8_t *touched;
+    int32_t touched_cap;
+    int32_t touched_count;
+    /* The last transactional call's error: code 0 = none. */
+    int txn_code;
+    int txn_fatal;
+    int txn_retriable;
+    int txn_abortable;
+    char txn_reason[512];
 } kp_producer;
+
+static char DATA_RECORD; /* the opaque of data-topic records: its address tags them */
+
+static void touch(kp_producer *p, int32_t partition) {
+    if (partition < 0) return;
+    if (partition >= p->touched_cap) {
+        int32_t cap = p->touched_cap ? p->touched_cap : 64;
+        while (cap <= partition) cap *= 2;
+        uint8_t *grown = realloc(p->touched, (size_t)cap);
+        if (!grown) return; /* counted as unknown by Python: touched_count stays a lower bound */
+        memset(grown + p->touched_cap, 0, (size_t)(cap - p->touched_cap));
+        p->touched = grown;
+        p->touched_cap = cap;
+    }
+    if (!p->touched[partition]) {
+        p->touched[partition] = 1;
+        p->touched_count++;
+    }
+}
 
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque) {
     kp_producer *p = opaque;
@@ -74,6 +142,8 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opa
     if (msg->err) {
         p->failed++;
         if (!p->first_error) p->first_error = msg->err;
+    } else if (msg->_private == &DATA_RECORD) {
+        touch(p, msg->partition);
     }
 }
 
@@ -83,7 +153,7 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque) 
     if (err == ERR_FATAL) {
         p->fatal_error = rd_kafka_fatal_error(rk, p->fatal_reason, sizeof p->fatal_reason);
     } else if (err == ERR_AUTHENTICATION || err == ERR_TOPIC_AUTHORIZATION_FAILED ||
-               err == ERR_CLUSTER_AUTHORIZATION_FAILED) {
+               err == ERR_CLUSTER_AUTHORIZATION_FAILED || err == ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED) {
         p->fatal_error = err;
         snprintf(p->fatal_reason, sizeof p->fatal_reason, "%s", reason);
     }
@@ -112,35 +182,27 @@ kp_producer *kp_new(const char **names, const char **values, int n, char *errstr
 }
 
 /*
- * Produce records [0, n). value_offsets/key_offsets are Arrow int32 offsets already
- * advanced to the array's offset; key_offsets NULL means no key, key_valid (an Arrow
- * validity bitmap, bit key_bit0 + i) NULL means no null key. file_index[i] picks the
- * source_file header. Returns n, or -(i + 1) when record i is refused before sending
- * (its error code in *err), or -(n + 1) when a fatal error stops the producer.
+ * Produce the batch's records [0, n). Returns n, or -(i + 1) when record i is refused
+ * before sending (its error code in *err), or -(n + 1) when a fatal error stops the producer.
  */
-int64_t kp_produce(kp_producer *p, const char *topic, int64_t n,
-                   const int32_t *value_offsets, const uint8_t *value_data,
-                   const int32_t *key_offsets, const uint8_t *key_data,
-                   const uint8_t *key_valid, int64_t key_bit0,
-                   const int64_t *timestamps,
-                   const char *run_id, int64_t run_id_len,
-                   const int32_t *file_index, const char **files, const int64_t *file_lens,
-                   int *err) {
-    for (int64_t i = 0; i < n; i++) {
+int64_t kp_produce(kp_producer *p, const kp_batch *b, int *err) {
+    for (int64_t i = 0; i < b->n; i++) {
         const void *key = NULL;
         size_t key_len = 0;
-        if (key_offsets && (!key_valid || (key_valid[(key_bit0 + i) >> 3] >> ((key_bit0 + i) & 7) & 1))) {
-            key = key_data + key_offsets[i];
-            key_len = (size_t)(key_offsets[i + 1] - key_offsets[i]);
+        if (b->key_offsets &&
+            (!b->key_valid || (b->key_valid[(b->key_bit0 + i) >> 3] >> ((b->key_bit0 + i) & 7) & 1))) {
+            key = b->key_data + b->key_offsets[i];
+            key_len = (size_t)(b->key_offsets[i + 1] - b->key_offsets[i]);
         }
-        int f = file_index[i];
+        int f = b->file_index[i];
         for (;;) {
             int e = rd_kafka_producev(
-                p->rk, VT_TOPIC, topic, VT_MSGFLAGS, MSG_F_COPY,
-                VT_VALUE, (void *)(value_data + value_offsets[i]), (size_t)(value_offsets[i + 1] - value_offsets[i]),
-                VT_KEY, (void *)key, key_len, VT_TIMESTAMP, timestamps[i],
-                VT_HEADER, "run_id", (const void *)run_id, (ssize_t)run_id_len,
-                VT_HEADER, "source_file", (const void *)files[f], (ssize_t)file_lens[f], VT_END);
+                p->rk, VT_TOPIC, b->topic, VT_MSGFLAGS, MSG_F_COPY, VT_OPAQUE, (void *)&DATA_RECORD,
+                VT_VALUE, (void *)(b->value_data + b->value_offsets[i]),
+                (size_t)(b->value_offsets[i + 1] - b->value_offsets[i]),
+                VT_KEY, (void *)key, key_len, VT_TIMESTAMP, b->timestamps[i],
+                VT_HEADER, "run_id", (const void *)b->run_id, (ssize_t)b->run_id_len,
+                VT_HEADER, "source_file", (const void *)b->files[f], (ssize_t)b->file_lens[f], VT_END);
             if (e == 0) break;
             if (e != ERR_QUEUE_FULL) {
                 *err = e;
@@ -150,12 +212,24 @@ int64_t kp_produce(kp_producer *p, const char *topic, int64_t n,
             rd_kafka_poll(p->rk, 50);
             if (p->fatal_error) {
                 *err = p->fatal_error;
-                return -(n + 1);
+                return -(b->n + 1);
             }
         }
     }
     rd_kafka_poll(p->rk, 0);
-    return n;
+    return b->n;
+}
+
+/* One record without headers (the delivery ledger's); 0 or the error code. */
+int kp_produce_one(kp_producer *p, const char *topic, const void *key, size_t key_len, const void *value,
+                   size_t value_len) {
+    for (;;) {
+        int e = rd_kafka_producev(p->rk, VT_TOPIC, topic, VT_MSGFLAGS, MSG_F_COPY, VT_KEY, key, key_len,
+                                  VT_VALUE, value, value_len, VT_END);
+        if (e != ERR_QUEUE_FULL) return e;
+        rd_kafka_poll(p->rk, 50);
+        if (p->fatal_error) return p->fatal_error;
+    }
 }
 
 /* Wait for every record's delivery report; returns how many are still in flight. */
@@ -164,13 +238,62 @@ int kp_flush(kp_producer *p, int timeout_ms) {
     return rd_kafka_outq_len(p->rk);
 }
 
+static int txn_result(kp_producer *p, rd_kafka_error_t *e) {
+    if (!e) {
+        p->txn_code = 0;
+        p->txn_reason[0] = 0;
+        return 0;
+    }
+    p->txn_code = rd_kafka_error_code(e);
+    p->txn_fatal = rd_kafka_error_is_fatal(e);
+    p->txn_retriable = rd_kafka_error_is_retriable(e);
+    p->txn_abortable = rd_kafka_error_txn_requires_abort(e);
+    snprintf(p->txn_reason, sizeof p->txn_reason, "%s", rd_kafka_error_string(e));
+    rd_kafka_error_destroy(e);
+    return p->txn_code ? p->txn_code : -1;
+}
+
+static void untouch(kp_producer *p) {
+    if (p->touched) memset(p->touched, 0, (size_t)p->touched_cap);
+    p->touched_count = 0;
+}
+
+/* Fences every earlier producer with the same transactional.id, aborting its open transaction. */
+int kp_txn_init(kp_producer *p, int timeout_ms) { return txn_result(p, rd_kafka_init_transactions(p->rk, timeout_ms)); }
+
+int kp_txn_begin(kp_producer *p) {
+    untouch(p);
+    return txn_result(p, rd_kafka_begin_transaction(p->rk));
+}
+
+int kp_txn_commit(kp_producer *p, int timeout_ms) {
+    return txn_result(p, rd_kafka_commit_transaction(p->rk, timeout_ms));
+}
+
+int kp_txn_abort(kp_producer *p, int timeout_ms) {
+    return txn_result(p, rd_kafka_abort_transaction(p->rk, timeout_ms));
+}
+
+/* sizeof(kp_batch): Python checks its mirror against it before any call. */
+size_t kp_batch_size(void) { return sizeof(kp_batch); }
+
+int kp_txn_code(kp_producer *p) { return p->txn_code; }
+int kp_txn_fatal(kp_producer *p) { return p->txn_fatal; }
+int kp_txn_retriable(kp_producer *p) { return p->txn_retriable; }
+int kp_txn_abortable(kp_producer *p) { return p->txn_abortable; }
+const char *kp_txn_reason(kp_producer *p) { return p->txn_reason; }
+int32_t kp_partitions_touched(kp_producer *p) { return p->touched_count; }
 int64_t kp_failed(kp_producer *p) { return p->failed; }
 int kp_first_error(kp_producer *p) { return p->first_error; }
 int kp_fatal_error(kp_producer *p) { return p->fatal_error; }
 const char *kp_fatal_reason(kp_producer *p) { return p->fatal_reason; }
 const char *kp_err2str(int err) { return rd_kafka_err2str(err); }
 
+/* Drop whatever is still queued or in flight (a failed task's records), then free the producer. */
 void kp_destroy(kp_producer *p) {
+    rd_kafka_purge(p->rk, PURGE_QUEUE | PURGE_INFLIGHT);
+    rd_kafka_poll(p->rk, 0);
     rd_kafka_destroy(p->rk);
+    free(p->touched);
     free(p);
 }

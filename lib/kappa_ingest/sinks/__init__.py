@@ -8,8 +8,9 @@ from functools import partial
 
 from kappa_ingest import kafka_settings
 from kappa_ingest.csv_source import Source
+from kappa_ingest.delivery import TaskDelivery
 from kappa_ingest.records import wall_clock_ms
-from kappa_ingest.sinks.partition_runner import TaskStats, run_partitions
+from kappa_ingest.sinks.partition_runner import SendOutcome, run_partitions
 
 # How each sink counts a row as sent; written into the run report.
 COUNTED_BY = {
@@ -22,19 +23,19 @@ COUNTED_BY = {
 def send(
     sink: str,
     source: Source,
-    topic: str,
     settings: dict[str, str],
     bootstrap_servers: str,
+    delivery: TaskDelivery,
     rate_per_task: float | None = None,
     clock: Callable[[], int] = wall_clock_ms,
-) -> list[TaskStats]:
-    """Send the source's rows to ``topic`` with the named sink; per-task statistics of
-    successful tasks."""
+) -> SendOutcome:
+    """Send the source's rows to the delivery's topic with the named sink."""
+    topic = delivery.topic
     if sink == "spark":
         from kappa_ingest.sinks import spark_sink
 
         options = kafka_settings.for_spark(settings, bootstrap_servers)
-        return spark_sink.send(source.df, source.spec, source.parser, topic, options, rate_per_task, clock)
+        return spark_sink.send(source.df, source.spec, source.parser, options, delivery, rate_per_task, clock)
     if sink == "confluent":
         from kappa_ingest.sinks.confluent_sink import make_producer
 
@@ -45,4 +46,4 @@ def send(
         make = partial(
             KafkaPythonPartitionProducer, kafka_settings.for_kafka_python(settings, bootstrap_servers), topic
         )
-    return run_partitions(source.df, source.spec, source.parser, make, rate_per_task, clock)
+    return run_partitions(source.df, source.spec, source.parser, make, delivery, rate_per_task, clock)

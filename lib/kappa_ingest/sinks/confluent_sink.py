@@ -11,7 +11,8 @@ Two front ends to the same librdkafka (the one inside the confluent-kafka wheel)
   reports every record that fails and ``flush()`` returning 0 means no record is still in
   flight; so acknowledged = produced - failed.
 
-Both send the same records: value, key, timestamp and the ``run_id``/``source_file`` headers.
+Both send the same records: value, key, timestamp and the ``run_id``/``source_file``
+headers; both speak librdkafka's transactions for exactly-once delivery.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from kappa_ingest.records import Encoded
-from kappa_ingest.sinks.partition_runner import DeliveryFailed, headers_by_file
+from kappa_ingest.sinks.partition_runner import DeliveryFailed, TransactionFailed, headers_by_file
 
 FLUSH_TIMEOUT_S = 120.0
 LOG_LEVEL = 3  # librdkafka's errors only: the report says what went wrong
@@ -31,13 +32,18 @@ FATAL_CODES = {
     KafkaError._AUTHENTICATION,
     KafkaError.TOPIC_AUTHORIZATION_FAILED,
     KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
 }
 
 
-def make_producer(conf: dict[str, Any], topic: str) -> NativePartitionProducer | ConfluentPartitionProducer:
+def make_producer(
+    conf: dict[str, Any], topic: str, transactional_id: str | None = None
+) -> NativePartitionProducer | ConfluentPartitionProducer:
     """The C loop where it builds, else confluent-kafka's Python API (said on stderr once)."""
     from kappa_ingest import native
 
+    if transactional_id is not None:
+        conf = {**conf, "transactional.id": transactional_id}
     try:
         return NativePartitionProducer(native.load(), conf, topic)
     except native.NativeUnavailable as e:
@@ -89,30 +95,31 @@ class NativePartitionProducer:
             raise DeliveryFailed(f"Kafka client refused its configuration: {err.value.decode(errors='replace')}")
 
     def send(self, enc: Encoded, run_id: str) -> None:
+        from kappa_ingest.native import Batch
+
         n = enc.rows
         if n == 0:
             return
-        value_offsets, value_data = _binary_buffers(enc.values)
+        batch = Batch(topic=self.topic, n=n)
+        batch.value_offsets, batch.value_data = _binary_buffers(enc.values)
         keys = enc.keys
-        key_offsets = key_data = key_valid = key_bit0 = 0
         if keys is not None:
-            key_offsets, key_data = _binary_buffers(keys)
+            batch.key_offsets, batch.key_data = _binary_buffers(keys)
             validity = keys.buffers()[0]
             if validity is not None and keys.null_count:
-                key_valid, key_bit0 = validity.address, keys.offset
+                batch.key_valid, batch.key_bit0 = validity.address, keys.offset
         stamps = enc.timestamps_ms
+        batch.timestamps = stamps.buffers()[1].address + 8 * stamps.offset
         files = enc.source_files.dictionary_encode()
         index = files.indices.cast(pa.int32())
+        batch.file_index = index.buffers()[1].address + 4 * index.offset
         names = [f.encode() for f in files.dictionary.to_pylist()]
-        file_ptrs = (ctypes.c_char_p * len(names))(*names)
-        file_lens = (ctypes.c_int64 * len(names))(*(len(f) for f in names))
+        batch.files = (ctypes.c_char_p * len(names))(*names)
+        batch.file_lens = (ctypes.c_int64 * len(names))(*(len(f) for f in names))
         rid = run_id.encode()
+        batch.run_id, batch.run_id_len = rid, len(rid)
         err = ctypes.c_int(0)
-        done = self.lib.kp_produce(
-            self.handle, self.topic, n, value_offsets, value_data, key_offsets or None, key_data or None,
-            key_valid or None, key_bit0, stamps.buffers()[1].address + 8 * stamps.offset, rid, len(rid),
-            index.buffers()[1].address + 4 * index.offset, file_ptrs, file_lens, ctypes.byref(err),
-        )  # fmt: skip
+        done = self.lib.kp_produce(self.handle, ctypes.byref(batch), ctypes.byref(err))
         if done == n:
             self.produced += n
             return
@@ -120,29 +127,59 @@ class NativePartitionProducer:
         reason = self.lib.kp_err2str(err.value).decode(errors="replace")
         raise DeliveryFailed(f"Kafka client refused a record: {reason}")
 
+    def send_ledger(self, topic: str, records: list[tuple[bytes, bytes]]) -> None:
+        for key, value in records:
+            e = self.lib.kp_produce_one(self.handle, topic.encode(), key, len(key), value, len(value))
+            if e:
+                self._raise_if_fatal()
+                raise DeliveryFailed(f"Kafka client refused a ledger record: {self.lib.kp_err2str(e).decode()}")
+
     def _raise_if_fatal(self) -> None:
         if self.lib.kp_fatal_error(self.handle):
             reason = self.lib.kp_fatal_reason(self.handle).decode(errors="replace")
             raise DeliveryFailed(f"Kafka refused the producer: {reason}")
 
+    def flush(self) -> None:
+        remaining = self.lib.kp_flush(self.handle, int(FLUSH_TIMEOUT_S * 1000))
+        self._raise_if_fatal()
+        failed = self.lib.kp_failed(self.handle)
+        if remaining or failed:
+            first = self.lib.kp_first_error(self.handle)
+            raise _not_delivered(failed, remaining, self.produced, self.lib.kp_err2str(first).decode())
+
+    def _txn(self, code: int, what: str) -> None:
+        if code == 0:
+            return
+        lib, h = self.lib, self.handle
+        raise TransactionFailed(
+            what,
+            lib.kp_txn_reason(h).decode(errors="replace"),
+            fatal=bool(lib.kp_txn_fatal(h)),
+            abortable=bool(lib.kp_txn_abortable(h)),
+            fenced=code in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH),
+        )
+
+    def init_transactions(self, timeout_s: float) -> None:
+        self._txn(self.lib.kp_txn_init(self.handle, int(timeout_s * 1000)), "initialising the transaction")
+
+    def begin(self) -> None:
+        self._txn(self.lib.kp_txn_begin(self.handle), "beginning the transaction")
+
+    def commit(self, timeout_s: float) -> None:
+        self._txn(self.lib.kp_txn_commit(self.handle, int(timeout_s * 1000)), "committing the transaction")
+
+    def abort(self, timeout_s: float) -> None:
+        self._txn(self.lib.kp_txn_abort(self.handle, int(timeout_s * 1000)), "aborting the transaction")
+
+    @property
+    def partitions_touched(self) -> int | None:
+        return int(self.lib.kp_partitions_touched(self.handle))
+
     def close(self) -> None:
-        try:
-            remaining = self.lib.kp_flush(self.handle, int(FLUSH_TIMEOUT_S * 1000))
-            self._raise_if_fatal()
-            failed = self.lib.kp_failed(self.handle)
-            if remaining or failed:
-                first = self.lib.kp_first_error(self.handle)
-                raise _not_delivered(failed, remaining, self.produced, self.lib.kp_err2str(first).decode())
-        finally:
-            self._destroy()
-
-    def _destroy(self) -> None:
+        """Free the producer, dropping whatever it still holds (a failed task's records)."""
         if self.handle:
-            self.lib.kp_destroy(self.handle)
-            self.handle = None
-
-    def __del__(self) -> None:  # a failed task never reaches close(); the worker lives on
-        self._destroy()
+            handle, self.handle = self.handle, None
+            self.lib.kp_destroy(handle)
 
 
 class ConfluentPartitionProducer:
@@ -152,7 +189,7 @@ class ConfluentPartitionProducer:
         self.failed = 0
         self.first_error: object | None = None
         self.fatal: object | None = None
-        self.producer = Producer(
+        self.producer: Producer | None = Producer(
             {
                 **conf,
                 "log_level": LOG_LEVEL,
@@ -171,33 +208,81 @@ class ConfluentPartitionProducer:
         if err.fatal() or err.code() in FATAL_CODES:
             self.fatal = self.fatal or err
 
+    def _live(self) -> Producer:
+        assert self.producer is not None, "the producer is closed"
+        return self.producer
+
+    def _produce(self, topic: str, value: bytes, key: bytes | None, **kwargs: Any) -> None:
+        produce, poll = self._live().produce, self._live().poll
+        while True:
+            try:
+                produce(topic, value, key, **kwargs)
+                return
+            except BufferError:
+                # The local queue is full: serve delivery reports until it drains.
+                poll(0.05)
+                self._raise_if_fatal()
+            except KafkaException as e:  # refused before sending, e.g. a record too large
+                raise DeliveryFailed(f"Kafka client refused a record: {e.args[0].str()}") from e
+
     def send(self, enc: Encoded, run_id: str) -> None:
-        produce, poll, topic = self.producer.produce, self.producer.poll, self.topic
         headers, header_index = headers_by_file(enc, run_id)
         values = enc.values.to_pylist()
         keys = enc.keys.to_pylist() if enc.keys is not None else [None] * len(values)
         stamps = enc.timestamps_ms.to_pylist()
         for value, key, ts, h in zip(values, keys, stamps, header_index, strict=False):
-            while True:
-                try:
-                    produce(topic, value, key, timestamp=ts, headers=headers[h])
-                    break
-                except BufferError:
-                    # The local queue is full: serve delivery reports until it drains.
-                    poll(0.05)
-                    self._raise_if_fatal()
-                except KafkaException as e:  # refused before sending, e.g. a record too large
-                    raise DeliveryFailed(f"Kafka client refused a record: {e.args[0].str()}") from e
+            self._produce(self.topic, value, key, timestamp=ts, headers=headers[h])
         self.produced += len(values)
-        poll(0)
+        self._live().poll(0)
         self._raise_if_fatal()
+
+    def send_ledger(self, topic: str, records: list[tuple[bytes, bytes]]) -> None:
+        for key, value in records:
+            self._produce(topic, value, key)
 
     def _raise_if_fatal(self) -> None:
         if self.fatal is not None:
             raise DeliveryFailed(f"Kafka refused the producer: {self.fatal}")
 
-    def close(self) -> None:
-        remaining = self.producer.flush(FLUSH_TIMEOUT_S)
+    def flush(self) -> None:
+        remaining = self._live().flush(FLUSH_TIMEOUT_S)
         self._raise_if_fatal()
         if remaining or self.failed:
             raise _not_delivered(self.failed, remaining, self.produced, self.first_error)
+
+    def _txn(self, call: Any, what: str) -> None:
+        try:
+            call()
+        except KafkaException as e:
+            err = e.args[0]
+            raise TransactionFailed(
+                what,
+                err.str(),
+                fatal=err.fatal(),
+                abortable=err.txn_requires_abort(),
+                fenced=err.code()
+                in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH),
+            ) from e
+
+    def init_transactions(self, timeout_s: float) -> None:
+        self._txn(lambda: self._live().init_transactions(timeout_s), "initialising the transaction")
+
+    def begin(self) -> None:
+        self._txn(self._live().begin_transaction, "beginning the transaction")
+
+    def commit(self, timeout_s: float) -> None:
+        self._txn(lambda: self._live().commit_transaction(timeout_s), "committing the transaction")
+
+    def abort(self, timeout_s: float) -> None:
+        self._txn(lambda: self._live().abort_transaction(timeout_s), "aborting the transaction")
+
+    @property
+    def partitions_touched(self) -> int | None:
+        return None  # delivery reports come for failures only: the partitions written are not seen
+
+    def close(self) -> None:
+        """Drop whatever the producer still holds (a failed task's records) and let it go."""
+        if self.producer is not None:
+            producer, self.producer = self.producer, None
+            producer.purge()
+            producer.poll(0)

@@ -2,6 +2,7 @@
 
 ``send()`` returns a future; failures surface only through it, so every future gets an
 errback that counts and keeps the first error. ``flush()`` waits for all of them.
+Transactions (exactly-once delivery) are kafka-python's own (KIP-98, since 2.1).
 """
 
 from __future__ import annotations
@@ -12,25 +13,33 @@ from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
 from kappa_ingest.records import Encoded
-from kappa_ingest.sinks.partition_runner import DeliveryFailed, headers_by_file
+from kappa_ingest.sinks.partition_runner import DeliveryFailed, TransactionFailed, headers_by_file
 
 FLUSH_TIMEOUT_S = 120.0
+CLOSE_TIMEOUT_S = 10.0
+_FENCED = ("ProducerFencedError", "InvalidProducerEpochError")
 
 
 class KafkaPythonPartitionProducer:
-    def __init__(self, conf: dict[str, Any], topic: str) -> None:
+    def __init__(self, conf: dict[str, Any], topic: str, transactional_id: str | None = None) -> None:
         self.topic = topic
         self.produced = 0
         self.failed = 0
         self.first_error: BaseException | None = None
-        self.producer = KafkaProducer(**conf)
+        if transactional_id is not None:
+            conf = {**conf, "transactional_id": transactional_id}
+        self.producer: KafkaProducer | None = KafkaProducer(**conf)
 
     def _on_error(self, exc: BaseException) -> None:
         self.failed += 1
         self.first_error = self.first_error or exc
 
+    def _live(self) -> KafkaProducer:
+        assert self.producer is not None, "the producer is closed"
+        return self.producer
+
     def send(self, enc: Encoded, run_id: str) -> None:
-        send, topic, on_error = self.producer.send, self.topic, self._on_error
+        send, topic, on_error = self._live().send, self.topic, self._on_error
         headers, header_index = headers_by_file(enc, run_id)
         values = enc.values.to_pylist()
         keys = enc.keys.to_pylist() if enc.keys is not None else [None] * len(values)
@@ -42,20 +51,72 @@ class KafkaPythonPartitionProducer:
             raise DeliveryFailed(f"Kafka client refused a record: {e!r}") from e
         self.produced += len(values)
 
-    def close(self) -> None:
+    def send_ledger(self, topic: str, records: list[tuple[bytes, bytes]]) -> None:
         try:
-            self.producer.flush(timeout=FLUSH_TIMEOUT_S)
+            for key, value in records:
+                self._live().send(topic, value=value, key=key).add_errback(self._on_error)
+        except KafkaError as e:
+            raise DeliveryFailed(f"Kafka client refused a ledger record: {e!r}") from e
+
+    def flush(self) -> None:
+        try:
+            self._live().flush(timeout=FLUSH_TIMEOUT_S)
         except Exception as e:  # kafka-python raises its own errors from flush
             raise DeliveryFailed(
                 f"records of {self.produced} not acknowledged by Kafka: flush failed ({e!r});"
                 f" first error: {self.first_error!r}"
             ) from e
-        finally:
-            try:
-                self.producer.close(timeout=10)
-            except Exception:  # noqa: BLE001 - what was delivered is decided above; close must not mask it
-                pass
         if self.failed:
             raise DeliveryFailed(
                 f"{self.failed} of {self.produced} records not acknowledged by Kafka; first error: {self.first_error!r}"
             )
+
+    def _txn_error(self, what: str, e: BaseException) -> TransactionFailed:
+        name = type(e).__name__
+        return TransactionFailed(what, f"{name}: {e}", fatal=name in _FENCED, abortable=False, fenced=name in _FENCED)
+
+    def init_transactions(self, timeout_s: float) -> None:
+        # Bounded by the producer's max_block_ms (kafka_settings sets it from the timeout).
+        try:
+            self._live().init_transactions()
+        except Exception as e:
+            raise self._txn_error("initialising the transaction", e) from e
+
+    def begin(self) -> None:
+        try:
+            self._live().begin_transaction()
+        except Exception as e:
+            raise self._txn_error("beginning the transaction", e) from e
+
+    def _end(self, commit: bool, timeout_s: float) -> None:
+        # KafkaProducer.commit_transaction()/abort_transaction() wait without a bound; the
+        # transaction manager's result takes one, so a dead cluster cannot hang the task.
+        producer = self._live()
+        what = "committing the transaction" if commit else "aborting the transaction"
+        try:
+            manager = producer._transaction_manager
+            result = manager.begin_commit() if commit else manager.begin_abort()
+            producer._sender.wakeup()
+            if not result.wait(timeout_ms=int(timeout_s * 1000)):  # raises the transaction's own error
+                raise TimeoutError(f"no answer from the transaction coordinator in {timeout_s:.0f} s")
+        except Exception as e:
+            raise self._txn_error(what, e) from e
+
+    def commit(self, timeout_s: float) -> None:
+        self._end(True, timeout_s)
+
+    def abort(self, timeout_s: float) -> None:
+        self._end(False, timeout_s)
+
+    @property
+    def partitions_touched(self) -> int | None:
+        return None  # kafka-python keeps the transaction's partitions to itself
+
+    def close(self) -> None:
+        """Let the producer go; what was delivered was decided by flush() or the transaction."""
+        if self.producer is not None:
+            producer, self.producer = self.producer, None
+            try:
+                producer.close(timeout=CLOSE_TIMEOUT_S)
+            except Exception:  # noqa: BLE001 - closing must not mask the task's outcome
+                pass

@@ -3,37 +3,112 @@
 Each Spark partition gets one producer, created inside the partition function, never on
 the driver or per record (Spark's "design patterns for foreachRDD"). The runner converts
 each Arrow batch with :func:`kappa_ingest.records.encode_batch`, hands it to the
-producer, throttles if asked, and ends the task with one statistics row. Rows are counted
-as sent from the producers' delivery reports and collected in an action, so a failed and
-retried task never counts twice; a partition with any failed delivery fails its task.
+producer, throttles if asked, and ends the task with one statistics row.
+
+A task's life, by delivery mode (:mod:`kappa_ingest.delivery`):
+
+- exactly-once: init the transactional producer (fencing every earlier attempt of this
+  task), begin; on a retried attempt read the ledger and drop the units an earlier
+  attempt committed; send; flush; add the ledger entries; commit. The task ends only
+  after the commit returned.
+- at-least-once: send; flush; add the ledger entries; flush.
+
+Whatever fails, the producer is closed in ``finally``: an open transaction is aborted
+first, and records still queued are dropped, never left to a reused Python worker to
+deliver later beside the retried attempt's. Rows count as sent from the producers'
+delivery reports, collected in an action; the tasks that succeeded before a job failed
+are known from an accumulator (Spark merges it for successful tasks only).
 """
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, fields
-from typing import Protocol
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Protocol
 
 import pyarrow as pa
-from pyspark import TaskContext
+from pyspark import AccumulatorParam, TaskContext
 from pyspark.sql import DataFrame
 
+from kappa_ingest.delivery import ABORT_TIMEOUT_S, COMMIT_TIMEOUT_S, INIT_TIMEOUT_S, TaskDelivery
+from kappa_ingest.ledger import Entry
 from kappa_ingest.parsing import BatchParser, Parsed
 from kappa_ingest.records import Encoded, RecordSpec, encode_batch, wall_clock_ms
+from kappa_ingest.sinks.task_input import TaskInput
+from kappa_ingest.splits import Unit
 
 
 class DeliveryFailed(RuntimeError):
     """Raised in a task whose producer could not deliver every record."""
 
 
+class TransactionFailed(DeliveryFailed):
+    """A transactional call failed; ``fenced`` when a newer attempt took the transactional.id over."""
+
+    def __init__(
+        self, what: str, reason: str, *, fatal: bool = False, abortable: bool = False, fenced: bool = False
+    ) -> None:
+        self.what, self.reason, self.fatal, self.abortable, self.fenced = what, reason, fatal, abortable, fenced
+        message = f"Kafka transaction failed while {what}: {reason}"
+        if fenced:
+            message += "; a newer attempt of this task (or a run resuming it) took its transactional.id over"
+        super().__init__(message)
+
+
 class PartitionProducer(Protocol):
     def send(self, enc: Encoded, run_id: str) -> None:
         """Send every record of ``enc``, with the headers ``run_id`` and ``source_file``."""
 
+    def send_ledger(self, topic: str, records: list[tuple[bytes, bytes]]) -> None:
+        """Send ledger records (key, value) to ``topic``."""
+
+    def flush(self) -> None:
+        """Wait for every record; raise DeliveryFailed unless every one was acknowledged."""
+
+    def init_transactions(self, timeout_s: float) -> None: ...
+    def begin(self) -> None: ...
+    def commit(self, timeout_s: float) -> None: ...
+    def abort(self, timeout_s: float) -> None: ...
+
+    @property
+    def partitions_touched(self) -> int | None:
+        """Data-topic partitions written by the current transaction (each gets a commit marker); None: unknown."""
+
     def close(self) -> None:
-        """Flush; raise DeliveryFailed unless every record was acknowledged."""
+        """Release the producer, dropping what it still holds; never raises."""
+
+
+class Discard:
+    """The dry run's producer: converts everything, sends nothing."""
+
+    partitions_touched = 0
+
+    def send(self, enc: Encoded, run_id: str) -> None:
+        pass
+
+    def send_ledger(self, topic: str, records: list[tuple[bytes, bytes]]) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def init_transactions(self, timeout_s: float) -> None:
+        pass
+
+    def begin(self) -> None:
+        pass
+
+    def commit(self, timeout_s: float) -> None:
+        pass
+
+    def abort(self, timeout_s: float) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 @dataclass
@@ -49,9 +124,14 @@ class TaskStats:
     rows_sent: int = 0
     rows_quarantined: int = 0
     lines_skipped: int = 0  # headers and blank lines: read by Spark, not rows
+    lines_dropped: int = 0  # lines of units delivered before (resumed run, earlier attempt)
     bytes_sent: int = 0
     started_ms: int = 0
     ended_ms: int = 0
+    transactions: int = 0  # committed by this task
+    markers: int = 0  # commit markers its transaction put in the topic's partitions; -1: unknown
+    units: str = "[]"  # JSON: the ledger entries of the units it delivered
+    inherited: str = "[]"  # JSON: entries of units an earlier attempt of it committed
 
     @classmethod
     def current(cls) -> TaskStats:
@@ -74,8 +154,45 @@ class TaskStats:
         self.bytes_sent += enc.nbytes
         self.ended_ms = wall_clock_ms()
 
+    def entries(self) -> list[Entry]:
+        return [_entry(d) for d in json.loads(self.units)]
 
-STATS_SCHEMA = ", ".join(f"{f.name} {'string' if f.name == 'host' else 'bigint'}" for f in fields(TaskStats))
+    def inherited_entries(self) -> list[Entry]:
+        return [_entry(d) for d in json.loads(self.inherited)]
+
+    def finish(self, task_input: TaskInput, entries: list[Entry]) -> None:
+        self.lines_dropped = task_input.lines_dropped
+        self.units = json.dumps([asdict(e) for e in entries])
+        self.inherited = json.dumps([asdict(e) for e in task_input.inherited.values()])
+        self.ended_ms = wall_clock_ms()
+
+
+def _entry(d: dict[str, Any]) -> Entry:
+    return Entry(**{**d, "unit": Unit(**d["unit"])})
+
+
+_TEXT_FIELDS = {"host", "units", "inherited"}
+STATS_SCHEMA = ", ".join(f"{f.name} {'string' if f.name in _TEXT_FIELDS else 'bigint'}" for f in fields(TaskStats))
+
+
+class TaskStatsParam(AccumulatorParam):
+    """Per-task statistics by task attempt id: ``{task_id: TaskStats}`` (set once per task)."""
+
+    def zero(self, value: dict[int, TaskStats]) -> dict[int, TaskStats]:
+        return {}
+
+    def addInPlace(self, a: dict[int, TaskStats], b: dict[int, TaskStats]) -> dict[int, TaskStats]:  # noqa: N802
+        a.update(b)
+        return a
+
+
+@dataclass
+class SendOutcome:
+    """The sending job's result: the statistics of the tasks that succeeded (all of them
+    unless ``error``), and the job's error if it failed."""
+
+    stats: list[TaskStats]
+    error: Exception | None = None
 
 
 class Throttle:
@@ -112,30 +229,109 @@ def headers_by_file(enc: Encoded, run_id: str) -> tuple[list[list[tuple[str, byt
     return headers, encoded.indices.to_pylist()
 
 
+def delivered_earlier(delivery: TaskDelivery) -> dict[Unit, Entry]:
+    """Units this run's earlier attempts committed, read from the ledger (after this attempt
+    fenced them), from where the ledger stood when the run began.
+
+    Asked by a retried attempt, and by every task reading shuffled rows: there a lost
+    executor's shuffle output makes Spark re-run the stage, whose attempts count from 0
+    again (PySpark's TaskContext does not tell the stage attempt)."""
+    ctx = TaskContext.get()
+    retried = ctx is not None and ctx.attemptNumber() > 0
+    if delivery.ledger_topic is None or not (retried or delivery.parts > 1):
+        return {}
+    from kappa_ingest import ledger
+
+    entries = ledger.read(delivery.ledger_conf, delivery.ledger_topic, start=delivery.ledger_start)
+    return {e.unit: e for e in entries if e.topic == delivery.topic and e.run_id == delivery.run_id}
+
+
+def ledger_entries(task_input: TaskInput, delivery: TaskDelivery, stats: TaskStats) -> list[Entry]:
+    out = []
+    for unit, t in task_input.tallies.items():
+        size, mtime = delivery.files.get(unit.file, (-1, -1))
+        out.append(
+            Entry(delivery.topic, unit, size, mtime, delivery.run_id, delivery.lineage, delivery.mode, t.lines,
+                  t.rows_read, t.rows_sent, t.rows_quarantined, t.bytes_sent, stats.task_id, stats.attempt)
+        )  # fmt: skip
+    return out
+
+
 def run_partitions(
     df: DataFrame,
     spec: RecordSpec,
     parser: BatchParser,
-    make_producer: Callable[[], PartitionProducer],
+    make_producer: Callable[[str | None], PartitionProducer],
+    delivery: TaskDelivery,
     rate_per_task: float | None = None,
     clock: Callable[[], int] = wall_clock_ms,
-) -> list[TaskStats]:
+) -> SendOutcome:
     """Send every partition of ``df`` through its own producer; one TaskStats per task."""
+    acc = df.sparkSession.sparkContext.accumulator({}, TaskStatsParam())
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         stats = TaskStats.current()
         parse = parser.fresh()
-        producer = make_producer()
         throttle = Throttle(rate_per_task)
-        for batch in batches:
-            parsed = parse(batch)
-            enc = encode_batch(parsed.rows, spec, clock())
-            for lo, hi in throttle.slices(enc.rows):
-                producer.send(enc.slice(lo, hi), spec.run_id)
-            stats.add(parsed, enc)
-        producer.close()
-        stats.ended_ms = wall_clock_ms()
-        yield pa.RecordBatch.from_pylist([stats.__dict__])
+        began = time.monotonic()
+        producer: PartitionProducer | None = None
+        in_transaction = False
+        try:
+            producer = make_producer(delivery.transactional_id(stats.partition))
+            if delivery.transactional:
+                producer.init_transactions(INIT_TIMEOUT_S)
+                producer.begin()
+                in_transaction = True
+            task_input = TaskInput(stats.partition, delivery.parts, delivery.skip, delivered_earlier(delivery))
+            for unit, rows in task_input.units(batches):
+                parsed = parse(rows)
+                enc = encode_batch(parsed.rows, spec, clock())
+                for lo, hi in throttle.slices(enc.rows):
+                    producer.send(enc.slice(lo, hi), spec.run_id)
+                stats.add(parsed, enc)
+                task_input.add(unit, rows.num_rows, parsed, enc)
+            producer.flush()
+            entries = ledger_entries(task_input, delivery, stats)
+            if delivery.ledger_topic is not None and entries:
+                producer.send_ledger(delivery.ledger_topic, [e.record() for e in entries])
+            if delivery.transactional:
+                touched = producer.partitions_touched
+                _commit(producer, began, delivery.transaction_timeout_s)
+                in_transaction = False
+                stats.transactions, stats.markers = 1, -1 if touched is None else touched
+            elif entries:
+                producer.flush()
+            stats.finish(task_input, entries)
+        except BaseException:
+            if in_transaction and producer is not None:
+                try:
+                    producer.abort(ABORT_TIMEOUT_S)
+                except Exception:  # noqa: BLE001 - the task's own error is the one to report
+                    pass  # a fenced or unreachable transaction is aborted by the next attempt or the driver
+            raise
+        finally:
+            if producer is not None:
+                producer.close()
+        acc.add({stats.task_id: stats})
+        yield pa.RecordBatch.from_pylist([asdict(stats)])
 
-    rows = df.mapInArrow(run, STATS_SCHEMA).collect()
-    return [TaskStats(**row.asDict()) for row in rows]
+    try:
+        rows = df.mapInArrow(run, STATS_SCHEMA).collect()
+    except Exception as e:  # noqa: BLE001 - the caller maps it; what succeeded is in the accumulator
+        return SendOutcome(list(acc.value.values()), e)
+    return SendOutcome([TaskStats(**row.asDict()) for row in rows])
+
+
+def _commit(producer: PartitionProducer, began: float, timeout_s: float) -> None:
+    try:
+        producer.commit(COMMIT_TIMEOUT_S)
+    except TransactionFailed as e:
+        ran = time.monotonic() - began
+        if ran < 0.9 * timeout_s:
+            raise
+        raise TransactionFailed(
+            e.what,
+            f"{e.reason}; the task ran {ran:.0f} s, past transaction.timeout.ms ({timeout_s:.0f} s), so the broker"
+            " aborted its transaction: use more --partitions or set --kafka-opt transaction.timeout.ms higher",
+            fatal=e.fatal,
+        ) from e

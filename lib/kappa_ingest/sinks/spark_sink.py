@@ -1,68 +1,67 @@
 """The ``spark`` sink: Spark's built-in Kafka writer (``spark-sql-kafka-0-10``).
 
 Spark's writer reports no output metrics, so the conversion step counts what it hands to
-the writer in an accumulator keyed by task id. Spark merges a task's accumulator updates
-only when the task succeeds, and the writer flushes and checks every send before a task
-succeeds, so a counted row is an acknowledged row. The sink is at-least-once: a retried
-task sends its partition again (the report names such duplicates).
+the writer, per unit of input, and adds the task's count to an accumulator keyed by task
+id once its rows are all handed over. Spark merges a task's accumulator updates only when
+the task succeeds, and the writer flushes and checks every send before a task succeeds,
+so a counted row is an acknowledged row. The sink is at-least-once: it writes no
+transactions, and a retried task sends its partition again (the report counts such
+duplicates); its units enter the ledger from the driver, once their tasks succeeded.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from pyspark import AccumulatorParam, TaskContext
+import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql import DataFrame
 
-from kappa_ingest.parsing import BatchParser, Parsed
-from kappa_ingest.records import Encoded, RecordSpec, to_records, wall_clock_ms
-from kappa_ingest.sinks.partition_runner import TaskStats, Throttle
-
-
-class TaskStatsParam(AccumulatorParam):
-    """Merges per-task statistics: ``{task_id: TaskStats}``."""
-
-    def zero(self, value: dict[int, TaskStats]) -> dict[int, TaskStats]:
-        return {}
-
-    def addInPlace(self, a: dict[int, TaskStats], b: dict[int, TaskStats]) -> dict[int, TaskStats]:  # noqa: N802
-        for tid, s in b.items():
-            if tid not in a:
-                a[tid] = s
-                continue
-            t = a[tid]
-            t.rows_read += s.rows_read
-            t.rows_sent += s.rows_sent
-            t.rows_quarantined += s.rows_quarantined
-            t.lines_skipped += s.lines_skipped
-            t.bytes_sent += s.bytes_sent
-            t.started_ms = min(t.started_ms, s.started_ms)
-            t.ended_ms = max(t.ended_ms, s.ended_ms)
-        return a
+from kappa_ingest.delivery import TaskDelivery
+from kappa_ingest.parsing import BatchParser
+from kappa_ingest.records import KAFKA_RECORD_SCHEMA, RecordSpec, encode_batch, kafka_batch, wall_clock_ms
+from kappa_ingest.sinks.partition_runner import (
+    SendOutcome,
+    TaskStats,
+    TaskStatsParam,
+    Throttle,
+    ledger_entries,
+)
+from kappa_ingest.sinks.task_input import TaskInput
 
 
 def send(
     df: DataFrame,
     spec: RecordSpec,
     parser: BatchParser,
-    topic: str,
     options: dict[str, str],
+    delivery: TaskDelivery,
     rate_per_task: float | None = None,
     clock: Callable[[], int] = wall_clock_ms,
-) -> list[TaskStats]:
+) -> SendOutcome:
     """Write every row through Spark's Kafka sink; one TaskStats per successful task."""
     acc = df.sparkSession.sparkContext.accumulator({}, TaskStatsParam())
-    throttles: dict[int, Throttle] = {}
 
-    def on_batch(parsed: Parsed, enc: Encoded) -> Iterator[tuple[int, int]]:
+    def convert(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         ctx = TaskContext.get()
         assert ctx is not None
-        tid = ctx.taskAttemptId()
         stats = TaskStats.current()
-        stats.add(parsed, enc)
-        acc.add({tid: stats})
-        return throttles.setdefault(tid, Throttle(rate_per_task)).slices(enc.rows)
+        parse = parser.fresh()
+        throttle = Throttle(rate_per_task)
+        task_input = TaskInput(ctx.partitionId(), delivery.parts, delivery.skip)
+        for unit, rows in task_input.units(batches):
+            parsed = parse(rows)
+            enc = encode_batch(parsed.rows, spec, clock())
+            stats.add(parsed, enc)
+            task_input.add(unit, rows.num_rows, parsed, enc)
+            for lo, hi in throttle.slices(enc.rows):
+                yield kafka_batch(enc.slice(lo, hi), spec.run_id)
+        stats.finish(task_input, ledger_entries(task_input, delivery, stats))
+        acc.add({stats.task_id: stats})
 
-    records = to_records(df, spec, clock=clock, parser=parser, on_batch=on_batch)
-    records.write.format("kafka").options(**options).option("topic", topic).save()
-    return list(acc.value.values())
+    records = df.mapInArrow(convert, KAFKA_RECORD_SCHEMA)
+    try:
+        records.write.format("kafka").options(**options).option("topic", delivery.topic).save()
+    except Exception as e:  # noqa: BLE001 - the caller maps it; what succeeded is in the accumulator
+        return SendOutcome(list(acc.value.values()), e)
+    return SendOutcome(list(acc.value.values()))

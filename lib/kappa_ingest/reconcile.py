@@ -1,0 +1,181 @@
+"""Does the topic hold what the run says it sent?
+
+Two ways to know, the cheap one first:
+
+- offsets: the topic's high watermarks grew by ``rows_sent`` plus one commit marker per
+  partition each committed transaction wrote to (markers take offsets too). Exact, and
+  free, when nothing else wrote to the topic during the run, no attempt failed and the C
+  producer loop counted the partitions it wrote.
+- read back: otherwise a ``read_committed`` consumer reads the topic between the run's
+  first and last offsets and counts the records whose ``run_id`` header names this run
+  (or, for a resumed run, the runs it continues), per source file. Other producers'
+  records, aborted transactions and markers do not count; retry duplicates do.
+
+:func:`check` is pure: it turns the counts into the report's checks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from kappa_ingest.errors import KafkaUnavailable
+from kappa_ingest.splits import canonical_file
+
+READ_BACK_TIMEOUT_S = 120.0
+
+
+@dataclass
+class ReadBack:
+    """Records per (run_id, source_file) found by a read_committed consumer."""
+
+    counts: Counter[tuple[str, str]] = field(default_factory=Counter)
+    seconds: float = 0.0
+
+    def of(self, run_ids: set[str]) -> int:
+        return sum(n for (rid, _), n in self.counts.items() if rid in run_ids)
+
+    def by_file(self, run_ids: set[str]) -> Counter[str]:
+        out: Counter[str] = Counter()
+        for (rid, file), n in self.counts.items():
+            if rid in run_ids:
+                out[file] += n
+        return out
+
+
+def read_back(
+    conf: dict[str, Any],
+    topic: str,
+    start: dict[int, int],
+    end: dict[int, int],
+    run_ids: set[str],
+    timeout_s: float = READ_BACK_TIMEOUT_S,
+) -> ReadBack:
+    """Count the committed records of ``run_ids`` in ``topic`` between offsets ``start``
+    and ``end`` (per partition). KafkaUnavailable if the end is not reached in time (a
+    transaction another producer left open holds read_committed consumers back)."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    began = time.monotonic()
+    wanted = {r.encode() for r in run_ids}
+    todo = {p for p, e in end.items() if e > start.get(p, 0)}
+    out = ReadBack()
+    if not todo:
+        return out
+    consumer = Consumer({**conf, "group.id": "kappa-ingest-read-back", "enable.auto.commit": False,
+                         "isolation.level": "read_committed", "enable.partition.eof": True,
+                         "fetch.max.bytes": 64 << 20})  # fmt: skip
+    try:
+        consumer.assign([TopicPartition(topic, p, start.get(p, 0)) for p in todo])
+        deadline = began + timeout_s
+        raw: Counter[tuple[bytes, bytes]] = Counter()
+        while todo:
+            if time.monotonic() > deadline:
+                raise KafkaUnavailable(
+                    f"could not read topic {topic!r} back to its end in {timeout_s:.0f} s to count this run's records"
+                    f" (partitions {sorted(todo)}: a transaction another producer left open?)"
+                )
+            for m in consumer.consume(10_000, timeout=0.5):
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        if m.offset() >= end[m.partition()]:
+                            todo.discard(m.partition())
+                        continue
+                    raise KafkaUnavailable(f"reading topic {topic!r} back: {err.str()}")
+                p = m.partition()
+                if m.offset() >= end[p]:
+                    todo.discard(p)
+                    continue
+                headers = dict(m.headers() or ())
+                rid = headers.get("run_id")
+                if rid in wanted:
+                    raw[(rid, headers.get("source_file", b""))] += 1
+                if m.offset() + 1 >= end[p]:
+                    todo.discard(p)
+        consumer.unassign()
+    finally:
+        consumer.close()
+    for (rid, file), n in raw.items():  # files by the ledger's name for them, as sent_by_file has them
+        out.counts[(rid.decode(), canonical_file(file.decode()))] += n
+    out.seconds = round(time.monotonic() - began, 3)
+    return out
+
+
+def expected_growth(rows_sent: int, markers: list[int]) -> int | None:
+    """How far the high watermarks move for ``rows_sent`` records and the committed
+    transactions' markers (one number per transaction; -1: unknown); None if unknown."""
+    if any(m < 0 for m in markers):
+        return None
+    return rows_sent + sum(markers)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of one reconciliation, as the report records it."""
+
+    checks: list[tuple[str, bool, Any, Any]]  # (name, ok, expected, actual)
+    verified_by: str
+    duplicates: int = 0
+    duplicates_by_file: dict[str, int] = field(default_factory=dict)
+
+
+def check(
+    mode: str,
+    rows_sent: int,
+    offset_delta: int,
+    growth: int | None,
+    failed_attempts: int,
+    found: ReadBack | None,
+    run_id: str,
+    sent_by_file: dict[str, int],
+) -> Verdict:
+    """The broker's account of the run. With ``found`` (a read back) the run's own
+    records decide; without it the offsets must balance exactly (``growth``)."""
+    if found is None:
+        name = "topic grew by rows_sent" + (f" + {growth - rows_sent} commit markers" if growth != rows_sent else "")
+        return Verdict([(name, offset_delta == growth, growth, offset_delta)], "offsets")
+    mine = found.of({run_id})
+    by_file = found.by_file({run_id})
+    extra = {f: n - sent_by_file.get(f, 0) for f, n in by_file.items() if n > sent_by_file.get(f, 0)}
+    how = f"read back: {mine:,} records of this run counted by a read_committed consumer in {found.seconds:.1f} s"
+    if mode == "exactly-once":
+        return Verdict(
+            [
+                (
+                    "a read_committed consumer finds exactly rows_sent records of this run",
+                    mine == rows_sent,
+                    rows_sent,
+                    mine,
+                )
+            ],
+            how,
+        )
+    duplicates = max(0, mine - rows_sent)
+    checks = [("a read_committed consumer finds every row sent", mine >= rows_sent, f">= {rows_sent}", mine)]
+    if duplicates:
+        checks.append(
+            ("records sent twice only by retried tasks", failed_attempts > 0, "failed attempts > 0", failed_attempts)
+        )
+    return Verdict(checks, how, duplicates, extra)
+
+
+def check_lineage(mode: str, found: ReadBack, lineage_runs: set[str], rows_by_file: dict[str, int]) -> Verdict:
+    """A resumed run's end-to-end check: every file of the original input is in the topic
+    once per row (exactly-once), or at least once (at-least-once, with the duplicates the
+    runs of the lineage sent counted by file), across the runs of its lineage."""
+    by_file = found.by_file(lineage_runs)
+    got, want = sum(by_file.values()), sum(rows_by_file.values())
+    how = (
+        f"read back: {got:,} records of the resumed runs counted by a read_committed consumer in {found.seconds:.1f} s"
+    )
+    if mode == "exactly-once":
+        ok = got == want and all(by_file.get(f, 0) == n for f, n in rows_by_file.items())
+        name = "every row of the original input is in the topic exactly once (all runs of the lineage)"
+        return Verdict([(name, ok, want, got)], how)
+    ok = all(by_file.get(f, 0) >= n for f, n in rows_by_file.items())
+    extra = {f: n - rows_by_file.get(f, 0) for f, n in by_file.items() if n > rows_by_file.get(f, 0)}
+    name = "every row of the original input is in the topic (all runs of the lineage)"
+    return Verdict([(name, ok, f">= {want}", got)], how, max(0, got - want), extra)

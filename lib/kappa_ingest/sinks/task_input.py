@@ -1,0 +1,95 @@
+"""What a task reads, unit by unit: its Arrow batches cut where the split changes, units
+already delivered dropped, and what it did with each unit tallied for the ledger.
+
+Spark hands a task the rows of its splits in order, so a batch is a few runs of rows,
+each from one split (found from the ``_metadata`` columns the source adds). After a
+shuffle (``parts`` > 1) rows arrive mixed: the batch is sorted by split first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import pairwise
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kappa_ingest.columns import BLOCK_COL, BLOCK_LEN_COL, FILE_COL
+from kappa_ingest.ledger import Entry
+from kappa_ingest.parsing import Parsed
+from kappa_ingest.records import Encoded
+from kappa_ingest.splits import Unit, canonical_file
+
+
+def segments(batch: pa.RecordBatch, mixed: bool = False) -> Iterator[tuple[str, int, int, pa.RecordBatch]]:
+    """``(Spark's file path, split start, split length, rows)`` for each run of rows of one split."""
+    n = batch.num_rows
+    if n == 0:
+        return
+    if mixed:
+        batch = batch.take(pc.sort_indices(batch, [(FILE_COL, "ascending"), (BLOCK_COL, "ascending")]))
+    files = batch.column(FILE_COL).dictionary_encode()
+    names = files.dictionary.to_pylist()
+    codes = np.asarray(files.indices)
+    starts = np.asarray(batch.column(BLOCK_COL))
+    lengths = np.asarray(batch.column(BLOCK_LEN_COL))
+    cuts = np.flatnonzero((codes[1:] != codes[:-1]) | (starts[1:] != starts[:-1])) + 1
+    bounds = [0, *cuts.tolist(), n]
+    for lo, hi in pairwise(bounds):
+        yield names[codes[lo]], int(starts[lo]), int(lengths[lo]), batch.slice(lo, hi - lo)
+
+
+@dataclass
+class UnitTally:
+    lines: int = 0
+    rows_read: int = 0
+    rows_sent: int = 0
+    rows_quarantined: int = 0
+    bytes_sent: int = 0
+
+
+class TaskInput:
+    """One task's input by unit. ``skip``: units delivered before this run; ``earlier``:
+    units an earlier attempt of this task's run committed (a retried task)."""
+
+    def __init__(
+        self,
+        partition: int,
+        parts: int = 1,
+        skip: frozenset[Unit] = frozenset(),
+        earlier: dict[Unit, Entry] | None = None,
+    ) -> None:
+        self.part = partition if parts > 1 else 0
+        self.parts = parts
+        self.skip = skip
+        self.earlier = earlier or {}
+        self.tallies: dict[Unit, UnitTally] = {}
+        self.inherited: dict[Unit, Entry] = {}
+        self.lines_dropped = 0
+        self._names: dict[str, str] = {}
+
+    def units(self, batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[Unit, pa.RecordBatch]]:
+        """The rows to process, unit by unit; lines of units delivered before are counted, not yielded."""
+        for batch in batches:
+            for spark_file, start, length, rows in segments(batch, mixed=self.parts > 1):
+                name = self._names.get(spark_file)
+                if name is None:
+                    name = self._names[spark_file] = canonical_file(spark_file)
+                unit = Unit(name, start, length, self.part, self.parts)
+                if unit in self.skip or unit in self.earlier:
+                    self.lines_dropped += rows.num_rows
+                    if unit in self.earlier:
+                        self.inherited.setdefault(unit, self.earlier[unit])
+                    continue
+                yield unit, rows
+
+    def add(self, unit: Unit, lines: int, parsed: Parsed, enc: Encoded | None) -> None:
+        t = self.tallies.setdefault(unit, UnitTally())
+        t.lines += lines
+        t.rows_read += parsed.rows_read
+        t.rows_quarantined += parsed.rejects.num_rows
+        if enc is not None:
+            t.rows_sent += enc.rows
+            t.bytes_sent += enc.nbytes

@@ -1,0 +1,55 @@
+"""Reconciliation: the topic's account of a run, from offsets when they balance exactly,
+else from a read_committed consumer's count of the run's own records."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from kappa_ingest import reconcile
+
+
+def found(**by_run):
+    return reconcile.ReadBack(Counter({(run, "/in/a.csv"): n for run, n in by_run.items()}))
+
+
+def test_commit_markers_are_part_of_the_expected_growth():
+    assert reconcile.expected_growth(100, [2, 1]) == 103
+    assert reconcile.expected_growth(100, []) == 100
+    assert reconcile.expected_growth(100, [2, -1]) is None  # a producer that could not count its partitions
+
+
+def test_offsets_that_balance_exactly_verify_the_run():
+    v = reconcile.check("exactly-once", 100, 103, 103, 0, None, "r", {})
+    assert v.verified_by == "offsets" and all(ok for _, ok, _, _ in v.checks)
+    assert "3 commit markers" in v.checks[0][0]
+    v = reconcile.check("exactly-once", 100, 102, 103, 0, None, "r", {})
+    assert not v.checks[0][1]
+
+
+def test_exactly_once_read_back_wants_every_record_once_and_ignores_other_producers():
+    ok = reconcile.check("exactly-once", 100, 999, None, 0, found(r=100, live=899), "r", {"/in/a.csv": 100})
+    assert all(c[1] for c in ok.checks) and ok.duplicates == 0 and ok.verified_by.startswith("read back")
+    twice = reconcile.check("exactly-once", 100, 999, None, 1, found(r=103, live=896), "r", {"/in/a.csv": 100})
+    assert not twice.checks[0][1]
+    lost = reconcile.check("exactly-once", 100, 999, None, 0, found(r=97), "r", {"/in/a.csv": 100})
+    assert not lost.checks[0][1]
+
+
+def test_at_least_once_counts_duplicates_of_retried_tasks_and_refuses_others():
+    retried = reconcile.check("at-least-once", 100, 120, 100, 2, found(r=120), "r", {"/in/a.csv": 100})
+    assert all(c[1] for c in retried.checks)
+    assert retried.duplicates == 20 and retried.duplicates_by_file == {"/in/a.csv": 20}
+    unexplained = reconcile.check("at-least-once", 100, 120, 100, 0, found(r=120), "r", {"/in/a.csv": 100})
+    assert not all(c[1] for c in unexplained.checks)
+    lost = reconcile.check("at-least-once", 100, 90, 100, 1, found(r=90), "r", {"/in/a.csv": 100})
+    assert not lost.checks[0][1]
+
+
+def test_a_resumed_lineage_holds_every_row_of_its_files():
+    back = reconcile.ReadBack(Counter({("run1", "/a"): 60, ("run2", "/a"): 40, ("run2", "/b"): 50, ("x", "/a"): 7}))
+    runs = {"run1", "run2"}
+    assert all(c[1] for c in reconcile.check_lineage("exactly-once", back, runs, {"/a": 100, "/b": 50}).checks)
+    assert not reconcile.check_lineage("exactly-once", back, runs, {"/a": 90, "/b": 50}).checks[0][1]
+    twice = reconcile.check_lineage("at-least-once", back, runs, {"/a": 90, "/b": 50})
+    assert twice.checks[0][1] and twice.duplicates == 10 and twice.duplicates_by_file == {"/a": 10}
+    assert not reconcile.check_lineage("at-least-once", back, runs, {"/a": 101, "/b": 50}).checks[0][1]
