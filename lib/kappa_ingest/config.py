@@ -313,7 +313,13 @@ def validate(values: dict[str, Any]) -> IngestConfig:
     v["run_id"] = str(v.get("run_id") or new_run_id())
     if not re.fullmatch(r"[A-Za-z0-9._-]+", v["run_id"]):
         raise UsageError(f"--run-id {v['run_id']!r}: use only letters, digits, '.', '_' and '-'")
-    if v["run_id"] == v.get("resume"):
-        raise UsageError(f"--run-id {v['run_id']}: a resumed run needs a name of its own")
-    v["lineage"] = str(v.get("lineage") or v["run_id"]) if v.get("resume") else v["run_id"]
+    v["lineage"] = v["run_id"]
+    if v.get("resume"):
+        from kappa_ingest import resume
+
+        original = resume.find(str(v.get("metrics_dir") or "./metrics"), str(v["resume"]), topic)
+        v["resume"] = original["run_id"]
+        v["lineage"] = (original.get("config") or {}).get("lineage") or original["run_id"]
+        if v["run_id"] == v["resume"]:
+            raise UsageError(f"--run-id {v['run_id']}: a resumed run needs a name of its own")
     return IngestConfig(**v)

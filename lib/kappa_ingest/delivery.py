@@ -38,7 +38,9 @@ DEFAULT_MODE = EXACTLY_ONCE
 
 INIT_TIMEOUT_S = 60.0  # fencing an earlier attempt waits for its commit or abort to finish
 COMMIT_TIMEOUT_S = 60.0
-ABORT_TIMEOUT_S = 10.0
+# An abort takes milliseconds; when it takes longer the coordinator is unreachable, and the
+# next attempt (or whoever resumes the run) aborts the transaction by fencing it instead.
+ABORT_TIMEOUT_S = 5.0
 # Sizing transaction.timeout.ms: a task is expected to read at least this much input per
 # second (measured here: ~18 MB/s per task; a slow cluster node or a busy broker, a fifth
 # of that), gzip input inflating about fivefold.
@@ -154,8 +156,10 @@ def fence(conf: dict[str, Any], ids: list[str], timeout_s: float = INIT_TIMEOUT_
     holder of the id left open; returns the ids that could not be fenced, with why."""
     from confluent_kafka import KafkaException, Producer
 
+    from kappa_ingest.topics import LOG
+
     def one(txid: str) -> str | None:
-        producer = Producer({**conf, "transactional.id": txid, "log_level": 3})
+        producer = Producer({**conf, "transactional.id": txid, "logger": LOG})
         try:
             producer.init_transactions(timeout_s)
             return None

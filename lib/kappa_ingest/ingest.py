@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from confluent_kafka import KafkaException
 from pyspark.sql import SparkSession
 
 from kappa_ingest import (
@@ -133,7 +134,7 @@ def ingest(
         if outcome.error is not None:
             if sent is not None and sent.after is not None:
                 report.add_offsets(sent.before, sent.after)
-            raise classify(outcome.error) from outcome.error
+            raise _with_resume_hint(classify(outcome.error), report) from outcome.error
         if sent is not None:
             _reconcile(cfg, report, sent, resumption, new_entries)
         if report.rows_quarantined:
@@ -150,6 +151,10 @@ def ingest(
     except KappaError as e:
         report.status, report.error = e.status, str(e)
         raise
+    except KafkaException as e:  # a driver-side Kafka call not wrapped where it was made
+        unavailable = KafkaUnavailable(f"Kafka did not answer the driver: {e.args[0].str()}; check the brokers")
+        report.status, report.error = unavailable.status, str(unavailable)
+        raise unavailable from e
     except Exception as e:
         report.status, report.error = "failed", f"{type(e).__name__}: {_first_line(e)}"
         raise
@@ -371,8 +376,19 @@ def _account(
         missing=[u.label() for u in missing],
     )
     if outcome.error is not None and cfg.delivery == delivery.EXACTLY_ONCE:
-        _end_open_transactions(report, sent)
+        if sent.after is None:  # Kafka did not answer: fencing cannot either; --resume fences
+            report.delivery["fenced_after_failure"] = 0
+        else:
+            _end_open_transactions(report, sent)
     return [*entries, *inherited, *empty]
+
+
+def _with_resume_hint(error: KappaError, report: RunReport) -> KappaError:
+    """A failed job's error, saying how to finish the run once the cause is gone."""
+    missing = len(report.ledger.get("missing") or [])
+    if missing and not report.dry_run:
+        error.args = (f"{error}; once that is fixed, --resume {report.run_id} sends its {missing} missing splits",)
+    return error
 
 
 def _end_open_transactions(report: RunReport, sent: Sent) -> None:

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kappa_ingest.splits import Unit
+from kappa_ingest.topics import LOG, high_watermarks
 
 DEFAULT_TOPIC = "_kappa_ingest_ledger"
 TOPIC_CONFIG = {"cleanup.policy": "compact"}
@@ -101,66 +102,68 @@ def read(
     high watermark taken at the start, so whatever was committed before the call is seen;
     a transaction still open on the ledger holds the read back until it ends (bounded by
     ``timeout_s``, then KafkaUnavailable)."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+    from confluent_kafka import Consumer, KafkaException
 
     from kappa_ingest.errors import KafkaUnavailable
 
-    consumer = Consumer({**conf, "group.id": "kappa-ingest-ledger", "enable.auto.commit": False,
+    consumer = Consumer({**conf, "group.id": "kappa-ingest-ledger", "enable.auto.commit": False, "logger": LOG,
                          "isolation.level": "read_committed", "enable.partition.eof": True})  # fmt: skip
     try:
-        md = consumer.list_topics(ledger_topic, timeout=timeout_s).topics.get(ledger_topic)
-        if md is None or md.error is not None:
-            return []  # no ledger yet: nothing delivered
-        parts = sorted(md.partitions)
-        ends = {p: _high_watermark(conf, ledger_topic, p, timeout_s) for p in parts}
-        first = {p: (start or {}).get(p, OFFSET_BEGINNING) for p in parts}
-        todo = {p for p in parts if ends[p] > max(0, first[p])}
-        consumer.assign([TopicPartition(ledger_topic, p, first[p]) for p in todo])
-        out: list[Entry] = []
-        deadline = time.monotonic() + timeout_s
-        while todo:
-            if time.monotonic() > deadline:
-                raise KafkaUnavailable(
-                    f"the delivery ledger {ledger_topic!r} could not be read to its end in {timeout_s:.0f} s"
-                    " (a transaction left open on it by another run?)"
-                )
-            for m in consumer.consume(1000, timeout=0.5):
-                err = m.error()
-                if err is None:
-                    out.append(Entry.from_record(m.key(), m.value()))
-                    if m.offset() + 1 >= ends[m.partition()]:
-                        todo.discard(m.partition())
-                elif err.code() == KafkaError._PARTITION_EOF:
-                    if m.offset() >= ends[m.partition()]:
-                        todo.discard(m.partition())
-                else:
-                    raise KafkaUnavailable(f"reading the delivery ledger {ledger_topic!r}: {err.str()}")
-        return out
+        return _read(consumer, conf, ledger_topic, timeout_s, start)
+    except KafkaException as e:
+        raise KafkaUnavailable(f"reading the delivery ledger {ledger_topic!r}: {e.args[0].str()}") from e
     finally:
         consumer.close()
+
+
+def _read(
+    consumer: Any, conf: dict[str, Any], ledger_topic: str, timeout_s: float, start: dict[int, int] | None
+) -> list[Entry]:
+    from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+
+    from kappa_ingest.errors import KafkaUnavailable
+
+    md = consumer.list_topics(ledger_topic, timeout=timeout_s).topics.get(ledger_topic)
+    if md is None or md.error is not None:
+        return []  # no ledger yet: nothing delivered
+    parts = sorted(md.partitions)
+    ends = high_watermarks(conf, ledger_topic, len(parts), timeout_s)
+    first = {p: (start or {}).get(p, OFFSET_BEGINNING) for p in parts}
+    todo = {p for p in parts if ends[p] > max(0, first[p])}
+    consumer.assign([TopicPartition(ledger_topic, p, first[p]) for p in todo])
+    out: list[Entry] = []
+    deadline = time.monotonic() + timeout_s
+    while todo:
+        if time.monotonic() > deadline:
+            raise KafkaUnavailable(
+                f"the delivery ledger {ledger_topic!r} could not be read to its end in {timeout_s:.0f} s"
+                " (a transaction left open on it by another run?)"
+            )
+        for m in consumer.consume(1000, timeout=0.5):
+            err = m.error()
+            if err is None:
+                out.append(Entry.from_record(m.key(), m.value()))
+                if m.offset() + 1 >= ends[m.partition()]:
+                    todo.discard(m.partition())
+            elif err.code() == KafkaError._PARTITION_EOF:
+                if m.offset() >= ends[m.partition()]:
+                    todo.discard(m.partition())
+            else:
+                raise KafkaUnavailable(f"reading the delivery ledger {ledger_topic!r}: {err.str()}")
+    return out
 
 
 def end_offsets(conf: dict[str, Any], ledger_topic: str, timeout_s: float = READ_TIMEOUT_S) -> dict[int, int]:
     """The ledger's high watermark per partition (where a run's entries will start)."""
     from confluent_kafka import Consumer
 
-    c = Consumer({**conf, "group.id": "kappa-ingest-ledger"})
+    c = Consumer({**conf, "group.id": "kappa-ingest-ledger", "logger": LOG})
     try:
         md = c.list_topics(ledger_topic, timeout=timeout_s).topics.get(ledger_topic)
-        parts = sorted(md.partitions) if md is not None and md.error is None else []
+        parts = len(md.partitions) if md is not None and md.error is None else 0
     finally:
         c.close()
-    return {p: _high_watermark(conf, ledger_topic, p, timeout_s) for p in parts}
-
-
-def _high_watermark(conf: dict[str, Any], topic: str, partition: int, timeout_s: float) -> int:
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer({**conf, "group.id": "kappa-ingest-ledger", "isolation.level": "read_uncommitted"})
-    try:
-        return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)[1]
-    finally:
-        c.close()
+    return high_watermarks(conf, ledger_topic, parts, timeout_s)
 
 
 def write(conf: dict[str, Any], ledger_topic: str, entries: list[Entry], timeout_s: float = READ_TIMEOUT_S) -> None:
@@ -179,7 +182,7 @@ def write(conf: dict[str, Any], ledger_topic: str, entries: list[Entry], timeout
         if err is not None:
             failed.append(err.str())
 
-    producer = Producer({**conf, "acks": "all", "enable.idempotence": True, "log_level": 3})
+    producer = Producer({**conf, "acks": "all", "enable.idempotence": True, "logger": LOG})
     try:
         for e in entries:
             key, value = e.record()

@@ -23,6 +23,7 @@ from typing import Any
 
 from kappa_ingest.errors import KafkaUnavailable
 from kappa_ingest.splits import canonical_file
+from kappa_ingest.topics import LOG
 
 READ_BACK_TIMEOUT_S = 120.0
 
@@ -66,7 +67,7 @@ def read_back(
         return out
     consumer = Consumer({**conf, "group.id": "kappa-ingest-read-back", "enable.auto.commit": False,
                          "isolation.level": "read_committed", "enable.partition.eof": True,
-                         "fetch.max.bytes": 64 << 20})  # fmt: skip
+                         "fetch.max.bytes": 64 << 20, "logger": LOG})  # fmt: skip
     try:
         consumer.assign([TopicPartition(topic, p, start.get(p, 0)) for p in todo])
         deadline = began + timeout_s

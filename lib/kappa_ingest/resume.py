@@ -25,7 +25,7 @@ from kappa_ingest.ledger import Entry
 from kappa_ingest.splits import Plan, Unit
 
 # Settings of the original run that a resumed run does not take over.
-_OWN = {"run_id", "config_file", "resume", "quiet", "dry_run", "lineage"}
+_OWN = {"run_id", "config_file", "resume", "quiet", "dry_run", "lineage"}  # lineage: config.validate finds it
 MASKED = "***"
 
 
@@ -71,7 +71,6 @@ def base_values(cli: dict[str, Any]) -> dict[str, Any]:
     values = {k: v for k, v in config.items() if k not in _OWN and v is not None}
     values["inputs"] = [f["path"] for f in s["plan"]["files"]]
     values["resume"] = rid
-    values["lineage"] = config.get("lineage") or rid
     values["metrics_dir"] = metrics_dir
     if not config.get("bootstrap_servers"):
         if (s.get("broker") or {}).get("embedded"):

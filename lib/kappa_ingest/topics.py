@@ -19,12 +19,16 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from kappa_ingest.errors import KafkaUnavailable
 from kappa_ingest.kafka_settings import connection_conf
 
-TIMEOUT_S = 10.0
+TIMEOUT_S = 30.0  # a dead leader is replaced within Kafka's broker.session.timeout.ms (9 s) and an election
 # librdkafka's own connection chatter; the errors that matter reach error_cb and are raised.
-_LOG = logging.getLogger("kappa_ingest.kafka_admin")
-_LOG.addHandler(logging.NullHandler())
-_LOG.propagate = False
-_SETTLING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART}
+LOG = logging.getLogger("kappa_ingest.kafka_admin")
+LOG.addHandler(logging.NullHandler())
+LOG.propagate = False
+# Answers that a moment later may be different: a new topic's leaders settling, or a
+# leader that died (its requests time out until the metadata names the new one).
+_SETTLING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART,
+             KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._UNKNOWN_PARTITION}  # fmt: skip
+QUERY_TIMEOUT_S = 2.0
 
 
 class Admin:
@@ -37,10 +41,10 @@ class Admin:
         self.timeout_s = timeout_s
         self.errors: list[KafkaError] = []
         conf: dict[str, Any] = {**connection_conf(settings, bootstrap_servers), "error_cb": self.errors.append,
-                                "logger": _LOG}  # fmt: skip
+                                "logger": LOG}  # fmt: skip
         self.conf = conf
         self.client = AdminClient(conf)
-        self._consumer: Consumer | None = None
+        self._watermarks = Watermarks(conf)
 
     def _unavailable(self, what: str, cause: object) -> KafkaUnavailable:
         auth = [e for e in self.errors if e.code() == KafkaError._AUTHENTICATION]
@@ -61,7 +65,10 @@ class Admin:
         return len(md.brokers)
 
     def partitions(self, topic: str) -> int | None:
-        md = self.client.list_topics(topic=topic, timeout=self.timeout_s)
+        try:
+            md = self.client.list_topics(topic=topic, timeout=self.timeout_s)
+        except KafkaException as e:
+            raise self._unavailable(f"no metadata for topic {topic}", e.args[0]) from e
         t = md.topics.get(topic)
         if t is None or t.error is not None:
             return None
@@ -95,29 +102,15 @@ class Admin:
         raise KafkaUnavailable(f"topic {topic!r} was created but its partitions got no leader in {TIMEOUT_S:.0f} s")
 
     def end_offsets(self, topic: str) -> dict[int, int]:
-        """The topic's end offset (high watermark) per partition, as the broker reports it.
-
-        A consumer's watermark query, not AdminClient.list_offsets: the latter answers
-        NOT_LEADER for a while after a topic is created.
-        """
+        """The topic's end offset (high watermark) per partition, as the broker reports it;
+        KafkaUnavailable if it cannot be read within the admin's timeout."""
         n = self.partitions(topic)
         if n is None:
             return {}
-        if self._consumer is None:
-            self._consumer = Consumer({**self.conf, "group.id": "kappa-ingest-offsets", "enable.auto.commit": False,
-                                       "isolation.level": "read_uncommitted"})  # fmt: skip
-        deadline = time.monotonic() + self.timeout_s
-        while True:
-            try:
-                return {
-                    p: self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=self.timeout_s)[1]
-                    for p in range(n)
-                }
-            except KafkaException as e:
-                # Right after a topic is created its leaders take a moment to serve.
-                if e.args[0].code() not in _SETTLING or time.monotonic() > deadline:
-                    raise self._unavailable("reading end offsets", e.args[0]) from e
-                time.sleep(0.2)
+        try:
+            return self._watermarks.query(topic, n, self.timeout_s)
+        except KafkaException as e:
+            raise self._unavailable("reading end offsets", e.args[0]) from e
 
     def brokers(self) -> int:
         return len(self.client.list_topics(timeout=TIMEOUT_S).brokers)
@@ -135,11 +128,9 @@ class Admin:
         return entry.value if entry is not None else None
 
     def close(self) -> None:
-        """Release the consumer and the admin client (this AdminClient has no close():
-        its handle goes with the object)."""
-        if self._consumer is not None:
-            consumer, self._consumer = self._consumer, None
-            consumer.close()
+        """Release the consumer and the admin client (this AdminClient has no close(): its
+        handle goes with the object)."""
+        self._watermarks.close()
         self.client = None  # type: ignore[assignment]
 
     def __enter__(self) -> Admin:
@@ -147,3 +138,49 @@ class Admin:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class Watermarks:
+    """High watermarks (``read_uncommitted``: appended, committed or not) through one
+    kept consumer.
+
+    Retried within the timeout while the answer may change: a topic just created, a
+    leader that died. librdkafka keeps asking the leader its metadata names, dead or not,
+    so after an error the consumer is replaced (fresh metadata)."""
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        self.conf = conf
+        self._consumer: Consumer | None = None
+
+    def query(self, topic: str, partitions: int, timeout_s: float = TIMEOUT_S) -> dict[int, int]:
+        """The last KafkaException if the answer does not come within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            query_s = max(0.1, min(QUERY_TIMEOUT_S, deadline - time.monotonic()))
+            if self._consumer is None:
+                self._consumer = Consumer({**self.conf, "group.id": "kappa-ingest-offsets", "logger": LOG,
+                                           "enable.auto.commit": False, "isolation.level": "read_uncommitted"})  # fmt: skip
+            try:
+                return {
+                    p: self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=query_s)[1]
+                    for p in range(partitions)
+                }
+            except KafkaException as e:
+                self.close()
+                if e.args[0].code() not in _SETTLING or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.2)
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            consumer, self._consumer = self._consumer, None
+            consumer.close()
+
+
+def high_watermarks(conf: dict[str, Any], topic: str, partitions: int, timeout_s: float = TIMEOUT_S) -> dict[int, int]:
+    """One query of :class:`Watermarks`."""
+    w = Watermarks(conf)
+    try:
+        return w.query(topic, partitions, timeout_s)
+    finally:
+        w.close()

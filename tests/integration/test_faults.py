@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -22,7 +23,8 @@ import psutil
 import pytest
 
 from helpers import consume_all, expected_rows, high_watermarks, rows
-from kappa_ingest import datagen, ledger
+from kappa_ingest import config, datagen, ledger, local_kafka
+from kappa_ingest.topics import Admin
 
 pytestmark = pytest.mark.integration
 
@@ -158,6 +160,197 @@ def test_a_driver_killed_mid_run_is_completed_by_resume(kafka, tmp_path, data, m
     report = summary(metrics, f"{run_id}-2")
     d = report["delivery"]
     assert report["status"] == "succeeded" and d["resumed_from"] == run_id and d["mode"] == mode, report["error"]
+    assert d["lineage"] == run_id and d["fenced_transactional_ids"] == (4 if mode == "exactly-once" else 0)
     assert d["splits_skipped"] >= 2 and report["rows_sent"] + d["rows_skipped"] == ROWS
     assert all(c["ok"] for c in report["checks"]), report["checks"]
     assert_delivered(consume_all(bs, topic), expected, report, mode)
+
+
+# A broker is declared dead after 4 s without heartbeats (Kafka's default: 9 s), so leaders move quickly.
+FAST_FAILOVER = {"broker.session.timeout.ms": "4000", "broker.heartbeat.interval.ms": "500"}
+
+
+class Cluster:
+    """A three-broker cluster the tests kill brokers of; restarted as needed."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.now = local_kafka.start(state_dir, brokers=3, properties=FAST_FAILOVER)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.now.bootstrap_servers
+
+    def broker_leading(self, topic: str, partition: int = 0) -> local_kafka.Broker:
+        from confluent_kafka.admin import AdminClient
+
+        md = AdminClient({"bootstrap.servers": self.bootstrap_servers}).list_topics(topic, timeout=10)
+        leader = md.topics[topic].partitions[partition].leader
+        return next(b for b in self.now.brokers if b.node_id == leader)
+
+    def topic(self, name: str) -> str:
+        """A topic on every broker, two of them in sync for a write to count (acks=all)."""
+        with Admin(self.bootstrap_servers) as admin:
+            admin.ensure_topic(name, 3, 3, {"min.insync.replicas": "2"})
+        return name
+
+    def heal(self) -> None:
+        for b in self.now.brokers:
+            try:
+                os.kill(b.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        self.now = local_kafka.restart(self.now)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = Cluster(tmp_path_factory.mktemp("kafka3"))
+    yield c
+    c.now.stop()
+
+
+def run_in_thread(cfg):
+    """ingest(cfg) on a thread of the test's process (its shared Spark); (thread, outcome)."""
+    from kappa_ingest.ingest import ingest
+
+    outcome: dict = {}
+
+    def target() -> None:
+        try:
+            outcome["report"] = ingest(cfg, SPARK[0], echo=False)
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            outcome["error"] = e
+
+    t = threading.Thread(target=target, name="ingest-under-test")
+    t.start()
+    return t, outcome
+
+
+SPARK: list = []
+
+
+@pytest.fixture
+def in_process(spark):
+    SPARK[:] = [spark]
+    return spark
+
+
+def fault_config(tmp_path, path, bootstrap, topic, **extra):
+    return config.validate({"inputs": [str(path)], "topic": topic, "bootstrap_servers": bootstrap, "partitions": 4,
+                            "target_rate": 8000, "run_id": topic, "metrics_dir": str(tmp_path / "m"), "quiet": True,
+                            **extra})  # fmt: skip
+
+
+def test_a_broker_killed_mid_run_is_survived(in_process, cluster, tmp_path, data):
+    path, expected = data
+    topic = cluster.topic("broker-kill")
+    cfg = fault_config(tmp_path, path, cluster.bootstrap_servers, topic)
+    t, outcome = run_in_thread(cfg)
+    try:
+        wait_for(lambda: sent_so_far(cluster.bootstrap_servers, topic) >= 8000, 60, "sending")
+        victim = cluster.broker_leading(topic)
+        os.kill(victim.pid, signal.SIGKILL)
+        t.join(180)
+        assert not t.is_alive(), "the run did not end"
+    finally:
+        t.join(180)
+        cluster.heal()
+    assert "error" not in outcome, outcome.get("error")
+    report = summary(tmp_path / "m", cfg.run_id)
+    assert report["status"] == "succeeded" and all(c["ok"] for c in report["checks"]), report["checks"]
+    assert_delivered(consume_all(cluster.bootstrap_servers, topic), expected, report, "exactly-once")
+
+
+def test_a_broker_paused_past_the_request_timeout_is_survived(in_process, cluster, tmp_path, data):
+    path, expected = data
+    topic = cluster.topic("broker-pause")
+    cfg = fault_config(tmp_path, path, cluster.bootstrap_servers, topic, kafka_opts={"request.timeout.ms": "3000"})
+    t, outcome = run_in_thread(cfg)
+    try:
+        wait_for(lambda: sent_so_far(cluster.bootstrap_servers, topic) >= 8000, 60, "sending")
+        victim = cluster.broker_leading(topic)
+        os.kill(victim.pid, signal.SIGSTOP)
+        time.sleep(8)  # well past request.timeout.ms: its requests time out, then it answers them late
+        os.kill(victim.pid, signal.SIGCONT)
+        t.join(180)
+        assert not t.is_alive(), "the run did not end"
+    finally:
+        t.join(180)
+        cluster.heal()
+    assert "error" not in outcome, outcome.get("error")
+    report = summary(tmp_path / "m", cfg.run_id)
+    assert report["status"] == "succeeded" and all(c["ok"] for c in report["checks"]), report["checks"]
+    assert_delivered(consume_all(cluster.bootstrap_servers, topic), expected, report, "exactly-once")
+
+
+def test_the_only_broker_paused_past_delivery_timeout_fails_cleanly_and_resume_completes(
+    in_process, kafka, tmp_path, data
+):
+    from kappa_ingest.errors import KafkaUnavailable
+    from kappa_ingest.ingest import ingest
+
+    path, expected = data
+    topic, bs = "only-broker-pause", kafka.bootstrap_servers
+    opts = {"request.timeout.ms": "2000", "delivery.timeout.ms": "5000"}
+    cfg = fault_config(tmp_path, path, bs, topic, kafka_opts=opts)
+    t, outcome = run_in_thread(cfg)
+    broker = kafka.brokers[0]
+    try:
+        wait_for(lambda: len(committed(bs, cfg.run_id)) >= 2, 60, "two splits committed")
+        os.kill(broker.pid, signal.SIGSTOP)
+        paused = time.monotonic()
+        t.join(90)
+        failed_after = time.monotonic() - paused
+    finally:
+        os.kill(broker.pid, signal.SIGCONT)
+        t.join(180)
+    assert isinstance(outcome.get("error"), KafkaUnavailable), outcome
+    assert outcome["error"].exit_code == 4 and failed_after < 60, (failed_after, outcome["error"])
+    report = summary(tmp_path / "m", cfg.run_id)
+    assert report["status"] == "failed" and len(report["ledger"]["committed"]) >= 2 and report["ledger"]["missing"]
+    # The paused broker answers its stale requests when it wakes: none of them may count.
+    resumed = config.validate({"inputs": [str(path)], "topic": topic, "resume": cfg.run_id, "run_id": "pause-resumed",
+                               "bootstrap_servers": bs, "metrics_dir": str(tmp_path / "m"), "quiet": True})  # fmt: skip
+    ingest(resumed, in_process, echo=False)
+    report = summary(tmp_path / "m", "pause-resumed")
+    d = report["delivery"]
+    assert report["status"] == "succeeded" and d["splits_skipped"] >= 2, report["checks"]
+    assert d["lineage"] == cfg.run_id and d["fenced_transactional_ids"] == 4  # the failed run's open transactions
+    assert_delivered(consume_all(bs, topic), expected, report, "exactly-once")
+
+
+def test_every_broker_down_exits_4_and_resume_completes_once_they_are_back(cluster, tmp_path, data):
+    path, expected = data
+    topic, run_id, metrics = cluster.topic("all-down"), "all-down", tmp_path / "m"
+    bs = cluster.bootstrap_servers
+    proc = cli("--input", str(path), "--topic", topic, "--bootstrap-servers", bs, "--master", "local[2]",
+               "--partitions", "4", "--target-rate", "8000", "--kafka-opt", "delivery.timeout.ms=5000",
+               "--kafka-opt", "request.timeout.ms=2000", "--run-id", run_id, "--metrics-dir", str(metrics),
+               "--quiet", log=tmp_path / "run.log")  # fmt: skip
+    try:
+        wait_for(lambda: len(committed(bs, run_id)) >= 2, 120, "two splits committed", proc, tmp_path / "run.log")
+        for b in cluster.now.brokers:
+            os.kill(b.pid, signal.SIGKILL)
+        down = time.monotonic()
+        rc = proc.wait(120)
+        took = time.monotonic() - down
+    finally:
+        stop_group(proc)
+        cluster.heal()
+    out = (tmp_path / "run.log").read_text()
+    assert rc == 4 and took < 60, (rc, took, out[-2000:])
+    error = [line for line in out.splitlines() if line.startswith("kappa-ingest: error:")]
+    assert len(error) == 1 and "Kafka" in error[0], out[-2000:]
+    report = summary(metrics, run_id)
+    assert report["status"] == "failed" and len(report["ledger"]["committed"]) >= 2 and report["ledger"]["missing"]
+    assert "splits missing" in out and f"--resume {run_id}" in out
+    resumed = cli("--resume", run_id, "--metrics-dir", str(metrics), "--run-id", f"{run_id}-2", "--quiet",
+                  log=tmp_path / "resume.log")  # fmt: skip
+    try:
+        assert resumed.wait(180) == 0, (tmp_path / "resume.log").read_text()[-3000:]
+    finally:
+        stop_group(resumed)
+    report = summary(metrics, f"{run_id}-2")
+    assert report["status"] == "succeeded" and all(c["ok"] for c in report["checks"]), report["checks"]
+    assert report["delivery"]["fenced_transactional_ids"] == 4
+    assert_delivered(consume_all(bs, topic), expected, report, "exactly-once")

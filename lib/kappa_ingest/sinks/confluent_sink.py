@@ -27,7 +27,9 @@ from kappa_ingest.records import Encoded
 from kappa_ingest.sinks.partition_runner import DeliveryFailed, TransactionFailed, headers_by_file
 
 FLUSH_TIMEOUT_S = 120.0
-LOG_LEVEL = 3  # librdkafka's errors only: the report says what went wrong
+# librdkafka's fatal errors only: the report says what went wrong, and a broker that dies
+# during a run it survives is no reason for lines of connection errors on the user's terminal.
+LOG_LEVEL = 0
 FATAL_CODES = {
     KafkaError._AUTHENTICATION,
     KafkaError.TOPIC_AUTHORIZATION_FAILED,
@@ -63,9 +65,9 @@ def _warn_once(message: str) -> None:
 
 
 def _not_delivered(failed: int, remaining: int, produced: int, first_error: object) -> DeliveryFailed:
+    still = f", {remaining} still in flight after {FLUSH_TIMEOUT_S:.0f} s" if remaining else ""
     return DeliveryFailed(
-        f"{failed + remaining} of {produced} records not acknowledged by Kafka"
-        f" ({remaining} still in flight after {FLUSH_TIMEOUT_S:.0f} s); first error: {first_error}"
+        f"{failed + remaining} of {produced} records not acknowledged by Kafka ({first_error}{still})"
     )
 
 
