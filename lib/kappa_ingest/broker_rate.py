@@ -89,7 +89,7 @@ class BrokerRateSampler:
         return self
 
     def _sample(self) -> None:
-        self.samples.append((time.time(), sum(self._admin.end_offsets(self.topic).values())))
+        self.samples.append((time.time(), sum(self._admin.end_offsets(self.topic, SAMPLE_TIMEOUT_S).values())))
         if self.on_sample is not None and len(self.samples) > 1:
             (_, first), (t1, prev), (t2, now) = self.samples[0], self.samples[-2], self.samples[-1]
             if len(self.samples) % TICK_S == 1:  # the meter ticks every five samples

@@ -63,6 +63,7 @@ class Source:
     files: tuple[str, ...]  # the paths read (a resumed run leaves out files delivered whole)
     input_bytes: int
     plan: Plan  # every unit of the run's input, read or not
+    tasks: int  # Spark partitions of df (asking df itself would run a shuffle's map stage)
 
 
 def reader_options(cfg: IngestConfig) -> dict[str, str]:
@@ -126,11 +127,13 @@ def read(spark: SparkSession, cfg: IngestConfig, pinned: Plan | None = None, pat
             if header is None and cfg.header:
                 header = _first_line(spark, paths[0])
             parser = LineParser(columns, cfg.delimiter, cfg.quote, header if cfg.header else None)
-            df = lines.coalesce(cfg.partitions) if cfg.partitions and cfg.partitions < splits_read else lines
-            return Source(df, spec, parser, "lines", tuple(paths), read_bytes, plan)
-    df, parts = _spark_csv(spark, cfg, paths, schema, plan.parts if pinned is not None else None)
+            tasks = min(splits_read, cfg.partitions or splits_read)
+            df = lines.coalesce(tasks) if tasks < splits_read else lines
+            return Source(df, spec, parser, "lines", tuple(paths), read_bytes, plan, tasks)
+    df, parts, tasks = _spark_csv(spark, cfg, paths, schema, plan.parts if pinned is not None else None)
     plan = Plan(plan.files, plan.split_bytes, parts)
-    return Source(df, spec, RowParser(columns, cfg.delimiter, cfg.quote), "spark-csv", tuple(paths), read_bytes, plan)
+    parser = RowParser(columns, cfg.delimiter, cfg.quote)
+    return Source(df, spec, parser, "spark-csv", tuple(paths), read_bytes, plan, tasks)
 
 
 def make_plan(spark: SparkSession, cfg: IngestConfig, paths: list[str]) -> Plan:
@@ -246,9 +249,9 @@ def _schema(spark: SparkSession, cfg: IngestConfig, paths: list[str], header: st
 
 def _spark_csv(
     spark: SparkSession, cfg: IngestConfig, paths: list[str], schema: StructType, parts: int | None
-) -> tuple[DataFrame, int]:
+) -> tuple[DataFrame, int, int]:
     """Spark's CSV reader, repartitioned to ``--partitions``; with the parts per split
-    (``parts`` fixed: a resumed run keeps its original's)."""
+    (``parts`` fixed: a resumed run keeps its original's) and the number of tasks."""
     read_schema = StructType([*schema.fields, StructField(CORRUPT_COL, StringType())])
     df = spark.read.schema(read_schema).options(**reader_options(cfg)).csv(paths)
     df = df.select(
@@ -280,7 +283,7 @@ def reject_reason(schema: StructType, cfg: IngestConfig) -> Column:
     return reason
 
 
-def _repartition(df: DataFrame, partitions: int | None, parts: int | None) -> tuple[DataFrame, int]:
+def _repartition(df: DataFrame, partitions: int | None, parts: int | None) -> tuple[DataFrame, int, int]:
     """Exactly ``partitions`` producers: coalesce when the scan splits finer, shuffle only
     when it cannot split as fine (gzip and multiline files are one split each). The
     shuffle hashes each whole row (Spark's murmur3, as ``F.hash``), so a row lands in the
@@ -289,7 +292,7 @@ def _repartition(df: DataFrame, partitions: int | None, parts: int | None) -> tu
     if parts is None:
         parts = partitions if partitions is not None and current < partitions else 1
     if parts > 1:
-        return df.repartition(parts, *[F.col(c) for c in df.columns]), parts
+        return df.repartition(parts, *[F.col(c) for c in df.columns]), parts, parts
     if partitions is not None and current > partitions:
-        return df.coalesce(partitions), 1
-    return df, 1
+        return df.coalesce(partitions), 1, partitions
+    return df, 1, current

@@ -230,7 +230,7 @@ def _task_delivery(
     timeout_s = 60.0
     if admin is not None and cfg.delivery == delivery.EXACTLY_ONCE:
         broker_max = admin.broker_setting("transaction.max.timeout.ms")
-        tasks = max(1, source.df.rdd.getNumPartitions())
+        tasks = max(1, source.tasks)
         largest = max((f.size for f in source.plan.files), default=0)
         task_bytes = max(min(largest, source.plan.split_bytes), -(-source.input_bytes // tasks))
         rows = estimate_rows(list(source.files), cfg.header) or 0
@@ -289,7 +289,7 @@ def _send(
         )
         if task_delivery.transactional:
             settings = {**settings, "transaction.timeout.ms": str(int(task_delivery.transaction_timeout_s * 1000))}
-        tasks = source.df.rdd.getNumPartitions()
+        tasks = source.tasks
         report.delivery.update(tasks=tasks, ledger_topic=cfg.ledger_topic)
         if task_delivery.transactional:
             report.delivery.update(
@@ -305,19 +305,20 @@ def _send(
         spark_metrics.warm(spark)
         sampler = BrokerRateSampler(servers, cfg.topic, settings, on_sample=progress.update).start()
         try:
-            outcome = sinks.send(cfg.sink, source, settings, servers, task_delivery, rate)
-        finally:
-            report.clock.end("sending")
             try:
-                report.broker_rate = sampler.stop()
+                outcome = sinks.send(cfg.sink, source, settings, servers, task_delivery, rate)
             finally:
+                report.clock.end("sending")
                 progress.close()
-        if outcome.error is None:
-            sent = sum(st.rows_sent for st in outcome.stats)
-            expected = reconcile.expected_growth(sent, [st.markers for st in outcome.stats if st.transactions])
-            after: dict[int, int] | None = _settled_offsets(admin, cfg.topic, before, expected or sent)
-        else:
-            after = _offsets_if_reachable(admin, cfg.topic)
+            if outcome.error is None:
+                sent = sum(st.rows_sent for st in outcome.stats)
+                expected = reconcile.expected_growth(sent, [st.markers for st in outcome.stats if st.transactions])
+                after: dict[int, int] | None = _settled_offsets(admin, cfg.topic, before, expected or sent)
+            else:
+                after = _offsets_if_reachable(admin, cfg.topic)
+        finally:
+            # Its last sample once the offsets settled: commit markers follow a commit.
+            report.broker_rate = sampler.stop()
     return Sent(outcome, task_delivery, conf, before, after)
 
 
@@ -527,7 +528,7 @@ def _offsets_if_reachable(admin: Admin, topic: str) -> dict[int, int] | None:
     """The end offsets after a failed job, if Kafka answers quickly (it may be what failed)."""
     admin.timeout_s = FAILED_RUN_OFFSETS_TIMEOUT_S
     try:
-        return admin.end_offsets(topic)
+        return admin.end_offsets(topic, FAILED_RUN_OFFSETS_TIMEOUT_S)
     except KafkaUnavailable:
         return None
 
@@ -536,8 +537,7 @@ def _rate_per_task(cfg: IngestConfig, spark: SparkSession, source: csv_source.So
     """The job-wide --target-rate split over the tasks that run at once."""
     if cfg.target_rate is None:
         return None
-    partitions = source.df.rdd.getNumPartitions()
-    concurrent = max(1, min(partitions, spark.sparkContext.defaultParallelism))
+    concurrent = max(1, min(source.tasks, spark.sparkContext.defaultParallelism))
     return cfg.target_rate / concurrent
 
 

@@ -19,7 +19,9 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from kappa_ingest.errors import KafkaUnavailable
 from kappa_ingest.kafka_settings import connection_conf
 
-TIMEOUT_S = 30.0  # a dead leader is replaced within Kafka's broker.session.timeout.ms (9 s) and an election
+TIMEOUT_S = 10.0
+# A dead leader is replaced within Kafka's broker.session.timeout.ms (9 s) and an election.
+END_OFFSETS_TIMEOUT_S = 30.0
 # librdkafka's own connection chatter; the errors that matter reach error_cb and are raised.
 LOG = logging.getLogger("kappa_ingest.kafka_admin")
 LOG.addHandler(logging.NullHandler())
@@ -101,14 +103,14 @@ class Admin:
             time.sleep(0.1)
         raise KafkaUnavailable(f"topic {topic!r} was created but its partitions got no leader in {TIMEOUT_S:.0f} s")
 
-    def end_offsets(self, topic: str) -> dict[int, int]:
+    def end_offsets(self, topic: str, timeout_s: float = END_OFFSETS_TIMEOUT_S) -> dict[int, int]:
         """The topic's end offset (high watermark) per partition, as the broker reports it;
-        KafkaUnavailable if it cannot be read within the admin's timeout."""
+        KafkaUnavailable if it cannot be read within ``timeout_s``."""
         n = self.partitions(topic)
         if n is None:
             return {}
         try:
-            return self._watermarks.query(topic, n, self.timeout_s)
+            return self._watermarks.query(topic, n, timeout_s)
         except KafkaException as e:
             raise self._unavailable("reading end offsets", e.args[0]) from e
 

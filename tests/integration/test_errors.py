@@ -99,7 +99,9 @@ def test_a_good_run_through_the_cli_exits_0_and_its_clock_covers_the_command(tmp
     assert "SUCCEEDED" in done.stdout and "executors" in done.stdout and "phases: start-up" in done.stdout
     [summary] = summaries(tmp_path)
     assert summary["rows_sent"] == 2 and summary["broker"]["embedded"] is True
-    assert summary["broker"]["offset_delta"] == 2 and all(c["ok"] for c in summary["checks"])
+    assert all(c["ok"] for c in summary["checks"]) and summary["delivery"]["verified_by"] == "offsets"
+    # Exactly-once by default: two records and their transaction's commit marker in each partition it wrote.
+    assert summary["delivery"]["transactions_committed"] == 1 and summary["broker"]["offset_delta"] - 2 in (1, 2)
     started = datetime.fromisoformat(summary["started_at"].replace("Z", "+00:00")).timestamp()
     finished = datetime.fromisoformat(summary["finished_at"].replace("Z", "+00:00")).timestamp()
     assert launched - 0.05 <= started <= launched + 0.5  # the process's own start, not the session's

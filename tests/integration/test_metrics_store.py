@@ -13,11 +13,12 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from helpers import run
+from helpers import consume_all, run
 from kappa_ingest import config, datagen, metrics_store
 from kappa_ingest.errors import KappaError
 from kappa_ingest.ingest import ingest
 from kappa_ingest.report_html import load_run, render_html
+from kappa_ingest.splits import Plan
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,8 +51,14 @@ def test_every_table_holds_the_run_keyed_by_run_id(store):
     tasks = metrics_store.rows(metrics, "tasks", rid)
     assert sum(t["rows"] for t in tasks if t["status"] == "SUCCESS") == 5000
     samples = metrics_store.rows(metrics, "broker_rate", rid, order_by="t")
-    assert samples[-1]["offsets_total"] - samples[0]["offsets_total"] == 5000
+    # The sampler's curve spans the records and their transactions' commit markers.
+    assert samples[-1]["offsets_total"] - samples[0]["offsets_total"] == summary["broker"]["offset_delta"] > 5000
     assert len(metrics_store.rows(metrics, "executors", rid)) == 1
+    # The ledger's readable copy: the run's units, their rows adding up to what it sent.
+    units = metrics_store.rows(metrics, "ledger", rid)
+    assert sum(u["rows_sent"] for u in units) == 5000 and {u["topic"] for u in units} == {"store-ok"}
+    planned = Plan.from_json(summary["plan"]).units()
+    assert {(u["file"], u["split_start"], u["part"]) for u in units} == {(u.file, u.start, u.part) for u in planned}
 
 
 def test_spark_reads_the_store_as_deltalake_does(spark, store):
@@ -147,4 +154,5 @@ def test_two_executor_processes_report_their_own_rows(kafka, tmp_path):
     summary = json.loads((tmp_path / "m" / "runs" / "two" / "summary.json").read_text())
     executors = summary["executors"]
     assert len(executors) == 2 and all(e["rows"] > 0 for e in executors)
-    assert sum(e["rows"] for e in executors) == summary["rows_sent"] == summary["broker"]["offset_delta"] == 20_000
+    assert sum(e["rows"] for e in executors) == summary["rows_sent"] == 20_000
+    assert len(consume_all(kafka.bootstrap_servers, "two-executors")) == 20_000

@@ -45,6 +45,6 @@ def test_report_wall_is_the_phases_sum_and_printed_on_one_line():
 
 def test_process_start_is_the_kernels_to_the_tick():
     ago = started_ago()
-    assert 0 < ago < 600
+    assert ago > 0
     # psutil rounds the boot time to whole seconds; the kernel's own ticks agree within that.
     assert abs((time.time() - ago) - psutil.Process().create_time()) < 1.05
