@@ -111,8 +111,9 @@ class BrokerRateSampler:
             if self._abandoned:
                 self._admin.close()
 
-    def stop(self) -> list[dict[str, Any]]:
-        """Take a last sample and return the curve: ``t, offsets_total, messages_per_s, one_minute_rate``.
+    def stop(self, last: dict[int, int] | None = None) -> list[dict[str, Any]]:
+        """Take a last sample (``last``, the end offsets just read, if given) and return the
+        curve: ``t, offsets_total, messages_per_s, one_minute_rate``.
 
         The last sample is taken only once the thread has ended (they share one consumer),
         and a broker that no longer answers ends the curve at its last sample instead of
@@ -126,7 +127,10 @@ class BrokerRateSampler:
                     self._abandoned = True
                     return curve(self.samples)
         try:
-            self._sample()
+            if last is not None:
+                self.samples.append((time.time(), sum(last.values())))
+            else:
+                self._sample()
         except Exception:  # noqa: BLE001 - see above
             pass
         finally:

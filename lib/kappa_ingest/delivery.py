@@ -166,8 +166,11 @@ def fence(conf: dict[str, Any], ids: list[str], timeout_s: float = INIT_TIMEOUT_
         except KafkaException as e:
             return f"{txid}: {e.args[0].str()}"
         finally:
-            producer.purge()
-            producer.poll(0)
+            try:
+                producer.purge()
+                producer.poll(0)
+            except KafkaException:
+                pass
 
     if not ids:
         return []

@@ -170,7 +170,7 @@ def write(conf: dict[str, Any], ledger_topic: str, entries: list[Entry], timeout
     """Write entries from the driver (idempotent producer, acknowledged by all in-sync
     replicas): the Spark sink's units once their tasks succeeded, and units no row of
     which begins in a part, once the whole job succeeded. KafkaUnavailable if not acknowledged."""
-    from confluent_kafka import Producer
+    from confluent_kafka import KafkaException, Producer
 
     from kappa_ingest.errors import KafkaUnavailable
 
@@ -189,8 +189,11 @@ def write(conf: dict[str, Any], ledger_topic: str, entries: list[Entry], timeout
             producer.produce(ledger_topic, value, key, on_delivery=on_delivery)
         remaining = producer.flush(timeout_s)
     finally:
-        producer.purge()
-        producer.poll(0)
+        try:
+            producer.purge()
+            producer.poll(0)
+        except KafkaException:
+            pass
     if remaining or failed:
         raise KafkaUnavailable(
             f"the delivery ledger {ledger_topic!r} did not acknowledge {remaining + len(failed)} of {len(entries)} entries"

@@ -1,7 +1,10 @@
 """The confluent sink's two front ends to librdkafka, the C loop and confluent-kafka's
-Python API (the fallback without a C compiler), put the same records in Kafka."""
+Python API (the fallback without a C compiler), put the same records in Kafka; they and
+the kafka-python sink's producer keep Kafka's transactions."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 import pyarrow as pa
 import pytest
@@ -11,7 +14,7 @@ from kappa_ingest import native
 from kappa_ingest.columns import FILE_COL
 from kappa_ingest.records import RecordSpec, encode_batch
 from kappa_ingest.sinks.confluent_sink import ConfluentPartitionProducer, NativePartitionProducer
-from kappa_ingest.sinks.partition_runner import DeliveryFailed
+from kappa_ingest.sinks.partition_runner import DeliveryFailed, TransactionFailed
 from kappa_ingest.topics import Admin
 
 pytestmark = pytest.mark.integration
@@ -81,3 +84,63 @@ def test_c_loop_names_a_record_the_client_refuses(kafka, lib):
 def test_c_loop_refuses_a_bad_setting(lib):
     with pytest.raises(DeliveryFailed, match=r"configuration: .*no\.such\.setting"):
         NativePartitionProducer(lib, {"no.such.setting": 1}, "t")
+
+
+def _front_end(name: str, bootstrap: str):
+    """A maker of transactional producers for one front end (the C loop skips without cc)."""
+    from kappa_ingest import kafka_settings
+    from kappa_ingest.sinks.kafka_python_sink import KafkaPythonPartitionProducer
+
+    settings = {"acks": "all", "enable.idempotence": "true", "linger.ms": "5"}
+    if name == "c":
+        try:
+            lib = native.load()
+        except native.NativeUnavailable as e:
+            pytest.skip(str(e))
+        conf = kafka_settings.for_confluent(settings, bootstrap)
+        return lambda topic, txid: NativePartitionProducer(lib, {**conf, "transactional.id": txid}, topic)
+    if name == "python":
+        conf = kafka_settings.for_confluent(settings, bootstrap)
+        return lambda topic, txid: ConfluentPartitionProducer({**conf, "transactional.id": txid}, topic)
+    conf = kafka_settings.for_kafka_python(settings, bootstrap)
+    return lambda topic, txid: KafkaPythonPartitionProducer(conf, topic, txid)
+
+
+@pytest.mark.parametrize("front", ["c", "python", "kafka-python"])
+def test_a_transaction_is_all_or_nothing_and_a_new_attempt_fences_the_old(kafka, front):
+    make = _front_end(front, kafka.bootstrap_servers)
+    topic, ledger_topic, txid = f"txn-{front}", f"txn-ledger-{front}", f"test-{front}"
+    with Admin(kafka.bootstrap_servers) as admin:
+        admin.ensure_topic(topic, 2, 1)
+        admin.ensure_topic(ledger_topic, 1, 1)
+    enc = _encoded()
+    old = make(topic, txid)
+    old.init_transactions(30)
+    old.begin()
+    old.send(enc.slice(0, 100), "attempt-0")
+    old.flush()
+    new = make(topic, txid)  # the next attempt of the same task: fences the old one, aborts its transaction
+    new.init_transactions(30)
+    with pytest.raises(TransactionFailed) as fenced:
+        old.commit(10)
+    assert fenced.value.fenced, fenced.value
+    old.close()
+    new.begin()
+    new.send(enc.slice(0, 300), "attempt-1")
+    new.send_ledger(ledger_topic, [(b"unit", b'{"delivered": 1}')])
+    new.flush()
+    touched = new.partitions_touched
+    new.commit(30)
+    new.begin()
+    new.send(enc.slice(300, enc.rows), "attempt-1")
+    new.flush()
+    new.abort(10)
+    new.close()
+    records = consume_all(kafka.bootstrap_servers, topic)
+    assert len(records) == 300 and {r.headers["run_id"] for r in records} == {b"attempt-1"}
+    assert Counter(r.raw_value for r in records) == Counter(enc.slice(0, 300).values.to_pylist())
+    assert [(r.key, r.raw_value) for r in consume_all(kafka.bootstrap_servers, ledger_topic)] == [
+        (b"unit", b'{"delivered": 1}')
+    ]
+    if front == "c":  # it counts the partitions its transaction wrote: each got one commit marker
+        assert touched == len({r.partition for r in records})

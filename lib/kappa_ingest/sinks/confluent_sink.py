@@ -66,8 +66,10 @@ def _warn_once(message: str) -> None:
 
 def _not_delivered(failed: int, remaining: int, produced: int, first_error: object) -> DeliveryFailed:
     still = f", {remaining} still in flight after {FLUSH_TIMEOUT_S:.0f} s" if remaining else ""
+    timed_out = "timed out" in str(first_error).lower()
+    why = ": no broker acknowledged them within delivery.timeout.ms; check that the brokers run" if timed_out else ""
     return DeliveryFailed(
-        f"{failed + remaining} of {produced} records not acknowledged by Kafka ({first_error}{still})"
+        f"{failed + remaining} of {produced} records not acknowledged by Kafka ({first_error}{still}){why}"
     )
 
 
@@ -286,5 +288,8 @@ class ConfluentPartitionProducer:
         """Drop whatever the producer still holds (a failed task's records) and let it go."""
         if self.producer is not None:
             producer, self.producer = self.producer, None
-            producer.purge()
-            producer.poll(0)
+            try:
+                producer.purge()
+                producer.poll(0)
+            except KafkaException:  # a fenced or failed producer refuses even this; it is dropped all the same
+                pass

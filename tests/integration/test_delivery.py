@@ -1,0 +1,150 @@
+"""Delivery without faults: a run beside other producers of its topic, the refusals (exit 2),
+and ``--resume`` of a run with nothing left to send."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+import pytest
+from confluent_kafka import Producer
+from test_errors import assert_one_clean_line, cli
+
+from helpers import consume_all, expected_rows, rows
+from kappa_ingest import config, datagen
+from kappa_ingest.errors import UsageError
+from kappa_ingest.ingest import ingest
+from kappa_ingest.topics import Admin
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    path = datagen.generate("wide30", 20_000, tmp_path_factory.mktemp("delivery") / "in.csv", seed=3)
+    return path, expected_rows(path)
+
+
+def live_producers(bootstrap: str, topic: str, stop: threading.Event) -> dict:
+    """Other producers of the topic while the run sends: a plain one, and a transactional one
+    committing every 50 records (and aborting every fourth transaction)."""
+    counts = {"plain": 0, "committed": 0}
+
+    def plain() -> None:
+        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        while not stop.is_set():
+            p.produce(topic, json.dumps({"data": {"live": counts["plain"]}}).encode(), headers=[("run_id", b"live")])
+            counts["plain"] += 1
+            p.poll(0)
+            time.sleep(0.0005)
+        assert p.flush(30) == 0
+
+    def transactional() -> None:
+        p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"live-{topic}"})
+        p.init_transactions(30)
+        n = 0
+        while not stop.is_set():
+            p.begin_transaction()
+            for i in range(50):
+                p.produce(topic, json.dumps({"data": {"txn": n, "i": i}}).encode(), headers=[("run_id", b"live-txn")])
+            n += 1
+            if n % 4:
+                p.commit_transaction(30)
+                counts["committed"] += 50
+            else:
+                p.abort_transaction(30)
+
+    threads = [threading.Thread(target=f, name=f"live-{f.__name__}") for f in (plain, transactional)]
+    for t in threads:
+        t.start()
+    counts["threads"] = threads
+    return counts
+
+
+@pytest.mark.parametrize("mode", ["exactly-once", "at-least-once"])
+def test_reconciliation_holds_while_other_producers_write_to_the_topic(spark, kafka, tmp_path, data, mode):
+    path, expected = data
+    topic = f"shared-{mode}"
+    with Admin(kafka.bootstrap_servers) as admin:
+        admin.ensure_topic(topic, 2, 1)
+    stop = threading.Event()
+    live = live_producers(kafka.bootstrap_servers, topic, stop)
+    cfg = config.validate({"inputs": [str(path)], "topic": topic, "bootstrap_servers": kafka.bootstrap_servers,
+                           "delivery": mode, "target_rate": 10_000, "metrics_dir": str(tmp_path / "m")})  # fmt: skip
+    try:
+        time.sleep(0.5)
+        ingest(cfg, spark, echo=False)
+    finally:
+        stop.set()
+        for t in live["threads"]:
+            t.join(60)
+    summary = json.loads((tmp_path / "m" / "runs" / cfg.run_id / "summary.json").read_text())
+    assert summary["status"] == "succeeded" and all(c["ok"] for c in summary["checks"]), summary["checks"]
+    assert summary["delivery"]["verified_by"].startswith("read back")  # the offsets grew by others' records too
+    records = consume_all(kafka.bootstrap_servers, topic)
+    by_run: dict[bytes, list] = {}
+    for r in records:
+        by_run.setdefault(r.headers["run_id"], []).append(r)
+    assert rows(by_run[cfg.run_id.encode()]) == expected
+    assert len(by_run[b"live"]) == live["plain"] > 0 and len(by_run[b"live-txn"]) == live["committed"] > 0
+
+
+def test_the_spark_sink_refuses_exactly_once_naming_the_sinks_that_can(tmp_path, data):
+    done = cli(tmp_path, "--input", str(data[0]), "--topic", "t", "--sink", "spark", "--delivery", "exactly-once")
+    assert done.returncode == 2
+    assert_one_clean_line(done.stderr, "spark sink", "--sink confluent or --sink kafka-python", "at-least-once")
+
+
+def test_a_transaction_timeout_beyond_the_brokers_maximum_is_refused(spark, kafka, tmp_path, data):
+    cfg = config.validate({"inputs": [str(data[0])], "topic": "too-long", "bootstrap_servers": kafka.bootstrap_servers,
+                           "kafka_opts": {"transaction.timeout.ms": "3600000"}, "metrics_dir": str(tmp_path / "m")})  # fmt: skip
+    with pytest.raises(UsageError, match=r"exceeds the brokers' transaction.max.timeout.ms \(900000\)"):
+        ingest(cfg, spark, echo=False)
+
+
+@pytest.fixture(scope="module")
+def finished(spark, kafka, data, tmp_path_factory):
+    """A small run that delivered everything, for --resume to find."""
+    tmp = tmp_path_factory.mktemp("finished")
+    path = datagen.generate("wide30", 3000, tmp / "in.csv", seed=5)
+    cfg = config.validate({"inputs": [str(path)], "topic": "finished", "bootstrap_servers": kafka.bootstrap_servers,
+                           "partitions": 3, "metrics_dir": str(tmp / "m"), "run_id": "finished"})  # fmt: skip
+    ingest(cfg, spark, echo=False)
+    return tmp, path
+
+
+def test_resume_with_nothing_left_exits_0_without_starting_spark(kafka, finished):
+    tmp, _ = finished
+    done = cli(tmp, "--resume", "last", "--run-id", "finished-again")
+    assert done.returncode == 0, done.stderr
+    assert "sent 0 rows: all 3 splits of run finished were already delivered" in done.stdout
+    assert "Setting default log level" not in done.stderr  # Spark's first words: it never started
+    summary = json.loads((tmp / "m" / "runs" / "finished-again" / "summary.json").read_text())
+    d = summary["delivery"]
+    assert summary["status"] == "succeeded" and summary["rows_sent"] == 0
+    assert d["resumed_from"] == "finished" and d["splits_skipped"] == 3 and d["rows_skipped"] == 3000
+    assert len(consume_all(kafka.bootstrap_servers, "finished")) == 3000
+
+
+def test_resume_refuses_a_changed_input_file_naming_it(finished):
+    tmp, path = finished
+    stat = os.stat(path)
+    try:
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 5_000_000_000))
+        done = cli(tmp, "--resume", "finished", "--run-id", "finished-changed")
+    finally:
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert done.returncode == 2
+    assert_one_clean_line(done.stderr, "--resume finished", "input changed", str(path), "modified")
+
+
+def test_resume_refuses_another_topic_and_an_unknown_run(finished):
+    tmp, _ = finished
+    done = cli(tmp, "--resume", "finished", "--topic", "elsewhere")
+    assert done.returncode == 2
+    assert_one_clean_line(done.stderr, "sent to topic 'finished'")
+    done = cli(tmp, "--resume", "no-such-run")
+    assert done.returncode == 2
+    assert_one_clean_line(done.stderr, "--resume no-such-run", "no report of that run")
