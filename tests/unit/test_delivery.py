@@ -1,0 +1,129 @@
+"""The pure parts of delivery: units and the split size, ledger records, the modes and
+their refusals, the transaction timeout, and a task's input by unit."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pyarrow as pa
+import pytest
+
+from kappa_ingest import delivery, ledger, splits
+from kappa_ingest.columns import BLOCK_COL, BLOCK_LEN_COL, FILE_COL, LINE_COL
+from kappa_ingest.errors import UsageError
+from kappa_ingest.report import RunReport
+from kappa_ingest.sinks.partition_runner import TaskStats
+from kappa_ingest.sinks.task_input import TaskInput, segments
+from kappa_ingest.spark_metrics import SparkRunMetrics, StageInfo, TaskInfo
+from kappa_ingest.splits import InputFile, Plan, Unit
+
+
+def test_splits_fall_at_multiples_of_the_split_size_and_gzip_is_one():
+    plan = Plan((InputFile("/a.csv", 250, 1, True), InputFile("/b.csv.gz", 900, 2, False),
+                 InputFile("/c.csv", 100, 3, True)), split_bytes=100)  # fmt: skip
+    assert plan.splits(plan.files[0]) == [(0, 100), (100, 100), (200, 50)]
+    assert plan.splits(plan.files[1]) == [(0, 900)]
+    assert plan.splits(plan.files[2]) == [(0, 100)]
+    assert len(Plan(plan.files, 100, parts=3).units()) == 3 * 5
+    assert Plan.from_json(plan.to_json()) == plan
+
+
+def test_the_default_split_size_is_sparks_own_rule_or_the_partitions_share():
+    mb = 1 << 20
+    assert splits.default_split_bytes([250 * mb], None, 2) == ((250 * mb + 4 * mb) // 2, 4 * mb)
+    assert splits.default_split_bytes([1000 * mb], None, 2) == (128 * mb, 4 * mb)  # capped like Spark's
+    assert splits.default_split_bytes([1 * mb], None, 8) == (4 * mb, 4 * mb)  # and floored
+    assert splits.default_split_bytes([250 * mb], 5, 2) == (50 * mb, 0)
+
+
+def test_sparks_file_paths_and_local_paths_name_the_same_file():
+    assert splits.canonical_file("file:/tmp/dir%20with%20space%20%C3%BC/f.csv") == "/tmp/dir with space ü/f.csv"
+    assert splits.canonical_file("file:///tmp/a.csv") == "/tmp/a.csv"
+    assert splits.canonical_file("/tmp/a.csv") == "/tmp/a.csv"
+    assert splits.canonical_file("hdfs://nn:8020/x/a.csv") == "hdfs://nn:8020/x/a.csv"
+
+
+def test_ledger_records_round_trip_and_the_latest_entry_wins():
+    u = Unit("/in/a.csv", 100, 100, 1, 2)
+    e = ledger.Entry("orders", u, 300, 17, "run-2", "run-1", "exactly-once", 10, 9, 8, 1, 4000, 7, 1)
+    assert ledger.Entry.from_record(*e.record()) == e
+    assert e.key() == b'["orders","/in/a.csv",100,100,1,2]'
+    older = ledger.Entry("orders", u, 300, 17, "run-1", "run-1", "exactly-once", rows_sent=3)
+    assert ledger.latest([older, e]) == {("orders", u): e}
+    assert e.matches(300, 17) and not e.matches(301, 17)
+    assert e.row()["split_start"] == 100 and e.row()["part"] == 1
+
+
+def test_the_modes_each_sink_keeps_and_what_rules_exactly_once_out():
+    ok = {"acks": "all", "enable.idempotence": "true"}
+    assert delivery.resolve_mode(None, "confluent", ok) == delivery.DEFAULT_MODE
+    assert delivery.resolve_mode(None, "spark", ok) == "at-least-once"
+    assert delivery.resolve_mode(None, "confluent", {**ok, "acks": "1"}) == "at-least-once"
+    with pytest.raises(UsageError, match=r"spark sink .* --sink confluent or --sink kafka-python"):
+        delivery.resolve_mode("exactly-once", "spark", ok)
+    with pytest.raises(UsageError, match="needs acks=all"):
+        delivery.resolve_mode("exactly-once", "kafka-python", {**ok, "acks": "1"})
+    with pytest.raises(UsageError, match=r"spark\.speculation=true"):
+        delivery.check_spark("exactly-once", "true")
+    delivery.check_spark("at-least-once", "true")
+    assert delivery.transactional_id("run-1", 3) == "kappa-ingest.run-1.3"
+
+
+def test_the_transaction_timeout_covers_the_longest_task_within_the_brokers_maximum():
+    mb = 1 << 20
+    # 40 MB at the floor rate (4 MB/s) is 10 s: a minute, the floor of the timeout.
+    assert delivery.transaction_timeout_ms(40 * mb, False, None, 500, 900_000) == 60_000
+    # 1 GB is 256 s: twice that.
+    assert delivery.transaction_timeout_ms(1024 * mb, False, None, 500, 900_000) == 512_000
+    # Throttled: 1M rows at 1,000 rows/s per task is 1,000 s, longer than the brokers allow.
+    with pytest.raises(UsageError, match=r"at least 2x more --partitions"):
+        delivery.transaction_timeout_ms(500 * mb, False, 1000, 500, 900_000)
+    with pytest.raises(UsageError, match=r"exceeds the brokers. transaction\.max\.timeout\.ms"):
+        delivery.transaction_timeout_ms(mb, False, None, 500, 900_000, requested_ms=1_000_000)
+    assert delivery.transaction_timeout_ms(mb, False, None, 500, 900_000, requested_ms=120_000) == 120_000
+
+
+def lines(rows: list[tuple[str, int, int]]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [pa.array([b"x"] * len(rows)), pa.array([f for f, _, _ in rows]), pa.array([s for _, s, _ in rows]),
+         pa.array([n for _, _, n in rows])],
+        names=[LINE_COL, FILE_COL, BLOCK_COL, BLOCK_LEN_COL],
+    )  # fmt: skip
+
+
+def test_a_batch_is_cut_where_the_split_changes_and_sorted_first_when_shuffled():
+    batch = lines([("file:/a.csv", 0, 10)] * 3 + [("file:/a.csv", 10, 5)] * 2 + [("file:/b.csv", 0, 7)])
+    assert [(f, s, n, b.num_rows) for f, s, n, b in segments(batch)] == [
+        ("file:/a.csv", 0, 10, 3), ("file:/a.csv", 10, 5, 2), ("file:/b.csv", 0, 7, 1)]  # fmt: skip
+    mixed = lines([("file:/b.csv", 0, 7), ("file:/a.csv", 0, 10), ("file:/b.csv", 0, 7)])
+    assert [(f, b.num_rows) for f, _, _, b in segments(mixed, mixed=True)] == [("file:/a.csv", 1), ("file:/b.csv", 2)]
+
+
+def test_a_task_drops_units_delivered_before_and_names_those_an_earlier_attempt_committed():
+    done = Unit("/a.csv", 10, 5)
+    earlier = Unit("/b.csv", 0, 7)
+    entry = ledger.Entry("t", earlier, 7, 1, "run", "run", "exactly-once", rows_sent=1)
+    task = TaskInput(0, skip=frozenset({done}), earlier={earlier: entry})
+    batch = lines([("file:/a.csv", 0, 10)] * 3 + [("file:/a.csv", 10, 5)] * 2 + [("file:/b.csv", 0, 7)])
+    assert [(u, b.num_rows) for u, b in task.units(iter([batch]))] == [(Unit("/a.csv", 0, 10), 3)]
+    assert task.lines_dropped == 3 and task.inherited == {earlier: entry}
+
+
+def test_rows_committed_by_an_attempt_spark_saw_fail_count_as_sent_once():
+    from datetime import UTC, datetime, timedelta
+
+    t0 = datetime(2026, 11, 23, tzinfo=UTC)
+    failed = TaskInfo(1, 3, 0, 0, 0, "1", "h", "FAILED", t0, 1.0, 0, "executor lost")
+    retry = TaskInfo(2, 3, 0, 0, 1, "2", "h", "SUCCESS", t0 + timedelta(seconds=2), 1.0, 15, None)
+    stage = StageInfo(3, 0, "collect", "COMPLETE", 1, t0, t0 + timedelta(seconds=4), 2.0, 1.0, 0, 15)
+    # The retry sent 9 rows of one split; an earlier attempt had committed 5 rows of another (6 lines).
+    stats = TaskStats(2, 3, 0, 1, "h", rows_read=9, rows_sent=9, lines_dropped=6)
+    inherited = ledger.Entry("t", Unit("/a.csv", 0, 10), 10, 1, "r", "r", "exactly-once", 6, 5, 5, 0, 500)
+    report = RunReport("r", "confluent", "t", {})
+    report.delivery["mode"] = "exactly-once"
+    report.add_run([stats], SparkRunMetrics([stage], [failed, retry], {}), [inherited])
+    report.check_counts()
+    assert report.rows_sent == 14 and report.rows_read == 14 and report.consistent, report.checks
+    assert report.delivery["transactions_aborted"] == 1
+    assert report.delivery["committed_by_failed_attempts"] == {"units": 1, "rows": 5}
+    assert Counter(c["name"].split(" ")[0] for c in report.checks)["executors'"] == 1
