@@ -23,16 +23,21 @@ def test_bench_writes_table_json_and_chart(tmp_path):
                     tmp_path / "data", 5_000, 2, "test")  # fmt: skip
     results = json.loads((out / "results.json").read_text())
     names = {r["contestant"] for r in results["summary"]}
-    assert names == {"ceiling: ProducerPerformance", "classic script", "kappa-ingest confluent"}
+    assert names == {"ceiling: ProducerPerformance", "classic script", "kappa-ingest confluent exactly-once",
+                     "kappa-ingest confluent at-least-once"}  # fmt: skip
+    eos, alo = (
+        next(r for r in results["summary"] if r["contestant"].endswith(m)) for m in ("exactly-once", "at-least-once")
+    )
+    assert eos["x_at_least_once"] == round(eos["rows_per_s"] / alo["rows_per_s"], 3) and alo["x_at_least_once"] is None
     for r in results["runs"]:
         assert r["broker_rows"] >= r["rows"] > 0 and r["rows_per_s"] > 0 and r["peak_rss_mb"] > 0
         assert r["row_set"] == 20_000 and r["wall_s"] >= r["ingest_s"] > 0
-    kappa = next(r for r in results["summary"] if r["contestant"] == "kappa-ingest confluent")
+    kappa = eos
     assert kappa["x_ceiling"] > 0 and kappa["x_classic"] > 0
     assert (out / "rows_per_s.png").stat().st_size > 10_000
-    kappa_run = next(r for r in results["runs"] if r["contestant"] == "kappa-ingest confluent")
+    kappa_run = next(r for r in results["runs"] if r["contestant"] == "kappa-ingest confluent exactly-once")
     assert kappa["command_to_exit_s"] == kappa_run["wall_s"]
-    assert "| wide30 | 20,000 | kappa-ingest confluent | 20,000 |" in (out / "results.md").read_text()
+    assert "| wide30 | 20,000 | kappa-ingest confluent exactly-once | 20,000 |" in (out / "results.md").read_text()
 
 
 def test_sweep_corner_writes_heatmap_and_rates(tmp_path):
