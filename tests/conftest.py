@@ -35,3 +35,44 @@ def kafka(tmp_path_factory):
     cluster = local_kafka.start(tmp_path_factory.mktemp("kafka"), brokers=1)
     yield cluster
     cluster.stop()
+
+
+# A broker is declared dead after 4 s without heartbeats (Kafka's default: 9 s), so leaders move quickly.
+FAST_FAILOVER = {"broker.session.timeout.ms": "4000", "broker.heartbeat.interval.ms": "500"}
+
+
+@pytest.fixture(scope="session")
+def kafka3(tmp_path_factory):
+    """A real three-broker KRaft cluster (combined brokers and controllers, static voters),
+    shared by the tests that need replication or kill brokers of it; stopped by PID."""
+    from kappa_ingest import local_kafka
+
+    state = tmp_path_factory.mktemp("kafka3")
+    cluster = ClusterHolder(local_kafka.start(state, brokers=3, properties=FAST_FAILOVER))
+    yield cluster
+    cluster.now.stop()
+    if any(cluster.now.alive()) or local_kafka.status(state) is not None:
+        raise RuntimeError(f"brokers of {state} outlived stop()")
+
+
+class ClusterHolder:
+    """The three-broker cluster as it is now: a test that kills brokers restarts them (heal)."""
+
+    def __init__(self, cluster) -> None:
+        self.now = cluster
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.now.bootstrap_servers
+
+    def heal(self) -> None:
+        import signal
+
+        from kappa_ingest import local_kafka
+
+        for b in self.now.brokers:
+            try:
+                os.kill(b.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        self.now = local_kafka.restart(self.now)

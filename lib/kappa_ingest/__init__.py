@@ -1,25 +1,32 @@
 """kappa-ingest: CSV files into a Kafka topic with Apache Spark, as fast as the hardware
-allows, and a report of exactly how fast it went.
+allows, every row exactly once, and a report of exactly how fast it went.
 
 The pipeline (``ingest.ingest`` runs it; ``jobs/ingest_csv.py`` and ``kappa-ingest ingest``
 call that):
 
 1. ``config``        one frozen IngestConfig from ``conf/ingest.yaml`` + the command line
-2. ``csv_source``    the inputs as a DataFrame: raw lines (fast path) or Spark-parsed rows
-3. ``parsing``       per Arrow batch, on the executors: clean rows and quarantined rows
-4. ``records``       clean rows → Kafka records (JSON value, key, timestamp, headers); pure
-5. ``sinks``         one producer per partition (``confluent``, ``kafka-python``) or
+2. ``resume``        with ``--resume``: the run continued, its files checked, its
+                     transactions fenced, the ledger read (before Spark starts)
+3. ``csv_source``    the inputs as a DataFrame, in units the ledger records (``splits``):
+                     raw lines (fast path) or Spark-parsed rows
+4. ``parsing``       per Arrow batch, on the executors: clean rows and quarantined rows
+5. ``records``       clean rows → Kafka records (JSON value, key, timestamp, headers); pure
+6. ``sinks``         one producer per partition (``confluent``, ``kafka-python``), one
+                     transaction per task with its ``ledger`` entries (``delivery``), or
                      Spark's own Kafka sink (``spark``); each counts what Kafka acknowledged
-6. ``spark_metrics`` Spark's own task and stage records, from its status REST API
-7. ``report``        joined, checked (counts reconcile with the broker's offsets), printed,
-                     written to ``<metrics-dir>/runs/<run_id>/summary.json``
-8. ``quarantine``    rejected rows with file and reason, beside the report
+7. ``spark_metrics`` Spark's own task and stage records, from its status REST API
+8. ``reconcile``     the topic holds what was sent: offsets and commit markers, or a
+                     read_committed read-back of the run's own records
+9. ``report``        joined, checked, printed, written to ``<metrics-dir>/runs/<run_id>/summary.json``
+                     and the Delta tables (``metrics_store``)
+10. ``quarantine``   rejected rows with file and reason, beside the report
 
 Around it: ``native`` (the C loops that encode JSON values and feed librdkafka a batch
 per call), ``warmup`` (Python workers started while Kafka is set up), ``local_kafka`` (the
 embedded KRaft broker), ``topics`` (driver-side admin), ``kafka_settings`` (Kafka's Java
-setting names, translated per client), ``datagen`` (test data), ``spark_session`` (the
-one session factory) and ``cli`` (exit codes).
+setting names, translated per client), ``failures`` (a failed Spark job's cause, in one
+line), ``datagen`` (test data), ``spark_session`` (the one session factory) and ``cli``
+(exit codes).
 """
 
 __version__ = "0.1.0"

@@ -142,5 +142,7 @@ def test_a_transaction_is_all_or_nothing_and_a_new_attempt_fences_the_old(kafka,
     assert [(r.key, r.raw_value) for r in consume_all(kafka.bootstrap_servers, ledger_topic)] == [
         (b"unit", b'{"delivered": 1}')
     ]
-    if front == "c":  # it counts the partitions its transaction wrote: each got one commit marker
+    if front != "python":  # it counts the partitions its transaction wrote: each got one commit marker
         assert touched == len({r.partition for r in records})
+    else:  # delivery reports for failures only: it cannot tell
+        assert touched is None

@@ -17,11 +17,11 @@ from kappa_ingest.topics import Admin
 pytestmark = pytest.mark.integration
 
 
-def test_three_brokers_form_one_cluster_with_replication(tmp_path):
-    cluster = local_kafka.start(tmp_path / "k3", brokers=3)
-    try:
-        assert all(cluster.alive()) and len(cluster.bootstrap_servers.split(",")) == 3
-        admin = Admin(cluster.bootstrap_servers)
+def test_three_brokers_form_one_cluster_with_replication(kafka3):
+    """The session's three-broker cluster (its fixture stops it by PID and checks they are gone)."""
+    cluster = kafka3.now
+    assert all(cluster.alive()) and len(cluster.bootstrap_servers.split(",")) == 3
+    with Admin(cluster.bootstrap_servers) as admin:
         assert admin.check_reachable() == 3
         assert admin.ensure_topic("replicated", 2, 3)
         md = admin.client.list_topics("replicated", timeout=10).topics["replicated"]
@@ -32,11 +32,7 @@ def test_three_brokers_form_one_cluster_with_replication(tmp_path):
         assert p.flush(30) == 0
         assert sorted(r.value for r in consume_all(cluster.bootstrap_servers, "replicated")) == list(range(100))
         assert sum(admin.end_offsets("replicated").values()) == 100
-        admin.close()
-    finally:
-        cluster.stop()
-    assert not any(cluster.alive())
-    assert local_kafka.status(tmp_path / "k3") is None
+    assert local_kafka.status(cluster.state_dir) is not None
 
 
 def test_cli_start_status_stop(tmp_path):

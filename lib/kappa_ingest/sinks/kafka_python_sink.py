@@ -110,7 +110,14 @@ class KafkaPythonPartitionProducer:
 
     @property
     def partitions_touched(self) -> int | None:
-        return None  # kafka-python keeps the transaction's partitions to itself
+        """The data topic's partitions the transaction added (each gets a commit marker),
+        after a flush. kafka-python keeps them in its transaction manager, not in its API:
+        read defensively (None, and a read-back instead, if that ever moves)."""
+        manager = getattr(self.producer, "_transaction_manager", None)
+        added = getattr(manager, "_partitions_in_transaction", None)
+        if not isinstance(added, set):
+            return None
+        return sum(1 for tp in added if getattr(tp, "topic", None) == self.topic)
 
     def close(self) -> None:
         """Let the producer go; what was delivered was decided by flush() or the transaction."""

@@ -130,6 +130,7 @@ class TaskStats:
     ended_ms: int = 0
     transactions: int = 0  # committed by this task
     markers: int = 0  # commit markers its transaction put in the topic's partitions; -1: unknown
+    transaction_ms: int = 0  # spent initialising (fencing) and committing its transaction
     units: str = "[]"  # JSON: the ledger entries of the units it delivered
     inherited: str = "[]"  # JSON: entries of units an earlier attempt of it committed
 
@@ -279,9 +280,11 @@ def run_partitions(
         try:
             producer = make_producer(delivery.transactional_id(stats.partition))
             if delivery.transactional:
+                t0 = time.monotonic()
                 producer.init_transactions(INIT_TIMEOUT_S)
                 producer.begin()
                 in_transaction = True
+                stats.transaction_ms += round((time.monotonic() - t0) * 1000)
             task_input = TaskInput(stats.partition, delivery.parts, delivery.skip, delivered_earlier(delivery))
             for unit, rows in task_input.units(batches):
                 parsed = parse(rows)
@@ -296,7 +299,9 @@ def run_partitions(
                 producer.send_ledger(delivery.ledger_topic, [e.record() for e in entries])
             if delivery.transactional:
                 touched = producer.partitions_touched
+                t0 = time.monotonic()
                 _commit(producer, began, delivery.transaction_timeout_s)
+                stats.transaction_ms += round((time.monotonic() - t0) * 1000)
                 in_transaction = False
                 stats.transactions, stats.markers = 1, -1 if touched is None else touched
             elif entries:
