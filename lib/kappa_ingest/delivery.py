@@ -22,6 +22,7 @@ record until it ends or ``transaction.timeout.ms`` passes.
 from __future__ import annotations
 
 import math
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -176,3 +177,20 @@ def fence(conf: dict[str, Any], ids: list[str], timeout_s: float = INIT_TIMEOUT_
         return []
     with ThreadPoolExecutor(max_workers=min(8, len(ids)), thread_name_prefix="fence") as pool:
         return [failure for failure in pool.map(one, ids) if failure is not None]
+
+
+def warm_coordinator(conf: dict[str, Any], lineage: str) -> threading.Thread:
+    """Bring the cluster's transaction coordinator up on a background thread: on a cluster
+    that never ran a transaction (an embedded broker's every run), the first
+    ``init_transactions`` creates Kafka's transaction log and takes ~1 s, which the tasks
+    would otherwise all wait for at once. Best effort: a real problem is the tasks' to report."""
+
+    def warm() -> None:
+        try:
+            fence(conf, [f"kappa-ingest.{lineage}.coordinator"], timeout_s=INIT_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - see above
+            pass
+
+    thread = threading.Thread(target=warm, name="transaction-coordinator", daemon=True)
+    thread.start()
+    return thread

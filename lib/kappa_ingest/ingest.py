@@ -289,6 +289,7 @@ def _send(
         )
         if task_delivery.transactional:
             settings = {**settings, "transaction.timeout.ms": str(int(task_delivery.transaction_timeout_s * 1000))}
+            warming_coordinator = delivery.warm_coordinator(conf, cfg.lineage)
         tasks = source.tasks
         report.delivery.update(tasks=tasks, ledger_topic=cfg.ledger_topic)
         if task_delivery.transactional:
@@ -301,6 +302,8 @@ def _send(
         report.write(cfg.metrics_dir)  # the run's plan, before anything is sent: --resume starts from it
         progress = Progress(estimate_rows(list(source.files), cfg.header), quiet=cfg.quiet or not echo)
         warming.join()
+        if task_delivery.transactional:
+            warming_coordinator.join(delivery.INIT_TIMEOUT_S)
         report.clock.end("setup")
         spark_metrics.warm(spark)
         sampler = BrokerRateSampler(servers, cfg.topic, settings, on_sample=progress.update).start()

@@ -146,6 +146,10 @@ def _server_properties(
             f"offsets.topic.replication.factor={replicas}",
             f"transaction.state.log.replication.factor={replicas}",
             "transaction.state.log.min.isr=1",
+            # Kafka creates its transaction log at the first transaction, with 50 partitions by
+            # default: over a second of a fresh broker's first run. One per broker serves here.
+            f"transaction.state.log.num.partitions={len(ports)}",
+            f"offsets.topic.num.partitions={len(ports)}",
             f"share.coordinator.state.topic.replication.factor={replicas}",
             "share.coordinator.state.topic.min.isr=1",
             "group.initial.rebalance.delay.ms=0",
