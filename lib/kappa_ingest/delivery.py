@@ -38,7 +38,10 @@ TRANSACTIONAL_SINKS = ("confluent", "kafka-python")
 DEFAULT_MODE = EXACTLY_ONCE
 
 INIT_TIMEOUT_S = 60.0  # fencing an earlier attempt waits for its commit or abort to finish
-COMMIT_TIMEOUT_S = 60.0
+# A task's init_transactions and commit wait for Kafka as long as its records may:
+# delivery.timeout.ms, or Java's default. With every broker down a task then fails in that
+# time, whichever call it was in, rather than after a fixed minute.
+DEFAULT_DELIVERY_TIMEOUT_MS = 120_000
 # An abort takes milliseconds; when it takes longer the coordinator is unreachable, and the
 # next attempt (or whoever resumes the run) aborts the transaction by fencing it instead.
 ABORT_TIMEOUT_S = 5.0
@@ -141,6 +144,7 @@ class TaskDelivery:
     files: dict[str, tuple[int, int]]  # canonical file -> (size, mtime_ms)
     parts: int = 1
     transaction_timeout_s: float = 60.0
+    kafka_timeout_s: float = DEFAULT_DELIVERY_TIMEOUT_MS / 1000  # see kafka_timeout_s()
     skip: frozenset[Unit] = field(default_factory=frozenset)  # delivered before this run
     ledger_start: dict[int, int] = field(default_factory=dict)  # the ledger's end offsets when the run began
 
@@ -150,6 +154,11 @@ class TaskDelivery:
 
     def transactional_id(self, partition: int) -> str | None:
         return transactional_id(self.lineage, partition) if self.transactional else None
+
+
+def kafka_timeout_s(settings: dict[str, str]) -> float:
+    """How long a task's transactional calls wait for Kafka: the producer's delivery timeout."""
+    return int(settings.get("delivery.timeout.ms", DEFAULT_DELIVERY_TIMEOUT_MS)) / 1000
 
 
 def fence(conf: dict[str, Any], ids: list[str], timeout_s: float = INIT_TIMEOUT_S) -> list[str]:

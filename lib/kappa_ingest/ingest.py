@@ -100,6 +100,7 @@ def ingest(
     run_dir = f"{cfg.metrics_dir}/runs/{cfg.run_id}"
     owns_kafka = kafka is None
     new_entries: list[Entry] = []
+    unreconciled: KappaError | None = None
     try:
         kafka = kafka or endpoint_for(cfg, spark.sparkContext.master)
         delivery.check_spark(cfg.delivery, spark.sparkContext.getConf().get("spark.speculation", "false"))
@@ -146,7 +147,8 @@ def ingest(
         report.check_counts()
         report.status = "succeeded" if report.consistent else "failed"
         if not report.consistent:
-            report.error = "counts do not reconcile: " + "; ".join(c["name"] for c in report.checks if not c["ok"])
+            unreconciled = _reconciliation_error(report, report.path(cfg.metrics_dir))
+            report.error = str(unreconciled)
         sc.setJobGroup(None, None)  # type: ignore[arg-type]
     except KappaError as e:
         report.status, report.error = e.status, str(e)
@@ -166,8 +168,8 @@ def ingest(
         if echo:
             print(render(report.summary()))
             print(f"report: {path}")
-    if not report.consistent:
-        raise _reconciliation_error(report, path)
+    if unreconciled is not None:
+        raise unreconciled
     return report
 
 
@@ -256,6 +258,7 @@ def _task_delivery(
         files=files,
         parts=source.plan.parts,
         transaction_timeout_s=timeout_s,
+        kafka_timeout_s=delivery.kafka_timeout_s(cfg.producer_settings()),
         skip=skip,
     )
 
@@ -471,8 +474,8 @@ def _reconciliation_error(report: RunReport, path: Path) -> KappaError:
     lost = next((c for c in report.checks if not c["ok"] and "finds" in c["name"]), None)
     if lost is not None:
         return KafkaUnavailable(
-            f"a read_committed consumer finds {lost['actual']:,} records of run {report.run_id} where"
-            f" {report.rows_sent:,} were reported sent: the broker refused records without the sink noticing; see {path}"
+            f"Kafka holds {lost['actual']:,} of the {report.rows_sent:,} records the {report.sink} sink reported sent"
+            f" (counted by a read_committed consumer): the broker refused records without the sink noticing; see {path}"
         )
     return KappaError(
         f"run {report.run_id} finished, but its counts do not reconcile; see the CHECK FAILED lines in {path}"

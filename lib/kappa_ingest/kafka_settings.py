@@ -123,13 +123,20 @@ def for_kafka_python(settings: dict[str, str], bootstrap_servers: str) -> dict[s
     for name, value in settings.items():
         target, convert = TABLE[name][1]  # type: ignore[misc]
         conf[target] = convert(value)
+    if "delivery_timeout_ms" in conf:  # a producer that cannot bootstrap cannot deliver either
+        conf["bootstrap_timeout_ms"] = conf["delivery_timeout_ms"]
     return conf
 
 
-def for_spark(settings: dict[str, str], bootstrap_servers: str) -> dict[str, str]:
+def for_spark(settings: dict[str, str], bootstrap_servers: str, run_id: str) -> dict[str, str]:
     """Options for Spark's Kafka sink: the Java names prefixed with ``kafka.``."""
     opts = {"kafka.bootstrap.servers": bootstrap_servers}
-    plain = dict(settings)
+    # Spark caches one producer per executor for each distinct set of options, across runs
+    # of one session (a notebook). A producer can outlive its run with records in flight:
+    # after a MESSAGE_TOO_LARGE split its flush() returns early (KAFKA-19479), and the next
+    # run's flush() would wait for those records until delivery.timeout.ms. A client.id
+    # per run gives every run a producer of its own (and names the run in broker metrics).
+    plain = {"client.id": f"kappa-ingest-{run_id}", **settings}
     user, password = plain.pop("sasl.username", None), plain.pop("sasl.password", None)
     if user is not None and "sasl.jaas.config" not in plain:
         module = (

@@ -272,8 +272,12 @@ class RunReport:
         self.finished_at = datetime.now(UTC)
         return self.write(metrics_dir)
 
+    def path(self, metrics_dir: str | Path) -> Path:
+        """Where ``summary.json`` is written."""
+        return Path(metrics_dir) / "runs" / self.run_id / "summary.json"
+
     def write(self, metrics_dir: str | Path) -> Path:
-        path = Path(metrics_dir) / "runs" / self.run_id / "summary.json"
+        path = self.path(metrics_dir)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(self.summary(), indent=2, default=str) + "\n")

@@ -4,6 +4,7 @@ the kafka-python sink's producer keep Kafka's transactions."""
 
 from __future__ import annotations
 
+import socket
 from collections import Counter
 
 import pyarrow as pa
@@ -12,9 +13,10 @@ import pytest
 from helpers import consume_all
 from kappa_ingest import native
 from kappa_ingest.columns import FILE_COL
+from kappa_ingest.delivery import EXACTLY_ONCE, TaskDelivery
 from kappa_ingest.records import RecordSpec, encode_batch
 from kappa_ingest.sinks.confluent_sink import ConfluentPartitionProducer, NativePartitionProducer
-from kappa_ingest.sinks.partition_runner import DeliveryFailed, TransactionFailed
+from kappa_ingest.sinks.partition_runner import DeliveryFailed, TransactionFailed, within_delivery_timeout
 from kappa_ingest.topics import Admin
 
 pytestmark = pytest.mark.integration
@@ -86,12 +88,12 @@ def test_c_loop_refuses_a_bad_setting(lib):
         NativePartitionProducer(lib, {"no.such.setting": 1}, "t")
 
 
-def _front_end(name: str, bootstrap: str):
+def _front_end(name: str, bootstrap: str, **extra: str):
     """A maker of transactional producers for one front end (the C loop skips without cc)."""
     from kappa_ingest import kafka_settings
     from kappa_ingest.sinks.kafka_python_sink import KafkaPythonPartitionProducer
 
-    settings = {"acks": "all", "enable.idempotence": "true", "linger.ms": "5"}
+    settings = {"acks": "all", "enable.idempotence": "true", "linger.ms": "5", **extra}
     if name == "c":
         try:
             lib = native.load()
@@ -146,3 +148,22 @@ def test_a_transaction_is_all_or_nothing_and_a_new_attempt_fences_the_old(kafka,
         assert touched == len({r.partition for r in records})
     else:  # delivery reports for failures only: it cannot tell
         assert touched is None
+
+
+@pytest.mark.parametrize("front", ["c", "python", "kafka-python"])
+def test_a_transactional_call_waits_for_kafka_no_longer_than_the_delivery_timeout(front):
+    with socket.socket() as s:  # a port nothing listens on: Kafka down
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    make = _front_end(front, dead, **{"request.timeout.ms": "1000", "delivery.timeout.ms": "2000"})
+    task = TaskDelivery(EXACTLY_ONCE, "r", "r", "t", None, {}, {}, kafka_timeout_s=2.0)
+    if front == "kafka-python":  # it bootstraps in its constructor, within the same bound
+        with pytest.raises(DeliveryFailed, match=r"Kafka client could not start: .*Unable to bootstrap"):
+            make("t", "test-down")
+        return
+    producer = make("t", "test-down")
+    try:
+        with pytest.raises(TransactionFailed, match=r"did not answer within delivery\.timeout\.ms \(2 s\)"):
+            within_delivery_timeout(lambda: producer.init_transactions(task.kafka_timeout_s), task)
+    finally:
+        producer.close()

@@ -50,6 +50,7 @@ def live_producers(bootstrap: str, topic: str, stop: threading.Event) -> dict:
             for i in range(50):
                 p.produce(topic, json.dumps({"data": {"txn": n, "i": i}}).encode(), headers=[("run_id", b"live-txn")])
             n += 1
+            p.flush(30)  # delivered, then committed or aborted: aborted records sit in the log, skipped by readers
             if n % 4:
                 p.commit_transaction(30)
                 counts["committed"] += 50

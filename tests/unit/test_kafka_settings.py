@@ -29,13 +29,21 @@ def test_kafka_python_names_and_types():
 
 def test_spark_gets_java_names_the_interceptor_and_a_jaas_line():
     opts = ks.for_spark({"acks": "all", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "app",
-                         "sasl.password": 'p"w'}, "h:1")  # fmt: skip
+                         "sasl.password": 'p"w'}, "h:1", "r1")  # fmt: skip
     assert opts["kafka.acks"] == "all" and opts["kafka.bootstrap.servers"] == "h:1"
+    assert opts["kafka.client.id"] == "kappa-ingest-r1"
     assert opts["kafka.interceptor.classes"] == "kappa.ingest.TimestampFromHeader"
     assert opts["kafka.sasl.jaas.config"] == (
         'org.apache.kafka.common.security.scram.ScramLoginModule required username="app" password="p\\"w";'
     )
     assert "kafka.sasl.username" not in opts
+
+
+def test_each_spark_run_gets_a_producer_of_its_own_unless_the_user_names_the_client():
+    # Spark caches producers by their options: a per-run client.id keeps one run's stuck
+    # records (KAFKA-19479) from holding up the next run's flush.
+    assert ks.for_spark({}, "h:1", "r1") != ks.for_spark({}, "h:1", "r2")
+    assert ks.for_spark({"client.id": "etl"}, "h:1", "r1")["kafka.client.id"] == "etl"
 
 
 def test_a_setting_a_client_cannot_honour_is_refused_with_the_accepted_list():

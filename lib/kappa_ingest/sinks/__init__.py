@@ -34,7 +34,7 @@ def send(
     if sink == "spark":
         from kappa_ingest.sinks import spark_sink
 
-        options = kafka_settings.for_spark(settings, bootstrap_servers)
+        options = kafka_settings.for_spark(settings, bootstrap_servers, delivery.run_id)
         return spark_sink.send(source.df, source.spec, source.parser, options, delivery, rate_per_task, clock)
     if sink == "confluent":
         from kappa_ingest.sinks.confluent_sink import make_producer

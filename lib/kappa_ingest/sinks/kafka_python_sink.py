@@ -28,7 +28,10 @@ class KafkaPythonPartitionProducer:
         self.first_error: BaseException | None = None
         if transactional_id is not None:
             conf = {**conf, "transactional_id": transactional_id}
-        self.producer: KafkaProducer | None = KafkaProducer(**conf)
+        try:
+            self.producer: KafkaProducer | None = KafkaProducer(**conf)
+        except KafkaError as e:  # it bootstraps here: Kafka down for the bootstrap timeout
+            raise DeliveryFailed(f"Kafka client could not start: {e}") from e
 
     def _on_error(self, exc: BaseException) -> None:
         self.failed += 1
@@ -76,9 +79,14 @@ class KafkaPythonPartitionProducer:
         return TransactionFailed(what, f"{name}: {e}", fatal=name in _FENCED, abortable=False, fenced=name in _FENCED)
 
     def init_transactions(self, timeout_s: float) -> None:
-        # Bounded by the producer's max_block_ms (kafka_settings sets it from the timeout).
+        # KafkaProducer.init_transactions() waits max_block_ms; the manager's result takes
+        # the caller's bound, as in _end.
+        producer = self._live()
         try:
-            self._live().init_transactions()
+            result = producer._transaction_manager.initialize_transactions()
+            producer._sender.wakeup()
+            if not result.wait(timeout_ms=int(timeout_s * 1000)):  # raises the coordinator's own error
+                raise TimeoutError(f"no answer from the transaction coordinator in {timeout_s:.0f} s")
         except Exception as e:
             raise self._txn_error("initialising the transaction", e) from e
 

@@ -33,7 +33,7 @@ import pyarrow as pa
 from pyspark import AccumulatorParam, TaskContext
 from pyspark.sql import DataFrame
 
-from kappa_ingest.delivery import ABORT_TIMEOUT_S, COMMIT_TIMEOUT_S, INIT_TIMEOUT_S, TaskDelivery
+from kappa_ingest.delivery import ABORT_TIMEOUT_S, TaskDelivery
 from kappa_ingest.ledger import Entry
 from kappa_ingest.parsing import BatchParser, Parsed
 from kappa_ingest.records import Encoded, RecordSpec, encode_batch, wall_clock_ms
@@ -281,7 +281,7 @@ def run_partitions(
             producer = make_producer(delivery.transactional_id(stats.partition))
             if delivery.transactional:
                 t0 = time.monotonic()
-                producer.init_transactions(INIT_TIMEOUT_S)
+                within_delivery_timeout(lambda: producer.init_transactions(delivery.kafka_timeout_s), delivery)
                 producer.begin()
                 in_transaction = True
                 stats.transaction_ms += round((time.monotonic() - t0) * 1000)
@@ -300,7 +300,7 @@ def run_partitions(
             if delivery.transactional:
                 touched = producer.partitions_touched
                 t0 = time.monotonic()
-                _commit(producer, began, delivery.transaction_timeout_s)
+                _commit(producer, began, delivery)
                 stats.transaction_ms += round((time.monotonic() - t0) * 1000)
                 in_transaction = False
                 stats.transactions, stats.markers = 1, -1 if touched is None else touched
@@ -327,9 +327,28 @@ def run_partitions(
     return SendOutcome([TaskStats(**row.asDict()) for row in rows])
 
 
-def _commit(producer: PartitionProducer, began: float, timeout_s: float) -> None:
+def within_delivery_timeout(call: Callable[[], None], delivery: TaskDelivery) -> None:
+    """Run a transactional call; one that waited out the delivery timeout says so."""
+    t0 = time.monotonic()
     try:
-        producer.commit(COMMIT_TIMEOUT_S)
+        call()
+    except TransactionFailed as e:
+        if time.monotonic() - t0 < 0.9 * delivery.kafka_timeout_s:
+            raise
+        raise TransactionFailed(
+            e.what,
+            f"{e.reason}; Kafka did not answer within delivery.timeout.ms ({delivery.kafka_timeout_s:.0f} s):"
+            " check that the brokers run",
+            fatal=e.fatal,
+            abortable=e.abortable,
+            fenced=e.fenced,
+        ) from e
+
+
+def _commit(producer: PartitionProducer, began: float, delivery: TaskDelivery) -> None:
+    timeout_s = delivery.transaction_timeout_s
+    try:
+        within_delivery_timeout(lambda: producer.commit(delivery.kafka_timeout_s), delivery)
     except TransactionFailed as e:
         ran = time.monotonic() - began
         if ran < 0.9 * timeout_s:
