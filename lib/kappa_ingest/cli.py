@@ -78,7 +78,7 @@ def run_ingest(args: argparse.Namespace) -> int:
     cfg = config.load(args)
     importing = threading.Thread(target=_import_pipeline, name="imports", daemon=True)
     kafka: KafkaEndpoint | None = None
-    resumption = None
+    resumption = selection = None
     try:
         input_bytes = preflight(cfg)
         if cfg.resume:  # fenced and read before Spark starts: with nothing left, Spark never does
@@ -90,6 +90,15 @@ def run_ingest(args: argparse.Namespace) -> int:
                 return 0
         if not launched_by_spark_submit():  # else the master is known only once the session is up
             kafka = endpoint_for(cfg, cfg.spark_master or "local[*]")
+            if cfg.incremental:  # chosen before Spark starts: with nothing new, it never does
+                from kappa_ingest.ingest import nothing_new, prepare_incremental
+
+                selection = prepare_incremental(cfg, kafka.servers())
+                if selection.nothing_left:
+                    servers = kafka.servers()
+                    kafka.close()
+                    nothing_new(cfg, selection, servers, clock)
+                    return 0
         # The pipeline's imports (Arrow, polars, the Delta writer: ~0.8 s) run while the JVM starts.
         importing.start()
         quick = input_bytes < QUICK_JIT_BYTES  # start-up outweighs steady state on smaller inputs
@@ -123,7 +132,7 @@ def run_ingest(args: argparse.Namespace) -> int:
     from kappa_ingest.ingest import ingest  # imported by now
 
     try:
-        ingest(cfg, spark, clock=clock, kafka=kafka, release=release, resumption=resumption)
+        ingest(cfg, spark, clock=clock, kafka=kafka, release=release, resumption=resumption, selection=selection)
     finally:
         release()
     return 0

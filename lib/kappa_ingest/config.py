@@ -23,6 +23,7 @@ from kappa_ingest.kafka_settings import DEFAULT_PRODUCER_SETTINGS, is_secret, va
 from kappa_ingest.ledger import DEFAULT_TOPIC as DEFAULT_LEDGER_TOPIC
 
 SINKS = ("confluent", "spark", "kafka-python")
+ON_CHANGED = ("refuse", "resend")
 DEFAULT_SINK = "confluent"  # the fastest in `make bench` (README, "Performance")
 
 
@@ -59,6 +60,10 @@ class IngestConfig:
     resume: str | None = None  # the run this one resumes
     lineage: str = ""  # the first run of a resumed chain (this run's id if it resumes none)
     ledger_topic: str = DEFAULT_LEDGER_TOPIC
+    incremental: bool = False  # send only units the ledger does not show delivered to the topic
+    on_changed: str = "refuse"  # a delivered file that changed since: refuse | resend
+    max_files: int | None = None  # bounds of one incremental run, oldest files first
+    max_bytes: int | None = None
 
     def producer_settings(self) -> dict[str, str]:
         """Kafka (Java-named) producer settings: the defaults overlaid by ``kafka_opts``."""
@@ -137,6 +142,12 @@ def add_ingest_arguments(p: argparse.ArgumentParser) -> None:
         f" (default {delivery.DEFAULT_MODE} where the sink can)",
     )
     a("--resume", metavar="RUN_ID|last", help="send only the splits of that run the ledger does not show as delivered")
+    a("--incremental", action="store_const", const=True,
+      help="send only the splits the ledger does not show delivered to this topic")  # fmt: skip
+    a("--on-changed", choices=ON_CHANGED, help="with --incremental: a delivered file that changed since"
+      " is refused (default, exit 3) or re-sent whole")  # fmt: skip
+    a("--max-files", type=int, metavar="N", help="with --incremental: at most N files this run, oldest first")
+    a("--max-bytes", metavar="SIZE", help="with --incremental: at most SIZE of input (e.g. 2G) this run, oldest first")
     a("--ledger-topic", metavar="NAME", help=f"the delivery ledger's compacted topic (default {DEFAULT_LEDGER_TOPIC})")
     a("--quiet", action="store_const", const=True, help="no progress display")
     a("--master", dest="spark_master", metavar="URL", help="Spark master for `kappa-ingest ingest` (default local[*])")
@@ -256,6 +267,28 @@ def _single_char(name: str, value: Any) -> str:
     return text
 
 
+def parse_size(text: Any) -> int:
+    """``2G``, ``500MB``, ``1.5 GiB`` or a number of bytes (units of 1024)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", str(text), re.IGNORECASE)
+    if m is None or float(m[1]) <= 0:
+        raise UsageError(f"--max-bytes {text!r}: expected a size such as 500M, 2G or a number of bytes")
+    return int(float(m[1]) * 1024 ** ("KMGT".find(m[2].upper()) + 1 if m[2] else 0))
+
+
+def _check_incremental(v: dict[str, Any]) -> None:
+    if v.get("on_changed", "refuse") not in ON_CHANGED:
+        raise UsageError(f"--on-changed {v['on_changed']!r}: accepted: {', '.join(ON_CHANGED)}")
+    given = {"on_changed": v.get("on_changed") not in (None, "refuse"), "max_files": v.get("max_files") is not None,
+             "max_bytes": v.get("max_bytes") is not None}  # fmt: skip
+    bounded = [f"--{n.replace('_', '-')}" for n, set_ in given.items() if set_]
+    if bounded and not v.get("incremental"):
+        raise UsageError(f"{' and '.join(bounded)} without --incremental: they choose what an incremental run sends")
+    if v.get("incremental") and v.get("dry_run"):
+        raise UsageError("--incremental with --dry-run: a dry run reads no ledger; give one of them")
+    if v.get("incremental") and v.get("resume"):
+        raise UsageError("--incremental with --resume: a resumed run sends the rest of one run; choose one")
+
+
 def validate(values: dict[str, Any]) -> IngestConfig:
     """Check every value and return the frozen configuration; UsageError names the bad one."""
     v = dict(values)
@@ -270,7 +303,7 @@ def validate(values: dict[str, Any]) -> IngestConfig:
     sink = v.get("sink", DEFAULT_SINK)
     if sink not in SINKS:
         raise UsageError(f"sink {sink!r} is not known; accepted: {', '.join(SINKS)}")
-    for name in ("partitions", "topic_partitions", "replication_factor"):
+    for name in ("partitions", "topic_partitions", "replication_factor", "max_files"):
         if v.get(name) is not None:
             try:
                 v[name] = int(v[name])
@@ -292,7 +325,10 @@ def validate(values: dict[str, Any]) -> IngestConfig:
         v["encoding"] = spark_charset(str(v["encoding"]))
     if bool(v.get("event_time_format")) and not v.get("event_time_column"):
         raise UsageError("--event-time-format needs --event-time-column")
-    for name in ("header", "multiline", "dry_run", "quiet"):
+    if v.get("max_bytes") is not None:
+        v["max_bytes"] = parse_size(v["max_bytes"])
+    _check_incremental(v)
+    for name in ("header", "multiline", "dry_run", "quiet", "incremental"):
         if name in v and not isinstance(v[name], bool):
             raise UsageError(f"'{name.replace('_', '-')}': expected true or false, got {v[name]!r}")
     v["kafka_opts"] = dict(v.get("kafka_opts") or {})

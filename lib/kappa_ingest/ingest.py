@@ -1,6 +1,7 @@
 """The ingest job: CSV files → JSON records → a Kafka topic, measured and reconciled.
 
     resumption = resume.prepare(cfg, ...)            # --resume: fence, read the ledger
+    selection  = incremental.prepare(cfg, ...)       # --incremental: what the ledger lacks
     source     = csv_source.read(spark, cfg, ...)    # the planned units; rows to parse
     sent       = _send(...)                          # convert + produce, per partition
     report.add_run(sent.outcome.stats, spark_metrics.collect(...))
@@ -29,6 +30,7 @@ from kappa_ingest import (
     broker_rate,
     csv_source,
     delivery,
+    incremental,
     ledger,
     metrics_store,
     quarantine,
@@ -41,6 +43,7 @@ from kappa_ingest.broker_rate import BrokerRateSampler
 from kappa_ingest.config import IngestConfig
 from kappa_ingest.errors import KafkaUnavailable, KappaError
 from kappa_ingest.failures import classify, spark_action
+from kappa_ingest.incremental import Selection
 from kappa_ingest.kafka_endpoint import KafkaEndpoint, endpoint_for
 from kappa_ingest.kafka_settings import connection_conf
 from kappa_ingest.ledger import Entry
@@ -75,6 +78,7 @@ def ingest(
     kafka: KafkaEndpoint | None = None,
     release: Callable[[], None] | None = None,
     resumption: Resumption | None = None,
+    selection: Selection | None = None,
 ) -> RunReport:
     """Run one ingest; returns its report (also recorded, written to summary.json and printed).
 
@@ -82,7 +86,8 @@ def ingest(
     from ``cfg``, started here if need be); ``release`` is called once the run needs Spark
     and Kafka no more, before recording (the CLI stops both there, so that the user does
     not wait for them after the report); ``resumption`` is ``resume.prepare``'s answer for a
-    ``--resume`` run (made here if not given). Raises a KappaError subclass (carrying the
+    ``--resume`` run (made here if not given), ``selection`` ``incremental.prepare``'s for an
+    ``--incremental`` one (likewise). Raises a KappaError subclass (carrying the
     contract's exit code) on failure, after the report has been written with ``status: failed``.
     """
     clock = clock or RunClock()
@@ -95,10 +100,24 @@ def ingest(
             raise
     if resumption is not None and resumption.nothing_left:
         return nothing_to_send(cfg, resumption, clock, echo)
+    owns_kafka = kafka is None
+    if cfg.incremental and selection is None:
+        try:
+            kafka = kafka or endpoint_for(cfg, spark.sparkContext.master)
+            selection = prepare_incremental(cfg, kafka.servers())
+        except BaseException as e:
+            if owns_kafka and kafka is not None:
+                kafka.close()
+            failed_report(cfg, clock, e)
+            raise
+    if selection is not None and selection.nothing_left:
+        servers = kafka.servers() if kafka else ""
+        if owns_kafka and kafka is not None:
+            kafka.close()
+        return nothing_new(cfg, selection, servers, clock, echo)
     report = new_report(cfg, clock)
     report.spark_master = spark.sparkContext.master
     run_dir = f"{cfg.metrics_dir}/runs/{cfg.run_id}"
-    owns_kafka = kafka is None
     new_entries: list[Entry] = []
     unreconciled: KappaError | None = None
     try:
@@ -106,17 +125,23 @@ def ingest(
         delivery.check_spark(cfg.delivery, spark.sparkContext.getConf().get("spark.speculation", "false"))
         if resumption is not None:
             add_resumption(report, resumption)
+        if selection is not None:
+            add_selection(report, selection)
         warming = warmup.start(spark, cfg.sink)  # overlaps reading the header and setting up Kafka
-        source = csv_source.read(
-            spark, cfg, resumption.plan if resumption else None, resumption.paths if resumption else None
-        )
+        if resumption is not None:
+            source = csv_source.read(spark, cfg, resumption.plan, resumption.paths)
+        elif selection is not None:
+            source = csv_source.read(spark, cfg, selection.plan, selection.paths)
+        else:
+            source = csv_source.read(spark, cfg)
         report.read_path = source.mode
         report.plan = source.plan.to_json()
         sc = spark.sparkContext
         group = f"kappa-ingest-{cfg.run_id}"
         sc.setJobGroup(group, f"kappa-ingest {cfg.run_id}: {cfg.sink} -> {cfg.topic}")
         rate = _rate_per_task(cfg, spark, source)
-        skip = resumption.skip if resumption else frozenset()
+        earlier = resumption or selection  # what was delivered before, and the files to read
+        skip = frozenset(earlier.delivered) if earlier else frozenset()
         if cfg.dry_run:
             warming.join()
             clock.end("setup")
@@ -131,7 +156,7 @@ def ingest(
         inherited = _inherited(outcome.stats)
         report.add_run(outcome.stats, spark_metrics.collect(spark, group), inherited)
         if sent is not None:
-            new_entries = _account(cfg, report, source.plan, sent, inherited, resumption)
+            new_entries = _account(cfg, report, source.plan, sent, inherited, earlier)
         if outcome.error is not None:
             if sent is not None and sent.after is not None:
                 report.add_offsets(sent.before, sent.after)
@@ -198,6 +223,33 @@ def failed_report(cfg: IngestConfig, clock: RunClock, e: BaseException) -> Path:
     return report.finish(cfg.metrics_dir)
 
 
+def prepare_incremental(cfg: IngestConfig, servers: str) -> Selection:
+    """Read the ledger for an --incremental run and choose what it sends."""
+    return incremental.prepare(cfg, connection_conf(cfg.producer_settings(), servers))
+
+
+def add_selection(report: RunReport, s: Selection) -> None:
+    report.incremental = s.summary
+    report.delivery.update(splits_skipped=len(s.delivered), rows_skipped=sum(e.rows_sent for e in s.delivered.values()))
+
+
+def nothing_new(cfg: IngestConfig, s: Selection, servers: str, clock: RunClock, echo: bool = True) -> RunReport:
+    """An incremental run with nothing new to send: its report, without Spark."""
+    clock.end("sending")
+    report = new_report(cfg, clock)
+    add_selection(report, s)
+    report.bootstrap_servers = servers
+    report.status, report.error = "succeeded", None
+    path = _record(cfg, report, None, [])
+    if echo:
+        print(render(report.summary()))
+        done, left = s.summary["files_delivered_before"], s.summary["files_left"]
+        why = f"all {done:,} input files are already delivered to {cfg.topic}" if not left else "nothing selected"
+        print(f"sent 0 rows: {why} (the ledger {cfg.ledger_topic})")
+        print(f"report: {path}")
+    return report
+
+
 def add_resumption(report: RunReport, r: Resumption) -> None:
     report.delivery.update(resumed_from=r.resumed_from, splits_skipped=len(r.delivered), rows_skipped=r.rows_skipped,
                            fenced_transactional_ids=r.fenced)  # fmt: skip
@@ -257,6 +309,7 @@ def _task_delivery(
         ledger_conf=conf,
         files=files,
         parts=source.plan.parts,
+        split_bytes=source.plan.split_bytes,
         transaction_timeout_s=timeout_s,
         kafka_timeout_s=delivery.kafka_timeout_s(cfg.producer_settings()),
         skip=skip,
@@ -344,7 +397,7 @@ def _account(
     plan: Plan,
     sent: Sent,
     inherited: list[Entry],
-    resumption: Resumption | None,
+    earlier: Resumption | Selection | None,
 ) -> list[Entry]:
     """Which units this run delivered and which are missing; the ledger entries the driver
     writes itself (the Spark sink's; after a successful job, units no row begins in).
@@ -352,16 +405,25 @@ def _account(
     outcome = sent.outcome
     entries = [e for s in outcome.stats for e in s.entries()]
     seen = {e.unit for e in entries} | {e.unit for e in inherited}
-    before = resumption.delivered if resumption else {}
+    before = earlier.delivered if earlier else {}
     planned = plan.units()
     unplanned = sorted(seen - set(planned))
     report.check("every split Spark read is one the run planned", not unplanned, 0, len(unplanned))
-    read_files = {f.path for f in plan.files} if resumption is None else set(resumption.paths)
+    read_files = {f.path for f in plan.files} if earlier is None else set(earlier.paths)
     empty: list[Entry] = []
     if outcome.error is None:
         files = {f.path: f for f in plan.files}
         empty = [
-            Entry(cfg.topic, u, files[u.file].size, files[u.file].mtime_ms, cfg.run_id, cfg.lineage, cfg.delivery)
+            Entry(
+                cfg.topic,
+                u,
+                files[u.file].size,
+                files[u.file].mtime_ms,
+                cfg.run_id,
+                cfg.lineage,
+                cfg.delivery,
+                split_bytes=plan.split_bytes,
+            )
             for u in planned
             if u.file in read_files and u not in seen and u not in before
         ]

@@ -54,6 +54,7 @@ class Entry:
     attempt: int = 0
     delivered_at_ms: int = field(default_factory=lambda: time.time_ns() // 1_000_000)
     status: str = "delivered"
+    split_bytes: int = 0  # the run's split size (0: not recorded), so a later run splits the file alike
 
     def key(self) -> bytes:
         u = self.unit

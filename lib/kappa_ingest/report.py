@@ -66,6 +66,7 @@ class RunReport:
     delivery: dict[str, Any] = field(default_factory=dict)
     plan: dict[str, Any] | None = None
     ledger: dict[str, Any] = field(default_factory=dict)
+    incremental: dict[str, Any] | None = None  # what an --incremental run chose, and what it left
     rows_inherited: int = 0  # rows_sent by attempts Spark counted as failed after they committed
 
     @property
@@ -262,6 +263,7 @@ class RunReport:
             "duplicates": self.duplicates,
             "delivery": self.delivery,
             "ledger": self.ledger,
+            "incremental": self.incremental,
             "plan": self.plan,
             "checks": self.checks,
             "config": self.config,
@@ -330,6 +332,17 @@ def _render_delivery(s: dict[str, Any]) -> list[str]:
             f"  resumed from {d['resumed_from']}: {d.get('splits_skipped', 0):,} splits"
             f" ({d.get('rows_skipped', 0):,} rows) already delivered, skipped"
         )
+    inc = s.get("incremental")
+    if inc:
+        changed = len(inc.get("files_changed_resent") or [])
+        out.append(
+            f"  incremental: {inc['files_new']:,} new files, {inc['files_completed']:,} completed, {changed:,} changed"
+            f" and re-sent; {inc['files_delivered_before']:,} delivered before; {d.get('splits_skipped', 0):,}"
+            f" splits ({d.get('rows_skipped', 0):,} rows) already in the topic"
+        )
+        if inc["files_left"]:
+            out.append(f"  left for the next run: {inc['files_left']:,} files, {inc['bytes_left']:,} bytes"
+                       " (--max-files / --max-bytes)")  # fmt: skip
     if ledger.get("missing") and s["status"] != "succeeded":
         committed = ledger.get("committed") or []
         out.append(f"  splits committed by this run ({len(committed)}): " + "; ".join(committed[:5])

@@ -59,6 +59,13 @@ def test_the_shipped_conf_file_loads():
         ({"inputs": ["x"], "topic": "t", "event_time_format": "yyyy"}, "needs --event-time-column"),
         ({"inputs": ["x"], "topic": "t", "bootstrap_servers": "nohost"}, "HOST:PORT"),
         ({"inputs": ["x"], "topic": "t", "kafka_opts": {"bootstrap.servers": "x:1"}}, "set by kappa-ingest"),
+        (
+            {"inputs": ["x"], "topic": "t", "max_files": 3, "on_changed": "resend"},
+            "--on-changed and --max-files without --incremental",
+        ),
+        ({"inputs": ["x"], "topic": "t", "incremental": True, "max_bytes": "lots"}, "--max-bytes 'lots'"),
+        ({"inputs": ["x"], "topic": "t", "incremental": True, "on_changed": "ignore"}, "accepted: refuse, resend"),
+        ({"inputs": ["x"], "topic": "t", "incremental": True, "resume": "r1"}, "--incremental with --resume"),
     ],
 )
 def test_bad_values_name_the_setting(values, message):
@@ -85,3 +92,13 @@ def test_secrets_are_masked_in_the_report():
 def test_tab_delimiter_and_encoding_names():
     cfg = config.validate({"inputs": ["x"], "topic": "t", "delimiter": "\\t", "encoding": "latin-1"})
     assert cfg.delimiter == "\t" and cfg.encoding == "iso-8859-1"
+
+
+def test_sizes_are_read_in_units_of_1024():
+    assert [config.parse_size(t) for t in ("2G", "500MB", "1.5 GiB", "4096", "10k")] == [
+        2 << 30,
+        500 << 20,
+        3 << 29,
+        4096,
+        10240,
+    ]

@@ -253,7 +253,8 @@ def ledger_entries(task_input: TaskInput, delivery: TaskDelivery, stats: TaskSta
         size, mtime = delivery.files.get(unit.file, (-1, -1))
         out.append(
             Entry(delivery.topic, unit, size, mtime, delivery.run_id, delivery.lineage, delivery.mode, t.lines,
-                  t.rows_read, t.rows_sent, t.rows_quarantined, t.bytes_sent, stats.task_id, stats.attempt)
+                  t.rows_read, t.rows_sent, t.rows_quarantined, t.bytes_sent, stats.task_id, stats.attempt,
+                  split_bytes=delivery.split_bytes)
         )  # fmt: skip
     return out
 
