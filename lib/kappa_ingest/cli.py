@@ -67,7 +67,7 @@ def run_ingest(args: argparse.Namespace) -> int:
     the run needs one, then run the job; Spark and the broker are stopped before recording."""
     import threading
 
-    from kappa_ingest import config
+    from kappa_ingest import config, lock
     from kappa_ingest.kafka_endpoint import KafkaEndpoint, endpoint_for
     from kappa_ingest.phases import RunClock
     from kappa_ingest.preflight import preflight
@@ -78,26 +78,32 @@ def run_ingest(args: argparse.Namespace) -> int:
     cfg = config.load(args)
     importing = threading.Thread(target=_import_pipeline, name="imports", daemon=True)
     kafka: KafkaEndpoint | None = None
-    resumption = selection = None
+    resumption = selection = held = None
     try:
         input_bytes = preflight(cfg)
         if cfg.resume:  # fenced and read before Spark starts: with nothing left, Spark never does
             from kappa_ingest.ingest import nothing_to_send, prepare_resume
 
+            held = lock.hold(cfg, cfg.bootstrap_servers)
             resumption = prepare_resume(cfg)
             if resumption.nothing_left:
-                nothing_to_send(cfg, resumption, clock)
+                held.release()
+                nothing_to_send(cfg, resumption, clock, held=held)
                 return 0
         if not launched_by_spark_submit():  # else the master is known only once the session is up
             kafka = endpoint_for(cfg, cfg.spark_master or "local[*]")
+            if held is None and not cfg.dry_run:  # before choosing what to send: one run at a time
+                held = lock.hold(cfg, kafka.servers())
             if cfg.incremental:  # chosen before Spark starts: with nothing new, it never does
                 from kappa_ingest.ingest import nothing_new, prepare_incremental
 
                 selection = prepare_incremental(cfg, kafka.servers())
                 if selection.nothing_left:
                     servers = kafka.servers()
+                    if held is not None:
+                        held.release()
                     kafka.close()
-                    nothing_new(cfg, selection, servers, clock)
+                    nothing_new(cfg, selection, servers, clock, held=held)
                     return 0
         # The pipeline's imports (Arrow, polars, the Delta writer: ~0.8 s) run while the JVM starts.
         importing.start()
@@ -107,6 +113,8 @@ def run_ingest(args: argparse.Namespace) -> int:
         # ingest() writes the report from here on; before it, this does.
         if kafka is not None:
             kafka.close()
+        if held is not None:
+            held.release()
         error = str(e) if isinstance(e, KappaError) else f"Spark did not start: {type(e).__name__}"
         report = RunReport(cfg.run_id, cfg.sink, cfg.topic, cfg.masked(), clock=clock, status="failed", error=error)
         report.finish(cfg.metrics_dir)
@@ -132,9 +140,12 @@ def run_ingest(args: argparse.Namespace) -> int:
     from kappa_ingest.ingest import ingest  # imported by now
 
     try:
-        ingest(cfg, spark, clock=clock, kafka=kafka, release=release, resumption=resumption, selection=selection)
+        ingest(cfg, spark, clock=clock, kafka=kafka, release=release, resumption=resumption, selection=selection,
+               held=held)  # fmt: skip
     finally:
         release()
+        if held is not None:
+            held.release()
     return 0
 
 

@@ -33,3 +33,9 @@ class QualityGateFailed(KappaError):
     """The data-quality gate failed (exit 5)."""
 
     exit_code = 5
+
+
+class LockHeld(KappaError):
+    """Another run holds the topic's ledger lock (exit 6)."""
+
+    exit_code = 6

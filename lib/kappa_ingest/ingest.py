@@ -32,6 +32,7 @@ from kappa_ingest import (
     delivery,
     incremental,
     ledger,
+    lock,
     metrics_store,
     quarantine,
     reconcile,
@@ -47,6 +48,7 @@ from kappa_ingest.incremental import Selection
 from kappa_ingest.kafka_endpoint import KafkaEndpoint, endpoint_for
 from kappa_ingest.kafka_settings import connection_conf
 from kappa_ingest.ledger import Entry
+from kappa_ingest.lock import Lock
 from kappa_ingest.phases import RunClock
 from kappa_ingest.progress import Progress, estimate_rows
 from kappa_ingest.report import RunReport, render
@@ -79,6 +81,7 @@ def ingest(
     release: Callable[[], None] | None = None,
     resumption: Resumption | None = None,
     selection: Selection | None = None,
+    held: Lock | None = None,
 ) -> RunReport:
     """Run one ingest; returns its report (also recorded, written to summary.json and printed).
 
@@ -87,11 +90,42 @@ def ingest(
     and Kafka no more, before recording (the CLI stops both there, so that the user does
     not wait for them after the report); ``resumption`` is ``resume.prepare``'s answer for a
     ``--resume`` run (made here if not given), ``selection`` ``incremental.prepare``'s for an
-    ``--incremental`` one (likewise). Raises a KappaError subclass (carrying the
-    contract's exit code) on failure, after the report has been written with ``status: failed``.
+    ``--incremental`` one (likewise); ``held`` the topic's lock (taken here if not given, and
+    then released at the end). Raises a KappaError subclass (carrying the contract's exit
+    code) on failure, after the report has been written with ``status: failed``.
     """
     clock = clock or RunClock()
     clock.end("startup")
+    owns_kafka = kafka is None
+    owns_lock = held is None and not cfg.dry_run
+    if owns_lock:
+        try:
+            kafka = kafka or endpoint_for(cfg, spark.sparkContext.master)
+            held = lock.hold(cfg, kafka.servers())
+        except BaseException as e:
+            if owns_kafka and kafka is not None:
+                kafka.close()
+            failed_report(cfg, clock, e)
+            raise
+    try:
+        return _ingest(cfg, spark, echo, clock, kafka, owns_kafka, release, resumption, selection, held)
+    finally:
+        if owns_lock and held is not None:
+            held.release()
+
+
+def _ingest(
+    cfg: IngestConfig,
+    spark: SparkSession,
+    echo: bool,
+    clock: RunClock,
+    kafka: KafkaEndpoint | None,
+    owns_kafka: bool,
+    release: Callable[[], None] | None,
+    resumption: Resumption | None,
+    selection: Selection | None,
+    held: Lock | None,
+) -> RunReport:
     if cfg.resume and resumption is None:
         try:
             resumption = prepare_resume(cfg)
@@ -99,8 +133,9 @@ def ingest(
             failed_report(cfg, clock, e)
             raise
     if resumption is not None and resumption.nothing_left:
-        return nothing_to_send(cfg, resumption, clock, echo)
-    owns_kafka = kafka is None
+        if held is not None:
+            held.release()
+        return nothing_to_send(cfg, resumption, clock, echo, held)
     if cfg.incremental and selection is None:
         try:
             kafka = kafka or endpoint_for(cfg, spark.sparkContext.master)
@@ -112,10 +147,12 @@ def ingest(
             raise
     if selection is not None and selection.nothing_left:
         servers = kafka.servers() if kafka else ""
+        if held is not None:
+            held.release()
         if owns_kafka and kafka is not None:
             kafka.close()
-        return nothing_new(cfg, selection, servers, clock, echo)
-    report = new_report(cfg, clock)
+        return nothing_new(cfg, selection, servers, clock, echo, held)
+    report = new_report(cfg, clock, held)
     report.spark_master = spark.sparkContext.master
     run_dir = f"{cfg.metrics_dir}/runs/{cfg.run_id}"
     new_entries: list[Entry] = []
@@ -135,6 +172,8 @@ def ingest(
         else:
             source = csv_source.read(spark, cfg)
         report.read_path = source.mode
+        if held is not None:
+            held.set_tasks(source.tasks)  # whoever takes over from a killed run fences this many ids
         report.plan = source.plan.to_json()
         sc = spark.sparkContext
         group = f"kappa-ingest-{cfg.run_id}"
@@ -187,6 +226,8 @@ def ingest(
         raise
     finally:
         clock.end("reconcile")  # a failed run's last phase takes its time up to here
+        if held is not None:
+            held.release()  # while Kafka is still there: an embedded broker stops next
         releasing = threading.Thread(target=_release, args=(release, kafka if owns_kafka else None), name="release")
         releasing.start()  # Spark and Kafka stop while the store is written
         path = _record(cfg, report, releasing, new_entries)
@@ -198,12 +239,14 @@ def ingest(
     return report
 
 
-def new_report(cfg: IngestConfig, clock: RunClock) -> RunReport:
+def new_report(cfg: IngestConfig, clock: RunClock, held: Lock | None = None) -> RunReport:
     report = RunReport(cfg.run_id, cfg.sink, cfg.topic, cfg.masked(), clock=clock, dry_run=cfg.dry_run)
     report.counted_by = "dry run: rows converted, none sent" if cfg.dry_run else sinks.COUNTED_BY[cfg.sink]
     report.delivery = {"mode": cfg.delivery, "lineage": cfg.lineage, "resumed_from": cfg.resume,
                        "splits_skipped": 0, "rows_skipped": 0, "transactions_committed": 0,
                        "transactions_aborted": 0}  # fmt: skip
+    if held is not None and held.taken_over:
+        report.delivery["lock_taken_over_from"] = held.taken_over
     return report
 
 
@@ -233,10 +276,12 @@ def add_selection(report: RunReport, s: Selection) -> None:
     report.delivery.update(splits_skipped=len(s.delivered), rows_skipped=sum(e.rows_sent for e in s.delivered.values()))
 
 
-def nothing_new(cfg: IngestConfig, s: Selection, servers: str, clock: RunClock, echo: bool = True) -> RunReport:
+def nothing_new(
+    cfg: IngestConfig, s: Selection, servers: str, clock: RunClock, echo: bool = True, held: Lock | None = None
+) -> RunReport:
     """An incremental run with nothing new to send: its report, without Spark."""
     clock.end("sending")
-    report = new_report(cfg, clock)
+    report = new_report(cfg, clock, held)
     add_selection(report, s)
     report.bootstrap_servers = servers
     report.status, report.error = "succeeded", None
@@ -255,10 +300,12 @@ def add_resumption(report: RunReport, r: Resumption) -> None:
                            fenced_transactional_ids=r.fenced)  # fmt: skip
 
 
-def nothing_to_send(cfg: IngestConfig, r: Resumption, clock: RunClock, echo: bool = True) -> RunReport:
+def nothing_to_send(
+    cfg: IngestConfig, r: Resumption, clock: RunClock, echo: bool = True, held: Lock | None = None
+) -> RunReport:
     """A resumed run whose every unit is delivered: its report, without Spark."""
     clock.end("sending")
-    report = new_report(cfg, clock)
+    report = new_report(cfg, clock, held)
     add_resumption(report, r)
     report.plan = r.plan.to_json()
     report.bootstrap_servers = cfg.bootstrap_servers

@@ -17,6 +17,7 @@ the at-least-once duplicate), never the other way round.
 
 A record's key names the unit in its topic, ``[topic, file, start, length, part, parts]``
 as JSON, so compaction keeps the latest delivery of each; its value is the entry below.
+The topic's lock records (``lock.py``) have JSON objects as keys and are not entries.
 """
 
 from __future__ import annotations
@@ -103,12 +104,29 @@ def read(
     high watermark taken at the start, so whatever was committed before the call is seen;
     a transaction still open on the ledger holds the read back until it ends (bounded by
     ``timeout_s``, then KafkaUnavailable)."""
+    return [
+        Entry.from_record(key, value)
+        for _, key, value in read_records(conf, ledger_topic, timeout_s, start)
+        if value is not None and not key.startswith(b"{")
+    ]
+
+
+def read_records(
+    conf: dict[str, Any],
+    ledger_topic: str,
+    timeout_s: float = READ_TIMEOUT_S,
+    start: dict[int, int] | None = None,
+    isolation: str = "read_committed",
+) -> list[tuple[int, bytes, bytes | None]]:
+    """Every record of the ledger as ``(offset, key, value)``, oldest first: the committed
+    ones, or with ``read_uncommitted`` all (the lock's records, written outside transactions,
+    are read so: a transaction left open on the ledger cannot hold them back)."""
     from confluent_kafka import Consumer, KafkaException
 
     from kappa_ingest.errors import KafkaUnavailable
 
     consumer = Consumer({**conf, "group.id": "kappa-ingest-ledger", "enable.auto.commit": False, "logger": LOG,
-                         "isolation.level": "read_committed", "enable.partition.eof": True})  # fmt: skip
+                         "isolation.level": isolation, "enable.partition.eof": True})  # fmt: skip
     try:
         return _read(consumer, conf, ledger_topic, timeout_s, start)
     except KafkaException as e:
@@ -119,7 +137,7 @@ def read(
 
 def _read(
     consumer: Any, conf: dict[str, Any], ledger_topic: str, timeout_s: float, start: dict[int, int] | None
-) -> list[Entry]:
+) -> list[tuple[int, bytes, bytes | None]]:
     from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
     from kappa_ingest.errors import KafkaUnavailable
@@ -132,7 +150,7 @@ def _read(
     first = {p: (start or {}).get(p, OFFSET_BEGINNING) for p in parts}
     todo = {p for p in parts if ends[p] > max(0, first[p])}
     consumer.assign([TopicPartition(ledger_topic, p, first[p]) for p in todo])
-    out: list[Entry] = []
+    out: list[tuple[int, bytes, bytes | None]] = []
     deadline = time.monotonic() + timeout_s
     while todo:
         if time.monotonic() > deadline:
@@ -143,7 +161,7 @@ def _read(
         for m in consumer.consume(1000, timeout=0.5):
             err = m.error()
             if err is None:
-                out.append(Entry.from_record(m.key(), m.value()))
+                out.append((m.offset(), m.key(), m.value()))
                 if m.offset() + 1 >= ends[m.partition()]:
                     todo.discard(m.partition())
             elif err.code() == KafkaError._PARTITION_EOF:
