@@ -38,7 +38,7 @@ class Record:
     partition: int
 
 
-def consume_all(bootstrap: str, topic: str, timeout_s: float = 60) -> list[Record]:
+def consume_all(bootstrap: str, topic: str, timeout_s: float = 60, json_values: bool = True) -> list[Record]:
     """Every committed record in ``topic``, as a ``read_committed`` consumer reads it from the
     beginning to the high watermarks taken now. A transaction left open holds such a
     consumer back: then this times out, naming the partitions."""
@@ -53,7 +53,7 @@ def consume_all(bootstrap: str, topic: str, timeout_s: float = 60) -> list[Recor
         deadline = time.monotonic() + timeout_s
         while todo:
             assert time.monotonic() < deadline, f"timed out reading {topic}: partitions {todo} not at {ends}"
-            for m in c.consume(10000, timeout=1):
+            for m in c.consume(10000, timeout=0.05):  # waits out its timeout unless the batch fills
                 if m.error() is not None:
                     assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
                     if m.offset() >= ends[m.partition()]:
@@ -62,7 +62,7 @@ def consume_all(bootstrap: str, topic: str, timeout_s: float = 60) -> list[Recor
                 out.append(
                     Record(
                         m.key(),
-                        json.loads(m.value()),
+                        json.loads(m.value()) if json_values else None,
                         m.value(),
                         m.timestamp()[1],
                         dict(m.headers() or []),

@@ -64,6 +64,7 @@ class IngestConfig:
     on_changed: str = "refuse"  # a delivered file that changed since: refuse | resend
     max_files: int | None = None  # bounds of one incremental run, oldest files first
     max_bytes: int | None = None
+    dead_letter_topic: str | None = None  # quarantined rows also go there, raw text as value
 
     def producer_settings(self) -> dict[str, str]:
         """Kafka (Java-named) producer settings: the defaults overlaid by ``kafka_opts``."""
@@ -148,6 +149,7 @@ def add_ingest_arguments(p: argparse.ArgumentParser) -> None:
       " is refused (default, exit 3) or re-sent whole")  # fmt: skip
     a("--max-files", type=int, metavar="N", help="with --incremental: at most N files this run, oldest first")
     a("--max-bytes", metavar="SIZE", help="with --incremental: at most SIZE of input (e.g. 2G) this run, oldest first")
+    a("--dead-letter-topic", metavar="NAME", help="quarantined rows also go to this topic (raw text, context headers)")
     a("--ledger-topic", metavar="NAME", help=f"the delivery ledger's compacted topic (default {DEFAULT_LEDGER_TOPIC})")
     a("--quiet", action="store_const", const=True, help="no progress display")
     a("--master", dest="spark_master", metavar="URL", help="Spark master for `kappa-ingest ingest` (default local[*])")
@@ -342,6 +344,14 @@ def validate(values: dict[str, Any]) -> IngestConfig:
     if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", ledger_topic) or ledger_topic == topic:
         raise UsageError(f"--ledger-topic {ledger_topic!r}: a topic name of its own (letters, digits, '.', '_', '-')")
     v["ledger_topic"] = ledger_topic
+    if v.get("dead_letter_topic") is not None:
+        dlq = str(v["dead_letter_topic"])
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", dlq) or dlq in (topic, ledger_topic):
+            raise UsageError(
+                f"--dead-letter-topic {dlq!r}: a topic name of its own (letters, digits, '.', '_', '-'),"
+                " not the run's topic or the ledger's"
+            )
+        v["dead_letter_topic"] = dlq
     if v.get("bootstrap_servers") is not None:
         v["bootstrap_servers"] = str(v["bootstrap_servers"])
         if not re.fullmatch(r"[^,\s]+:\d+(,[^,\s]+:\d+)*", v["bootstrap_servers"]):

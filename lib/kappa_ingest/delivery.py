@@ -144,6 +144,7 @@ class TaskDelivery:
     files: dict[str, tuple[int, int]]  # canonical file -> (size, mtime_ms)
     parts: int = 1
     split_bytes: int = 0
+    dead_letter_topic: str | None = None
     transaction_timeout_s: float = 60.0
     kafka_timeout_s: float = DEFAULT_DELIVERY_TIMEOUT_MS / 1000  # see kafka_timeout_s()
     skip: frozenset[Unit] = field(default_factory=frozenset)  # delivered before this run

@@ -69,6 +69,7 @@ class Sent:
     conf: dict  # librdkafka settings for the driver's own Kafka clients
     before: dict[int, int]
     after: dict[int, int] | None  # None: Kafka did not answer after a failed job
+    dead_letters: tuple[dict[int, int], dict[int, int]] | None = None  # the dead-letter topic's offsets around it
 
 
 def ingest(
@@ -386,9 +387,13 @@ def _send(
             report.broker["topic_created"] = True
         replicas, ledger_config = ledger.topic_config(brokers)
         admin.ensure_topic(cfg.ledger_topic, 1, replicas, ledger_config)
+        dlq = cfg.dead_letter_topic
+        if dlq:
+            admin.ensure_topic(dlq, cfg.topic_partitions, cfg.replication_factor)
         task_delivery = replace(
             _task_delivery(cfg, source, admin, conf, skip, rate),
             ledger_start=ledger.end_offsets(conf, cfg.ledger_topic),
+            dead_letter_topic=dlq,
         )
         if task_delivery.transactional:
             settings = {**settings, "transaction.timeout.ms": str(int(task_delivery.transaction_timeout_s * 1000))}
@@ -401,6 +406,7 @@ def _send(
                 transaction_timeout_ms=int(task_delivery.transaction_timeout_s * 1000),
             )
         before = admin.end_offsets(cfg.topic)
+        dlq_before = admin.end_offsets(dlq) if dlq else {}
         report.add_offsets(before, before)
         report.write(cfg.metrics_dir)  # the run's plan, before anything is sent: --resume starts from it
         progress = Progress(estimate_rows(list(source.files), cfg.header), quiet=cfg.quiet or not echo)
@@ -411,6 +417,7 @@ def _send(
         spark_metrics.warm(spark)
         sampler = BrokerRateSampler(servers, cfg.topic, settings, on_sample=progress.update).start()
         after: dict[int, int] | None = None
+        dead_letters = None
         try:
             try:
                 outcome = sinks.send(cfg.sink, source, settings, servers, task_delivery, rate)
@@ -421,12 +428,14 @@ def _send(
                 sent = sum(st.rows_sent for st in outcome.stats)
                 expected = reconcile.expected_growth(sent, [st.markers for st in outcome.stats if st.transactions])
                 after = _settled_offsets(admin, cfg.topic, before, expected or sent)
+                if dlq:
+                    dead_letters = (dlq_before, admin.end_offsets(dlq))
             else:
                 after = _offsets_if_reachable(admin, cfg.topic)
         finally:
             # Its last sample is the settled offsets: commit markers follow a commit.
             report.broker_rate = sampler.stop(last=after)
-    return Sent(outcome, task_delivery, conf, before, after)
+    return Sent(outcome, task_delivery, conf, before, after, dead_letters)
 
 
 def _inherited(stats: list[TaskStats]) -> list[Entry]:
@@ -550,6 +559,8 @@ def _reconcile(
         report.add_verdict(
             reconcile.check(cfg.delivery, report.rows_sent, delta, growth, failed, found, cfg.run_id, sent_by_file)
         )
+    if sent.dead_letters is not None:
+        _reconcile_dead_letters(cfg, report, sent, failed)
     if report.broker_rate:
         report.broker["rate"] = broker_rate.figures(report.broker_rate)
         first, last = report.broker_rate[0]["offsets_total"], report.broker_rate[-1]["offsets_total"]
@@ -559,6 +570,21 @@ def _reconcile(
             low, high = sum(sent.before.values()), sum(sent.after.values())
             report.check("broker-side sampler's readings lie within the run's offsets",
                          low <= first <= last == high, f"{low}..{high}", f"{first}..{last}")  # fmt: skip
+
+
+def _reconcile_dead_letters(cfg: IngestConfig, report: RunReport, sent: Sent, failed_attempts: int) -> None:
+    """The dead-letter topic holds every quarantined row of the run: read back, read_committed."""
+    assert sent.dead_letters is not None and cfg.dead_letter_topic
+    start, end = sent.dead_letters
+    found = reconcile.read_back(sent.conf, cfg.dead_letter_topic, start, end, {cfg.run_id}).of({cfg.run_id})
+    sent_rows = sum(s.dead_letters for s in sent.outcome.stats)
+    report.dead_letter = {"topic": cfg.dead_letter_topic, "rows": sent_rows, "found": found}
+    report.check("every quarantined row was sent to the dead-letter topic", sent_rows == report.rows_quarantined,
+                 report.rows_quarantined, sent_rows)  # fmt: skip
+    if cfg.delivery == delivery.EXACTLY_ONCE or not failed_attempts:
+        report.check("a read_committed consumer finds every dead letter once", found == sent_rows, sent_rows, found)
+    else:  # a retried at-least-once task sends its dead letters again, as it does its rows
+        report.check("a read_committed consumer finds every dead letter", found >= sent_rows, f">= {sent_rows}", found)
 
 
 def _release(release: Callable[[], None] | None, kafka: KafkaEndpoint | None) -> None:

@@ -158,7 +158,7 @@ def _read(
                 f"the delivery ledger {ledger_topic!r} could not be read to its end in {timeout_s:.0f} s"
                 " (a transaction left open on it by another run?)"
             )
-        for m in consumer.consume(1000, timeout=0.5):
+        for m in consumer.consume(1000, timeout=0.05):  # consume() waits out its timeout unless the batch fills
             err = m.error()
             if err is None:
                 out.append((m.offset(), m.key(), m.value()))

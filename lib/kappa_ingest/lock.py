@@ -150,7 +150,9 @@ def _write(
     from confluent_kafka import Producer
 
     got: list[Any] = []
-    producer = Producer({**conf, "acks": "all", "enable.idempotence": True, "logger": LOG})
+    # Not idempotent: one record, and a retried duplicate of it says the same; an idempotent
+    # producer first waits ~0.5 s for its producer id, which every run would pay twice.
+    producer = Producer({**conf, "acks": "all", "linger.ms": 0, "logger": LOG})
     producer.produce(ledger_topic, value, key, on_delivery=lambda err, msg: got.append((err, msg)))
     producer.flush(timeout_s)
     if not got or got[0][0] is not None:

@@ -32,6 +32,7 @@ from kappa_ingest.paths import cache_dir
 SOURCES = ("json.c", "produce.c")  # in kappa_ingest/c/
 _c = ctypes
 _P = _c.c_void_p
+_CHARS, _I64S = _c.POINTER(_c.c_char_p), _c.POINTER(_c.c_int64)
 
 
 class Batch(ctypes.Structure):
@@ -60,6 +61,7 @@ _SIGNATURES = {
     "kp_new": (_P, [_c.POINTER(_c.c_char_p), _c.POINTER(_c.c_char_p), _c.c_int, _c.c_char_p, _c.c_size_t]),
     "kp_produce": (_c.c_int64, [_P, _c.POINTER(Batch), _c.POINTER(_c.c_int)]),
     "kp_produce_one": (_c.c_int, [_P, _c.c_char_p, _c.c_char_p, _c.c_size_t, _c.c_char_p, _c.c_size_t]),
+    "kp_produce_with_headers": (_c.c_int, [_P, _c.c_char_p, _c.c_char_p, _c.c_size_t, _c.c_int, _CHARS, _CHARS, _I64S]),
     "kp_flush": (_c.c_int, [_P, _c.c_int]),
     "kp_txn_init": (_c.c_int, [_P, _c.c_int]),
     "kp_txn_begin": (_c.c_int, [_P]),

@@ -32,6 +32,8 @@ REASON_MALFORMED = "malformed"  # Spark's mark; made precise by malformed_detail
 
 
 class BatchParser(Protocol):
+    counts_lines: bool  # whether a batch position is a line of the file
+
     def fresh(self) -> BatchParser:
         """A parser for a new task."""
 
@@ -50,6 +52,7 @@ class Parsed:
     rows: pa.RecordBatch
     rejects: pa.RecordBatch
     skipped: int = 0
+    reject_at: np.ndarray | None = None  # each reject's position in the batch (its line, or Spark's record)
 
     @property
     def rows_read(self) -> int:
@@ -109,6 +112,8 @@ def _as_binary(arr: pa.Array) -> pa.Array:
 class LineParser:
     """Parses batches of raw lines for one task; remembers which files' headers it has seen."""
 
+    counts_lines = True  # a batch position is a line of the file (headers and blank lines included)
+
     columns: tuple[str, ...]
     delimiter: str = ","
     quote: str = '"'
@@ -159,7 +164,8 @@ class LineParser:
             [*(_plain(table.column(c)) for c in self.columns), files.take(pa.array(idx))],
             names=[*self.columns, FILE_COL],
         )
-        return Parsed(rows, self._reject_batch(reasons, files, lines), skipped)
+        at = np.concatenate([np.flatnonzero(mask) for mask, _ in reasons]) if reasons else None
+        return Parsed(rows, self._reject_batch(reasons, files, lines), skipped, at)
 
     def _first_lines(
         self, lines: pa.Array, files: pa.Array, blocks: pa.Array, keep: np.ndarray
@@ -256,6 +262,8 @@ def _plain(col: pa.ChunkedArray | pa.Array) -> pa.Array:
 class RowParser:
     """For rows Spark's CSV reader parsed: split off those it marked (REJECT_COL)."""
 
+    counts_lines = False  # a batch position is one of Spark's records (a header is not one; a record may span lines)
+
     columns: tuple[str, ...]
     delimiter: str = ","
     quote: str = '"'
@@ -281,7 +289,8 @@ class RowParser:
         if lines.null_count:  # not malformed, so no raw text: keep the parsed fields
             fields = pl.from_arrow(rejected.select(list(self.columns))).select(pl.struct(pl.all()).struct.json_encode())
             lines = pc.coalesce(lines, fields.to_series().to_arrow().cast(pa.string()))
-        return Parsed(rows, _rejects(rejected.column(FILE_COL), pa.array(reasons, pa.string()), lines))
+        at = np.flatnonzero(np.asarray(bad.fill_null(False)))
+        return Parsed(rows, _rejects(rejected.column(FILE_COL), pa.array(reasons, pa.string()), lines), 0, at)
 
 
 def malformed_detail(line: str | None, header_fields: int, delimiter: str, quote: str) -> str:

@@ -78,7 +78,7 @@ def read_back(
                     f"could not read topic {topic!r} back to its end in {timeout_s:.0f} s to count this run's records"
                     f" (partitions {sorted(todo)}: a transaction another producer left open?)"
                 )
-            for m in consumer.consume(10_000, timeout=0.5):
+            for m in consumer.consume(10_000, timeout=0.05):  # consume() waits out its timeout unless the batch fills
                 err = m.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:

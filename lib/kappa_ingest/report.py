@@ -66,7 +66,10 @@ class RunReport:
     delivery: dict[str, Any] = field(default_factory=dict)
     plan: dict[str, Any] | None = None
     ledger: dict[str, Any] = field(default_factory=dict)
-    incremental: dict[str, Any] | None = None  # what an --incremental run chose, and what it left
+    incremental: dict[str, Any] | None = None
+    dead_letter: dict[str, Any] | None = (
+        None  # {topic, rows, found} with --dead-letter-topic  # what an --incremental run chose, and what it left
+    )
     rows_inherited: int = 0  # rows_sent by attempts Spark counted as failed after they committed
 
     @property
@@ -264,6 +267,7 @@ class RunReport:
             "delivery": self.delivery,
             "ledger": self.ledger,
             "incremental": self.incremental,
+            "dead_letter": self.dead_letter,
             "plan": self.plan,
             "checks": self.checks,
             "config": self.config,
@@ -421,6 +425,9 @@ def render(s: dict[str, Any]) -> str:
         q = s["quarantine"]
         out += ["", f"quarantined {q['rows']:,} rows -> {q['path']}"]
         out += [f"  {n:,}  {reason}" for reason, n in q["reasons"].items()]
+    if s.get("dead_letter"):
+        dl = s["dead_letter"]
+        out.append(f"dead letters: {dl['rows']:,} rows -> topic {dl['topic']} (read back: {dl['found']:,})")
     if s["duplicates"].get("count"):
         d = s["duplicates"]
         ids = ", ".join(str(t["task_id"]) for t in d["failed_attempts"])

@@ -30,6 +30,7 @@ typedef struct rd_kafka_s rd_kafka_t;
 typedef struct rd_kafka_conf_s rd_kafka_conf_t;
 typedef struct rd_kafka_topic_s rd_kafka_topic_t;
 typedef struct rd_kafka_error_s rd_kafka_error_t;
+typedef struct rd_kafka_headers_s rd_kafka_headers_t;
 typedef struct rd_kafka_message_s {
     int err;
     rd_kafka_topic_t *rkt;
@@ -42,7 +43,8 @@ typedef struct rd_kafka_message_s {
     void *_private; /* the record's opaque (VT_OPAQUE) in delivery reports */
 } rd_kafka_message_t;
 
-enum { VT_END, VT_TOPIC, VT_RKT, VT_PARTITION, VT_VALUE, VT_KEY, VT_OPAQUE, VT_MSGFLAGS, VT_TIMESTAMP, VT_HEADER };
+enum { VT_END, VT_TOPIC, VT_RKT, VT_PARTITION, VT_VALUE, VT_KEY, VT_OPAQUE, VT_MSGFLAGS, VT_TIMESTAMP, VT_HEADER,
+       VT_HEADERS };
 #define MSG_F_COPY 0x2
 #define ERR_QUEUE_FULL (-184)
 #define ERR_FATAL (-150)
@@ -80,6 +82,9 @@ int rd_kafka_error_is_fatal(const rd_kafka_error_t *);
 int rd_kafka_error_is_retriable(const rd_kafka_error_t *);
 int rd_kafka_error_txn_requires_abort(const rd_kafka_error_t *);
 void rd_kafka_error_destroy(rd_kafka_error_t *);
+rd_kafka_headers_t *rd_kafka_headers_new(size_t);
+int rd_kafka_header_add(rd_kafka_headers_t *, const char *, ssize_t, const void *, ssize_t);
+void rd_kafka_headers_destroy(rd_kafka_headers_t *);
 
 /* One batch of records, as Arrow buffers; mirrored by kappa_ingest.native.Batch. */
 typedef struct {
@@ -226,6 +231,22 @@ int kp_produce_one(kp_producer *p, const char *topic, const void *key, size_t ke
     for (;;) {
         int e = rd_kafka_producev(p->rk, VT_TOPIC, topic, VT_MSGFLAGS, MSG_F_COPY, VT_KEY, key, key_len,
                                   VT_VALUE, value, value_len, VT_END);
+        if (e != ERR_QUEUE_FULL) return e;
+        rd_kafka_poll(p->rk, 50);
+        if (p->fatal_error) return p->fatal_error;
+    }
+}
+
+/* One record without a key and with n headers (a dead letter); 0 or the error code. */
+int kp_produce_with_headers(kp_producer *p, const char *topic, const void *value, size_t value_len, int n,
+                            const char **names, const char **values, const int64_t *lens) {
+    for (;;) {
+        rd_kafka_headers_t *h = rd_kafka_headers_new((size_t)n);
+        for (int i = 0; i < n; i++) rd_kafka_header_add(h, names[i], -1, values[i], (ssize_t)lens[i]);
+        int e = rd_kafka_producev(p->rk, VT_TOPIC, topic, VT_MSGFLAGS, MSG_F_COPY, VT_VALUE, value, value_len,
+                                  VT_HEADERS, h, VT_END);
+        if (e == 0) return 0; /* librdkafka owns the headers now */
+        rd_kafka_headers_destroy(h);
         if (e != ERR_QUEUE_FULL) return e;
         rd_kafka_poll(p->rk, 50);
         if (p->fatal_error) return p->fatal_error;

@@ -138,6 +138,17 @@ class NativePartitionProducer:
                 self._raise_if_fatal()
                 raise DeliveryFailed(f"Kafka client refused a ledger record: {self.lib.kp_err2str(e).decode()}")
 
+    def send_dead_letters(self, topic: str, records: list[tuple[bytes, list[tuple[str, bytes]]]]) -> None:
+        for value, headers in records:
+            n = len(headers)
+            names = (ctypes.c_char_p * n)(*(k.encode() for k, _ in headers))
+            values = (ctypes.c_char_p * n)(*(v for _, v in headers))
+            lens = (ctypes.c_int64 * n)(*(len(v) for _, v in headers))
+            e = self.lib.kp_produce_with_headers(self.handle, topic.encode(), value, len(value), n, names, values, lens)
+            if e:
+                self._raise_if_fatal()
+                raise DeliveryFailed(f"Kafka client refused a dead letter: {self.lib.kp_err2str(e).decode()}")
+
     def _raise_if_fatal(self) -> None:
         if self.lib.kp_fatal_error(self.handle):
             reason = self.lib.kp_fatal_reason(self.handle).decode(errors="replace")
@@ -243,6 +254,10 @@ class ConfluentPartitionProducer:
     def send_ledger(self, topic: str, records: list[tuple[bytes, bytes]]) -> None:
         for key, value in records:
             self._produce(topic, value, key)
+
+    def send_dead_letters(self, topic: str, records: list[tuple[bytes, list[tuple[str, bytes]]]]) -> None:
+        for value, headers in records:
+            self._produce(topic, value, None, headers=headers)
 
     def _raise_if_fatal(self) -> None:
         if self.fatal is not None:

@@ -61,6 +61,13 @@ class KafkaPythonPartitionProducer:
         except KafkaError as e:
             raise DeliveryFailed(f"Kafka client refused a ledger record: {e!r}") from e
 
+    def send_dead_letters(self, topic: str, records: list[tuple[bytes, list[tuple[str, bytes]]]]) -> None:
+        try:
+            for value, headers in records:
+                self._live().send(topic, value=value, headers=headers).add_errback(self._on_error)
+        except KafkaError as e:
+            raise DeliveryFailed(f"Kafka client refused a dead letter: {e!r}") from e
+
     def flush(self) -> None:
         try:
             self._live().flush(timeout=FLUSH_TIMEOUT_S)

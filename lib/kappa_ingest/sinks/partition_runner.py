@@ -33,6 +33,7 @@ import pyarrow as pa
 from pyspark import AccumulatorParam, TaskContext
 from pyspark.sql import DataFrame
 
+from kappa_ingest import dead_letter
 from kappa_ingest.delivery import ABORT_TIMEOUT_S, TaskDelivery
 from kappa_ingest.ledger import Entry
 from kappa_ingest.parsing import BatchParser, Parsed
@@ -65,6 +66,9 @@ class PartitionProducer(Protocol):
     def send_ledger(self, topic: str, records: list[tuple[bytes, bytes]]) -> None:
         """Send ledger records (key, value) to ``topic``."""
 
+    def send_dead_letters(self, topic: str, records: list[tuple[bytes, list[tuple[str, bytes]]]]) -> None:
+        """Send dead letters (value, headers) to ``topic``."""
+
     def flush(self) -> None:
         """Wait for every record; raise DeliveryFailed unless every one was acknowledged."""
 
@@ -90,6 +94,9 @@ class Discard:
         pass
 
     def send_ledger(self, topic: str, records: list[tuple[bytes, bytes]]) -> None:
+        pass
+
+    def send_dead_letters(self, topic: str, records: list[tuple[bytes, list[tuple[str, bytes]]]]) -> None:
         pass
 
     def flush(self) -> None:
@@ -123,6 +130,7 @@ class TaskStats:
     rows_read: int = 0
     rows_sent: int = 0
     rows_quarantined: int = 0
+    dead_letters: int = 0  # quarantined rows sent to the dead-letter topic
     lines_skipped: int = 0  # headers and blank lines: read by Spark, not rows
     lines_dropped: int = 0  # lines of units delivered before (resumed run, earlier attempt)
     bytes_sent: int = 0
@@ -292,6 +300,11 @@ def run_partitions(
                 enc = encode_batch(parsed.rows, spec, clock())
                 for lo, hi in throttle.slices(enc.rows):
                     producer.send(enc.slice(lo, hi), spec.run_id)
+                if delivery.dead_letter_topic and parsed.rejects.num_rows:
+                    letters = dead_letter.records(rows, parsed, unit, task_input.position(unit), spec.run_id,
+                                                  parser.counts_lines)  # fmt: skip
+                    producer.send_dead_letters(delivery.dead_letter_topic, letters)
+                    stats.dead_letters += len(letters)
                 stats.add(parsed, enc)
                 task_input.add(unit, rows.num_rows, parsed, enc)
             producer.flush()

@@ -17,9 +17,17 @@ import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql import DataFrame
 
+from kappa_ingest import dead_letter
 from kappa_ingest.delivery import TaskDelivery
 from kappa_ingest.parsing import BatchParser
-from kappa_ingest.records import KAFKA_RECORD_SCHEMA, RecordSpec, encode_batch, kafka_batch, wall_clock_ms
+from kappa_ingest.records import (
+    KAFKA_RECORD_SCHEMA,
+    TIMESTAMP_HEADER,
+    RecordSpec,
+    encode_batch,
+    kafka_batch,
+    wall_clock_ms,
+)
 from kappa_ingest.sinks.partition_runner import (
     SendOutcome,
     TaskStats,
@@ -52,16 +60,46 @@ def send(
         for unit, rows in task_input.units(batches):
             parsed = parse(rows)
             enc = encode_batch(parsed.rows, spec, clock())
+            letters = []
+            if dead_letters and parsed.rejects.num_rows:
+                letters = dead_letter.records(
+                    rows, parsed, unit, task_input.position(unit), spec.run_id, parse.counts_lines
+                )
+                stats.dead_letters += len(letters)
             stats.add(parsed, enc)
             task_input.add(unit, rows.num_rows, parsed, enc)
             for lo, hi in throttle.slices(enc.rows):
-                yield kafka_batch(enc.slice(lo, hi), spec.run_id)
+                batch = kafka_batch(enc.slice(lo, hi), spec.run_id)
+                yield _to(batch, delivery.topic) if dead_letters else batch
+            if letters:
+                yield _to(_dead_letter_batch(letters, clock()), delivery.dead_letter_topic)
         stats.finish(task_input, ledger_entries(task_input, delivery, stats))
         acc.add({stats.task_id: stats})
 
-    records = df.mapInArrow(convert, KAFKA_RECORD_SCHEMA)
+    dead_letters = delivery.dead_letter_topic is not None
+    # With dead letters, each row names its topic (Spark's sink takes a topic column).
+    records = df.mapInArrow(convert, KAFKA_RECORD_SCHEMA + (", topic string" if dead_letters else ""))
+    writer = records.write.format("kafka").options(**options)
     try:
-        records.write.format("kafka").options(**options).option("topic", delivery.topic).save()
+        (writer if dead_letters else writer.option("topic", delivery.topic)).save()
     except Exception as e:  # noqa: BLE001 - the caller maps it; what succeeded is in the accumulator
         return SendOutcome(list(acc.value.values()), e)
     return SendOutcome(list(acc.value.values()))
+
+
+def _to(batch: pa.RecordBatch, topic: str | None) -> pa.RecordBatch:
+    return batch.append_column("topic", pa.array([topic] * batch.num_rows, pa.string()))
+
+
+def _dead_letter_batch(letters: list[tuple[bytes, list[tuple[str, bytes]]]], now_ms: int) -> pa.RecordBatch:
+    """Dead letters in the sink's schema; their timestamp (now) travels as the others' do."""
+    stamp = now_ms.to_bytes(8, "big")
+    headers = [[{"key": k, "value": v} for k, v in h] + [{"key": TIMESTAMP_HEADER, "value": stamp}] for _, h in letters]
+    return pa.RecordBatch.from_pydict(
+        {
+            "key": pa.nulls(len(letters), pa.binary()),
+            "value": pa.array([v for v, _ in letters], pa.binary()),
+            "timestamp": pa.array([now_ms * 1000] * len(letters), pa.timestamp("us", tz="UTC")),
+            "headers": pa.array(headers, pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+        }
+    )

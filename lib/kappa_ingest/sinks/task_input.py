@@ -85,6 +85,11 @@ class TaskInput:
                     continue
                 yield unit, rows
 
+    def position(self, unit: Unit) -> int:
+        """Lines (or Spark's records) of ``unit`` processed so far."""
+        t = self.tallies.get(unit)
+        return t.lines if t is not None else 0
+
     def add(self, unit: Unit, lines: int, parsed: Parsed, enc: Encoded | None) -> None:
         t = self.tallies.setdefault(unit, UnitTally())
         t.lines += lines
