@@ -108,6 +108,8 @@ def read(spark: SparkSession, cfg: IngestConfig, pinned: Plan | None = None, pat
     open_cost = 0 if cfg.partitions else splits.OPEN_COST_BYTES
     for key, value in splits.spark_conf(plan.split_bytes, open_cost).items():
         spark.conf.set(key, value)
+    if cfg.header:
+        check_headers(paths)
     header = first_line(paths[0]) if _lines_possible(cfg) else None
     schema = _schema(spark, cfg, paths, header)
     columns = tuple(schema.fieldNames())
@@ -179,6 +181,24 @@ def _first_line(spark: SparkSession, path: str) -> str:
 
 
 MAX_HEADER_BYTES = 64 << 20
+
+
+def check_headers(paths: list[str]) -> None:
+    """Refuse, before any Spark job, local files whose header differs from the first one's:
+    Spark's CSV reader would apply the first file's header to all of them, silently
+    mislabelling their columns. (A remote file's header is checked as its lines are read.)"""
+    first: tuple[str, str] | None = None
+    for path in paths:
+        line = first_line(path)
+        if line is None:
+            continue
+        if first is None:
+            first = (path, line)
+        elif line != first[1]:
+            raise InputError(
+                f"the header of {path} ({line[:80]!r}) differs from the first file's ({first[0]}: {first[1][:80]!r});"
+                " ingest files with one header per run"
+            )
 
 
 def first_line(path: str) -> str | None:

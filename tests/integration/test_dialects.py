@@ -143,3 +143,13 @@ def test_dry_run_sends_nothing(spark, kafka, tmp_path):
     from confluent_kafka.admin import AdminClient
 
     assert cfg.topic not in AdminClient({"bootstrap.servers": kafka.bootstrap_servers}).list_topics(timeout=10).topics
+
+
+@pytest.mark.parametrize("options", [{}, {"schema": "a STRING, b STRING"}])
+def test_files_whose_headers_differ_are_refused_before_spark_reads_them(spark, kafka, tmp_path, options):
+    from kappa_ingest.errors import InputError
+
+    (tmp_path / "a.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "b.csv").write_text("a,c\n3,4\n")  # Spark's reader would call c "b"
+    with pytest.raises(InputError, match=r"the header of .*b\.csv \('a,c'\) differs from the first file's"):
+        run(spark, kafka, tmp_path, inputs=[str(tmp_path / "a.csv"), str(tmp_path / "b.csv")], **options)
