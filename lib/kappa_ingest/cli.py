@@ -92,7 +92,9 @@ def run_ingest(args: argparse.Namespace) -> int:
                 return 0
         if not launched_by_spark_submit():  # else the master is known only once the session is up
             kafka = endpoint_for(cfg, cfg.spark_master or "local[*]")
-            if held is None and not cfg.dry_run:  # before choosing what to send: one run at a time
+            # One run at a time: a second one exits before Spark starts. An embedded broker
+            # still starting beside Spark is waited for only where the run needs Kafka now.
+            if held is None and not cfg.dry_run and (cfg.bootstrap_servers or cfg.incremental):
                 held = lock.hold(cfg, kafka.servers())
             if cfg.incremental:  # chosen before Spark starts: with nothing new, it never does
                 from kappa_ingest.ingest import nothing_new, prepare_incremental
