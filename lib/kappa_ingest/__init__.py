@@ -5,8 +5,10 @@ The pipeline (``ingest.ingest`` runs it; ``jobs/ingest_csv.py`` and ``kappa-inge
 call that):
 
 1. ``config``        one frozen IngestConfig from ``conf/ingest.yaml`` + the command line
-2. ``resume``        with ``--resume``: the run continued, its files checked, its
-                     transactions fenced, the ledger read (before Spark starts)
+2. ``lock``          one run at a time per topic: a claim in the ledger topic (exit 6)
+   ``resume``        with ``--resume``: the run continued, its files checked, its
+                     transactions fenced, the ledger read (before Spark starts);
+   ``incremental``   with ``--incremental``: the files (and units) the ledger lacks
 3. ``csv_source``    the inputs as a DataFrame, in units the ledger records (``splits``):
                      raw lines (fast path) or Spark-parsed rows
 4. ``parsing``       per Arrow batch, on the executors: clean rows and quarantined rows
@@ -19,7 +21,8 @@ call that):
                      read_committed read-back of the run's own records
 9. ``report``        joined, checked, printed, written to ``<metrics-dir>/runs/<run_id>/summary.json``
                      and the Delta tables (``metrics_store``)
-10. ``quarantine``   rejected rows with file and reason, beside the report
+10. ``quarantine``   rejected rows with file and reason, beside the report, and with
+                     ``--dead-letter-topic`` in a topic too (``dead_letter``, sent in step 6)
 
 Around it: ``native`` (the C loops that encode JSON values and feed librdkafka a batch
 per call), ``warmup`` (Python workers started while Kafka is set up), ``local_kafka`` (the
