@@ -44,12 +44,15 @@ def classify(files: list[InputFile], entries: list[Entry], topic: str) -> Backlo
     for f in sorted(files, key=lambda f: (f.mtime_ms, f.path)):
         mine = by_file.get(f.path, [])
         current = [e for e in mine if e.matches(f.size, f.mtime_ms)]
+        if not current and mine:
+            out.changed.append((f, mine[0]))
+            continue
         if not current:
-            (out.changed.append((f, mine[0])) if mine else out.new.append(f))
+            out.new.append(f)
             continue
         plan = _plan_of(f, current)
-        units = plan.units()
-        got = {e.unit: e for e in current if e.unit in set(units)}
+        units = set(plan.units())
+        got = {e.unit: e for e in current if e.unit in units}
         if len(got) == len(units):
             out.done.append(f)
         else:
@@ -94,38 +97,39 @@ def select(backlog: Backlog, on_changed: str, max_files: int | None, max_bytes: 
             " give --on-changed resend to send them again as a new version, or restore them"
         )
     pinned: Plan | None = None
-    queue: list[tuple[InputFile, int]] = []  # (file, bytes this run reads of it)
+    queue: list[InputFile] = []
     deferred: list[InputFile] = []
     for f, plan in backlog.partial:
-        if pinned is None or (plan.split_bytes, plan.parts) == (pinned.split_bytes, pinned.parts):
-            pinned = plan if pinned is None else pinned
-            queue.append((f, f.size))
+        pinned = pinned or plan
+        if (plan.split_bytes, plan.parts) == (pinned.split_bytes, pinned.parts):
+            queue.append(f)
         else:  # split differently by another run: its turn comes in a later run
             deferred.append(f)
-    fresh = sorted([*backlog.new, *(f for f, _ in backlog.changed)], key=lambda f: (f.mtime_ms, f.path))
-    queue += [(f, f.size) for f in fresh]
+    queue += sorted([*backlog.new, *(f for f, _ in backlog.changed)], key=lambda f: (f.mtime_ms, f.path))
     taken: list[InputFile] = []
     total, stopped = 0, False
-    for f, size in queue:
+    for f in queue:
         stopped = stopped or (
             bool(taken)
             and ((max_files is not None and len(taken) >= max_files)
-                 or (max_bytes is not None and total + size > max_bytes))
+                 or (max_bytes is not None and total + f.size > max_bytes))
         )  # fmt: skip
         if stopped:  # this file and every later one: the backlog drains in order
             deferred.append(f)
             continue
         taken.append(f)
-        total += size
+        total += f.size
     plan = None
     if pinned is not None:
         plan = Plan(tuple(taken), pinned.split_bytes, pinned.parts)
-    partial_paths = {f.path for f, _ in backlog.partial}
+    new = {f.path for f in backlog.new}
+    partial = {f.path for f, _ in backlog.partial}
+    changed = {f.path for f, _ in backlog.changed}
     summary = {
         "files_delivered_before": len(backlog.done),
-        "files_new": sum(1 for f in taken if f in backlog.new),
-        "files_completed": sum(1 for f in taken if f.path in partial_paths),
-        "files_changed_resent": [f.path for f in taken if any(f is c for c, _ in backlog.changed)],
+        "files_new": sum(1 for f in taken if f.path in new),
+        "files_completed": sum(1 for f in taken if f.path in partial),
+        "files_changed_resent": [f.path for f in taken if f.path in changed],
         "files_left": len(deferred),
         "bytes_left": sum(f.size for f in deferred),
         "bytes_selected": total,

@@ -54,21 +54,20 @@ class Claim:
     pid_started: int | None
     at_ms: int
     tasks: int = 0  # known once the run planned its input: the transactional ids to fence
-    offset: int = -1
 
     def key(self) -> bytes:
         return json.dumps({"lock": self.topic, "run": self.run_id}, separators=(",", ":")).encode()
 
     def value(self) -> bytes:
-        d = {k: v for k, v in self.__dict__.items() if k not in ("topic", "run_id", "offset")}
+        d = {k: v for k, v in self.__dict__.items() if k not in ("topic", "run_id")}
         return json.dumps(d, separators=(",", ":")).encode()
 
-    def alive(self, now_ms: int, lease_s: float = LEASE_S) -> bool:
+    def alive(self, now_ms: int) -> bool:
         if self.host == socket.gethostname() and self.pid == os.getpid():
             return self.run_id in _HELD
         if self.host == socket.gethostname():
             return _started(self.pid) == self.pid_started and self.pid_started is not None
-        return now_ms - self.at_ms < lease_s * 1000
+        return now_ms - self.at_ms < LEASE_S * 1000
 
     def describe(self, now_ms: int) -> str:
         return f"run {self.run_id} (host {self.host}, pid {self.pid}, renewed {(now_ms - self.at_ms) / 1000:.0f} s ago)"
@@ -77,7 +76,7 @@ class Claim:
 def claims(records: list[tuple[int, bytes, bytes | None]], topic: str) -> dict[str, Claim]:
     """The latest live claim of each run on ``topic`` (withdrawn ones dropped)."""
     out: dict[str, Claim] = {}
-    for offset, key, value in records:
+    for _, key, value in records:
         if not key.startswith(b"{"):
             continue
         k = json.loads(key)
@@ -86,7 +85,7 @@ def claims(records: list[tuple[int, bytes, bytes | None]], topic: str) -> dict[s
         if value is None:
             out.pop(k["run"], None)
         else:
-            out[k["run"]] = Claim(topic, k["run"], offset=offset, **json.loads(value))
+            out[k["run"]] = Claim(topic, k["run"], **json.loads(value))
     return out
 
 
@@ -102,9 +101,6 @@ class Lock:
     _thread: threading.Thread | None = None
     _mutex: threading.Lock = field(default_factory=threading.Lock)
 
-    def report(self) -> dict[str, Any]:
-        return {"topic": self.ledger_topic, "run_id": self.claim.run_id, "taken_over_from": self.taken_over}
-
     def set_tasks(self, tasks: int) -> None:
         """Record how many tasks (transactional ids) the run has, for whoever takes over
         (best effort: a Kafka that cannot take it fails the run soon after)."""
@@ -113,25 +109,28 @@ class Lock:
         except KafkaUnavailable:
             pass
 
-    def _renew_with(self, **changes: Any) -> None:
+    def _renew_with(self, timeout_s: float = WRITE_TIMEOUT_S, **changes: Any) -> None:
+        # Under the mutex, and never after release: a renewal landing after the withdrawal
+        # would leave a live-looking claim behind.
         with self._mutex:
+            if self._stop.is_set():
+                return
             self.claim = Claim(**{**self.claim.__dict__, "at_ms": _now_ms(), **changes})
-            _write(self.conf, self.ledger_topic, self.claim.key(), self.claim.value())
+            _write(self.conf, self.ledger_topic, self.claim.key(), self.claim.value(), timeout_s)
 
     def _renew(self) -> None:
         while not self._stop.wait(LEASE_S / 4):
-            if self._stop.is_set():
-                return
-            try:
-                self._renew_with()
+            try:  # briefly: release() waits for a renewal under way
+                self._renew_with(RELEASE_TIMEOUT_S)
             except Exception:  # noqa: BLE001 - Kafka away: the run itself will say so; the lease covers it
                 pass
 
     def release(self) -> None:
         """Withdraw the claim, once (best effort: a run that cannot is found dead by the next one)."""
-        if self._stop.is_set():
-            return
-        self._stop.set()  # the renewing thread (a daemon) writes no more
+        with self._mutex:
+            if self._stop.is_set():
+                return
+            self._stop.set()
         _HELD.discard(self.claim.run_id)
         try:
             _write(self.conf, self.ledger_topic, self.claim.key(), None, RELEASE_TIMEOUT_S)
@@ -179,7 +178,7 @@ def acquire(conf: dict[str, Any], ledger_topic: str, topic: str, run_id: str, li
             f" wait for it to end (a killed run's lock is taken over once it is found dead: at once on its"
             f" own host, after {LEASE_S:.0f} s elsewhere)"
         )
-    dead = [c for c in earlier if c.run_id != run_id]
+    dead = earlier  # none of them is alive
     ids = [delivery.transactional_id(c.lineage, p) for c in dead for p in range(c.tasks)]
     failures = delivery.fence(conf, ids)
     if failures:
@@ -187,7 +186,7 @@ def acquire(conf: dict[str, Any], ledger_topic: str, topic: str, run_id: str, li
         raise KafkaUnavailable(f"could not fence the transactions of a dead run holding topic {topic}: {failures[0]}")
     for c in dead:  # withdrawn for it: the next run need not look at it again
         _write(conf, ledger_topic, c.key(), None)
-    lock = Lock(conf, ledger_topic, Claim(**{**claim.__dict__, "offset": offset}), [c.run_id for c in dead])
+    lock = Lock(conf, ledger_topic, claim, [c.run_id for c in dead])
     _HELD.add(run_id)
     lock._thread = threading.Thread(target=lock._renew, name="ledger-lock", daemon=True)
     lock._thread.start()

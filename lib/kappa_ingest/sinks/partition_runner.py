@@ -130,7 +130,6 @@ class TaskStats:
     rows_read: int = 0
     rows_sent: int = 0
     rows_quarantined: int = 0
-    dead_letters: int = 0  # quarantined rows sent to the dead-letter topic
     lines_skipped: int = 0  # headers and blank lines: read by Spark, not rows
     lines_dropped: int = 0  # lines of units delivered before (resumed run, earlier attempt)
     bytes_sent: int = 0
@@ -304,7 +303,6 @@ def run_partitions(
                     letters = dead_letter.records(rows, parsed, unit, task_input.position(unit), spec.run_id,
                                                   parser.counts_lines)  # fmt: skip
                     producer.send_dead_letters(delivery.dead_letter_topic, letters)
-                    stats.dead_letters += len(letters)
                 stats.add(parsed, enc)
                 task_input.add(unit, rows.num_rows, parsed, enc)
             producer.flush()

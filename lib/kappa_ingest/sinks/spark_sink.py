@@ -65,7 +65,6 @@ def send(
                 letters = dead_letter.records(
                     rows, parsed, unit, task_input.position(unit), spec.run_id, parse.counts_lines
                 )
-                stats.dead_letters += len(letters)
             stats.add(parsed, enc)
             task_input.add(unit, rows.num_rows, parsed, enc)
             for lo, hi in throttle.slices(enc.rows):
@@ -88,7 +87,7 @@ def send(
 
 
 def _to(batch: pa.RecordBatch, topic: str | None) -> pa.RecordBatch:
-    return batch.append_column("topic", pa.array([topic] * batch.num_rows, pa.string()))
+    return batch.append_column("topic", pa.repeat(pa.scalar(topic, pa.string()), batch.num_rows))
 
 
 def _dead_letter_batch(letters: list[tuple[bytes, list[tuple[str, bytes]]]], now_ms: int) -> pa.RecordBatch:
