@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from helpers import consume_all, expected_rows, high_watermarks, rows
 from kappa_ingest import config, datagen, ledger, local_kafka
@@ -56,6 +57,16 @@ def wait_for(condition, timeout_s: float, what: str, proc: subprocess.Popen | No
             pytest.fail(f"the run ended ({proc.returncode}) before {what}:\n{log.read_text()[-3000:] if log else ''}")
         assert time.monotonic() < deadline, f"not {what} within {timeout_s} s"
         time.sleep(0.1)
+
+
+def led(bootstrap: str, *topics: str) -> bool:
+    """Every partition of ``topics`` has a leader: a woken broker fences and unfences
+    itself (its session expired while it slept) and, with many partitions, that takes a while."""
+    try:
+        md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=2)
+    except Exception:  # noqa: BLE001 - not answering yet; the caller's deadline bounds it
+        return False
+    return all(t in md.topics and all(p.leader >= 0 for p in md.topics[t].partitions.values()) for t in topics)
 
 
 def sent_so_far(bootstrap: str, topic: str) -> int:
@@ -304,6 +315,7 @@ def test_the_only_broker_paused_past_delivery_timeout_fails_cleanly_and_resume_c
     assert outcome["error"].exit_code == 4 and failed_after < 60, (failed_after, outcome["error"])
     report = summary(tmp_path / "m", cfg.run_id)
     assert report["status"] == "failed" and len(report["ledger"]["committed"]) >= 2 and report["ledger"]["missing"]
+    wait_for(lambda: led(bs, topic, cfg.ledger_topic), 60, "the woken broker leading its partitions again")
     # The paused broker answers its stale requests when it wakes: none of them may count.
     resumed = config.validate({"inputs": [str(path)], "topic": topic, "resume": cfg.run_id, "run_id": "pause-resumed",
                                "bootstrap_servers": bs, "metrics_dir": str(tmp_path / "m"), "quiet": True})  # fmt: skip
