@@ -48,6 +48,7 @@ class IngestConfig:
     encoding: str = "utf-8"
     header: bool = True
     multiline: bool = False
+    strict_header: bool = False  # files whose headers differ are refused, not ingested each by its own
     kafka_opts: dict[str, str] = field(default_factory=dict)
     target_rate: float | None = None
     metrics_dir: str = "./metrics"
@@ -124,6 +125,8 @@ def add_ingest_arguments(p: argparse.ArgumentParser) -> None:
     a("--encoding", help="input encoding (default utf-8)")
     a("--no-header", dest="header", action="store_const", const=False, help="first line is data")
     a("--multiline", action="store_const", const=True, help="quoted fields may contain newlines")
+    a("--strict-header", action="store_const", const=True,
+      help="refuse (exit 3) files whose header differs from the first file's; default: each row keyed by its own file's header")  # fmt: skip
     a(
         "--kafka-opt",
         dest="kafka_opts",
@@ -330,7 +333,7 @@ def validate(values: dict[str, Any]) -> IngestConfig:
     if v.get("max_bytes") is not None:
         v["max_bytes"] = parse_size(v["max_bytes"])
     _check_incremental(v)
-    for name in ("header", "multiline", "dry_run", "quiet", "incremental"):
+    for name in ("header", "multiline", "strict_header", "dry_run", "quiet", "incremental"):
         if name in v and not isinstance(v[name], bool):
             raise UsageError(f"'{name.replace('_', '-')}': expected true or false, got {v[name]!r}")
     v["kafka_opts"] = dict(v.get("kafka_opts") or {})

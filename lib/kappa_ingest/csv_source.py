@@ -44,7 +44,7 @@ from kappa_ingest.columns import (
 from kappa_ingest.config import IngestConfig
 from kappa_ingest.errors import InputError, UsageError
 from kappa_ingest.inputs import SUFFIXES, resolve_inputs
-from kappa_ingest.parsing import BOM, REASON_MALFORMED, BatchParser, LineParser, RowParser
+from kappa_ingest.parsing import BOM, REASON_MALFORMED, BatchParser, Layout, LineParser, RowParser
 from kappa_ingest.records import RecordSpec
 from kappa_ingest.splits import InputFile, Plan
 
@@ -64,6 +64,7 @@ class Source:
     input_bytes: int
     plan: Plan  # every unit of the run's input, read or not
     tasks: int  # Spark partitions of df (asking df itself would run a shuffle's map stage)
+    headers: tuple[Header, ...] = ()  # the distinct headers of the files read, first file's first
 
 
 def reader_options(cfg: IngestConfig) -> dict[str, str]:
@@ -95,7 +96,7 @@ def _lines_possible(cfg: IngestConfig) -> bool:
 
 
 def read(spark: SparkSession, cfg: IngestConfig, pinned: Plan | None = None, paths: list[str] | None = None) -> Source:
-    """Build the source (lazy: nothing is read but the first file's header).
+    """Build the source (lazy: nothing is read but each file's header).
 
     ``pinned`` is the plan of the run a resumed run continues (its split size and parts
     are kept), ``paths`` the files it still has to read; else the plan is made here from
@@ -108,15 +109,17 @@ def read(spark: SparkSession, cfg: IngestConfig, pinned: Plan | None = None, pat
     open_cost = 0 if cfg.partitions else splits.OPEN_COST_BYTES
     for key, value in splits.spark_conf(plan.split_bytes, open_cost).items():
         spark.conf.set(key, value)
-    if cfg.header:
-        check_headers(paths)
-    header = first_line(paths[0]) if _lines_possible(cfg) else None
-    schema = _schema(spark, cfg, paths, header)
-    columns = tuple(schema.fieldNames())
-    for name, what in ((cfg.key_column, "--key-column"), (cfg.event_time_column, "--event-time-column")):
-        if name is not None and name not in columns:
-            raise UsageError(f"{what} {name!r}: no such column; the columns are {', '.join(columns)}")
-    spec = RecordSpec(columns, cfg.run_id, cfg.key_column, cfg.event_time_column is not None)
+    layouts = file_layouts(spark, cfg, paths)
+    headers = group_headers(layouts)
+    if cfg.strict_header and len(headers) > 1:
+        raise InputError(_differ(layouts))
+    declared = _declared_schema(cfg)
+    schemas = {h.columns: _group_schema(h.columns, declared) for h in headers}
+    _check_columns(cfg, headers, declared)
+    first = headers[0].columns
+    spec = RecordSpec(first, cfg.run_id, cfg.key_column, cfg.event_time_column is not None)
+    # Without drift the parsers need no per-file lookup.
+    by_file = {splits.canonical_file(p): lay for p, lay in layouts.items()} if len(set(layouts.values())) > 1 else {}
     if _lines_possible(cfg) and plan.parts == 1:
         lines = spark.read.text(paths).select(
             F.col("value").alias(LINE_COL),
@@ -126,16 +129,96 @@ def read(spark: SparkSession, cfg: IngestConfig, pinned: Plan | None = None, pat
         )
         splits_read = lines.rdd.getNumPartitions()
         if pinned is not None or cfg.partitions is None or cfg.partitions <= splits_read:
-            if header is None and cfg.header:
-                header = _first_line(spark, paths[0])
-            parser = LineParser(columns, cfg.delimiter, cfg.quote, header if cfg.header else None)
+            head = layouts[paths[0]]
+            parser = LineParser(head.columns, cfg.delimiter, cfg.quote, head.header_line, by_file)
             tasks = min(splits_read, cfg.partitions or splits_read)
             df = lines.coalesce(tasks) if tasks < splits_read else lines
-            return Source(df, spec, parser, "lines", tuple(paths), read_bytes, plan, tasks)
-    df, parts, tasks = _spark_csv(spark, cfg, paths, schema, plan.parts if pinned is not None else None)
+            return Source(df, spec, parser, "lines", tuple(paths), read_bytes, plan, tasks, headers)
+    groups = [([p for p in paths if layouts[p].columns == h.columns], schemas[h.columns]) for h in headers]
+    df, parts, tasks = _spark_csv(spark, cfg, groups, plan.parts if pinned is not None else None)
     plan = Plan(plan.files, plan.split_bytes, parts)
-    parser = RowParser(columns, cfg.delimiter, cfg.quote)
-    return Source(df, spec, parser, "spark-csv", tuple(paths), read_bytes, plan, tasks)
+    parser = RowParser(first, cfg.delimiter, cfg.quote, by_file)
+    return Source(df, spec, parser, "spark-csv", tuple(paths), read_bytes, plan, tasks, headers)
+
+
+@dataclass(frozen=True)
+class Header:
+    """One distinct header among the run's files: its columns and the files that have it."""
+
+    columns: tuple[str, ...]
+    files: tuple[str, ...]  # canonical_file() names
+
+    def to_json(self) -> dict:
+        return {"columns": list(self.columns), "files": list(self.files)}
+
+
+def file_layouts(spark: SparkSession, cfg: IngestConfig, paths: list[str]) -> dict[str, Layout]:
+    """Each file's columns and header line, read before any Spark job where Python can
+    read the file (local, in an ASCII-compatible encoding); else by a one-line Spark read.
+    Without a header, every file has the first file's field count, named ``_c0``, ``_c1``, ..."""
+    if not cfg.header:
+        only = Layout(_columns(spark, cfg, paths[0]), None)
+        return dict.fromkeys(paths, only)
+    out: dict[str, Layout] = {}
+    for path in paths:
+        line = _header_line(spark, cfg, path)
+        out[path] = Layout(tuple(header_columns(line, cfg)) if line is not None else _columns(spark, cfg, path), line)
+    return out
+
+
+def _header_line(spark: SparkSession, cfg: IngestConfig, path: str) -> str | None:
+    """The file's first line; None where only Spark's CSV reader can read it (encodings
+    whose line ends are not ASCII bytes)."""
+    line = first_line(path, cfg.encoding)
+    if line is None and cfg.encoding == "utf-8":
+        line = _first_line(spark, path)
+    if line == "" and cfg.header:
+        raise InputError(
+            f"input {path}: the first line is blank; the header must be the first line (or give --no-header)"
+        )
+    return line
+
+
+def _columns(spark: SparkSession, cfg: IngestConfig, path: str) -> tuple[str, ...]:
+    line = _header_line(spark, cfg, path)
+    return tuple(header_columns(line, cfg)) if line else tuple(_spark_header(spark, cfg, path))
+
+
+def group_headers(layouts: dict[str, Layout]) -> tuple[Header, ...]:
+    """The distinct headers, in the order of the first file having each."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for path, layout in layouts.items():
+        groups.setdefault(layout.columns, []).append(splits.canonical_file(path))
+    return tuple(Header(columns, tuple(files)) for columns, files in groups.items())
+
+
+def _differ(layouts: dict[str, Layout]) -> str:
+    (p0, l0), *rest = layouts.items()
+    path, other = next((p, lay) for p, lay in rest if lay.columns != l0.columns)
+    shown = ",".join(other.columns)[:80]
+    return (f"the header of {path} ({shown!r}) differs from the first file's ({p0}: {','.join(l0.columns)[:80]!r});"
+            " --strict-header refuses files whose headers differ")  # fmt: skip
+
+
+def _ascii_compatible(encoding: str) -> bool:
+    """Whether the encoding writes the delimiter and line ends as ASCII bytes (then Python
+    finds a file's first line in its bytes)."""
+    try:
+        return '\n\r,;|\t"'.encode(encoding) == b'\n\r,;|\t"'
+    except (LookupError, UnicodeError):
+        return False
+
+
+def _spark_header(spark: SparkSession, cfg: IngestConfig, path: str) -> list[str]:
+    options = {k: v for k, v in reader_options(cfg).items() if k != "enforceSchema"}
+    try:
+        columns = spark.read.options(**options).csv(path).columns
+    except Exception as e:
+        raise InputError(f"cannot read the CSV header of {path}: {str(e).splitlines()[0][:200]}") from e
+    columns = [c for c in columns if c != CORRUPT_COL]
+    if not columns:
+        raise InputError(f"input {path}: empty file, no header; give a CSV with a header line or --no-header")
+    return columns
 
 
 def make_plan(spark: SparkSession, cfg: IngestConfig, paths: list[str]) -> Plan:
@@ -183,31 +266,14 @@ def _first_line(spark: SparkSession, path: str) -> str:
 MAX_HEADER_BYTES = 64 << 20
 
 
-def check_headers(paths: list[str]) -> None:
-    """Refuse, before any Spark job, local files whose header differs from the first one's:
-    Spark's CSV reader would apply the first file's header to all of them, silently
-    mislabelling their columns. (A remote file's header is checked as its lines are read.)"""
-    first: tuple[str, str] | None = None
-    for path in paths:
-        line = first_line(path)
-        if line is None:
-            continue
-        if first is None:
-            first = (path, line)
-        elif line != first[1]:
-            raise InputError(
-                f"the header of {path} ({line[:80]!r}) differs from the first file's ({first[0]}: {first[1][:80]!r});"
-                " ingest files with one header per run"
-            )
-
-
-def first_line(path: str) -> str | None:
+def first_line(path: str, encoding: str = "utf-8") -> str | None:
     """A local file's first line, BOM and line end removed, read by Python (no Spark job);
-    None for a remote file, a blank first line or one longer than ``MAX_HEADER_BYTES``:
-    Spark reads those. InputError for an empty file."""
+    None for a remote file, a blank first line, one longer than ``MAX_HEADER_BYTES`` or an
+    encoding whose line ends are not ASCII bytes: Spark reads those. InputError for an
+    empty file."""
     import gzip
 
-    if urlparse(path).scheme not in ("", "file"):
+    if urlparse(path).scheme not in ("", "file") or not _ascii_compatible(encoding):
         return None
     local = path.removeprefix("file://")
     try:
@@ -225,7 +291,7 @@ def first_line(path: str) -> str | None:
     end = min((i for i in (head.find(b"\n"), head.find(b"\r")) if i >= 0), default=None)
     if end is None and len(head) >= MAX_HEADER_BYTES:
         return None
-    line = head[:end].decode("utf-8", errors="replace").removeprefix(BOM)
+    line = head[:end].decode(encoding, errors="replace").removeprefix(BOM)
     return line or None
 
 
@@ -243,48 +309,77 @@ def header_columns(line: str, cfg: IngestConfig) -> list[str]:
     return [f"_c{i}" if not f else f"{f}{i}" if f.lower() in duplicates else f for i, f in enumerate(fields)]
 
 
-def _schema(spark: SparkSession, cfg: IngestConfig, paths: list[str], header: str | None) -> StructType:
-    if cfg.schema:
-        text = Path(cfg.schema).read_text() if os.path.isfile(cfg.schema) else cfg.schema
-        try:
-            schema = StructType.fromDDL(text.strip())
-        except Exception as e:
-            raise UsageError(f"--schema: not a valid Spark DDL schema ({str(e).splitlines()[0][:200]})") from e
-        if not isinstance(schema, StructType):
-            raise UsageError("--schema: expected column definitions, e.g. 'id INT, name STRING'")
-        return schema
-    if header is not None:
-        columns = header_columns(header, cfg)
-    else:
-        options = {k: v for k, v in reader_options(cfg).items() if k != "enforceSchema"}
-        try:
-            columns = spark.read.options(**options).csv(paths[0]).columns
-        except Exception as e:
-            raise InputError(f"cannot read the CSV header of {paths[0]}: {str(e).splitlines()[0][:200]}") from e
-        columns = [c for c in columns if c != CORRUPT_COL]
-    if not columns:
-        raise InputError(f"input {paths[0]}: empty file, no header; give a CSV with a header line or --no-header")
-    return StructType([StructField(c, StringType()) for c in columns])
+def _declared_schema(cfg: IngestConfig) -> StructType | None:
+    """``--schema``: the types of the columns it names (the others are text)."""
+    if not cfg.schema:
+        return None
+    text = Path(cfg.schema).read_text() if os.path.isfile(cfg.schema) else cfg.schema
+    try:
+        schema = StructType.fromDDL(text.strip())
+    except Exception as e:
+        raise UsageError(f"--schema: not a valid Spark DDL schema ({str(e).splitlines()[0][:200]})") from e
+    if not isinstance(schema, StructType):
+        raise UsageError("--schema: expected column definitions, e.g. 'id INT, name STRING'")
+    return schema
+
+
+def _group_schema(columns: tuple[str, ...], declared: StructType | None) -> StructType:
+    """A header's read schema, in its order: a column ``--schema`` names has its type, the others are text."""
+    types = {f.name: f for f in declared.fields} if declared else {}
+    return StructType([types.get(c) or StructField(c, StringType()) for c in columns])
+
+
+def _check_columns(cfg: IngestConfig, headers: tuple[Header, ...], declared: StructType | None) -> None:
+    """The columns the options name exist: a key or event-time column in every file,
+    each ``--schema`` column in some file."""
+    for name, what in ((cfg.key_column, "--key-column"), (cfg.event_time_column, "--event-time-column")):
+        if name is None:
+            continue
+        lacking = [h for h in headers if name not in h.columns]
+        if len(lacking) == len(headers):
+            raise UsageError(f"{what} {name!r}: no such column; the columns are {', '.join(headers[0].columns)}")
+        if lacking:
+            files = [f for h in lacking for f in h.files]
+            raise InputError(f"{what} {name!r}: not in the header of {len(files)} file(s): {', '.join(files[:3])}"
+                             f"{' ...' if len(files) > 3 else ''}; every file needs it")  # fmt: skip
+    if declared is not None:
+        known = {c for h in headers for c in h.columns}
+        unknown = [f.name for f in declared.fields if f.name not in known]
+        if unknown:
+            raise UsageError(f"--schema names {', '.join(unknown)}, in no input file's header;"
+                             f" the columns are {', '.join(headers[0].columns)}")  # fmt: skip
 
 
 def _spark_csv(
-    spark: SparkSession, cfg: IngestConfig, paths: list[str], schema: StructType, parts: int | None
+    spark: SparkSession, cfg: IngestConfig, groups: list[tuple[list[str], StructType]], parts: int | None
 ) -> tuple[DataFrame, int, int]:
-    """Spark's CSV reader, repartitioned to ``--partitions``; with the parts per split
-    (``parts`` fixed: a resumed run keeps its original's) and the number of tasks."""
-    read_schema = StructType([*schema.fields, StructField(CORRUPT_COL, StringType())])
-    df = spark.read.schema(read_schema).options(**reader_options(cfg)).csv(paths)
-    df = df.select(
-        "*",
-        F.col("_metadata.file_path").alias(FILE_COL),
-        F.col("_metadata.file_block_start").alias(BLOCK_COL),
-        F.col("_metadata.file_block_length").alias(BLOCK_LEN_COL),
-    )
+    """Spark's CSV reader, one read per distinct header (each file's columns named by its
+    own header) united by column name, repartitioned to ``--partitions``; with the parts
+    per split (``parts`` fixed: a resumed run keeps its original's) and the number of tasks."""
+    options = {**reader_options(cfg), "enforceSchema": "true"}  # each read's schema is its files' header
+    frames = []
+    for paths, schema in groups:
+        read_schema = StructType([*schema.fields, StructField(CORRUPT_COL, StringType())])
+        frames.append(
+            spark.read.schema(read_schema)
+            .options(**options)
+            .csv(paths)
+            .select(
+                "*",
+                F.col("_metadata.file_path").alias(FILE_COL),
+                F.col("_metadata.file_block_start").alias(BLOCK_COL),
+                F.col("_metadata.file_block_length").alias(BLOCK_LEN_COL),
+            )
+        )
+    df = frames[0]
+    for other in frames[1:]:
+        df = df.unionByName(other, allowMissingColumns=True)
     if cfg.event_time_column is not None:
         col = F.col(cfg.event_time_column)
         fmt = cfg.event_time_format
         df = df.withColumn(EVENT_TS_COL, F.try_to_timestamp(col, F.lit(fmt)) if fmt else F.try_to_timestamp(col))
-    df = df.withColumn(REJECT_COL, reject_reason(schema, cfg))
+    union = StructType([f for f in df.schema.fields if not f.name.startswith("__kappa")])
+    df = df.withColumn(REJECT_COL, reject_reason(union, cfg))
     return _repartition(df, cfg.partitions, parts)
 
 

@@ -195,6 +195,7 @@ def _ingest(
             outcome = sent.outcome
         inherited = _inherited(outcome.stats)
         report.add_run(outcome.stats, spark_metrics.collect(spark, group), inherited)
+        report.add_headers(source.headers, outcome.stats, inherited)
         if sent is not None:
             new_entries = _account(cfg, report, source.plan, sent, inherited, earlier)
         if outcome.error is not None:

@@ -1,13 +1,16 @@
 """From what the source hands each task to clean rows and quarantined ones, per Arrow batch.
 
-Two parsers, one result (:class:`Parsed`):
+Two parsers, one result (:class:`Parsed`). Files may have different headers (schema
+drift): each parser knows every file's :class:`Layout` and keys a file's rows by its own
+header; a batch holds rows of one file (one ledger unit).
 
 - :class:`LineParser`, the fast path: Spark reads raw lines (``read.text``) and each batch
   of lines is parsed here by Arrow's C++ CSV reader, so no Python object is made per row.
   It handles RFC 4180 quoting on single-line records in UTF-8; a line is quarantined if
   its bytes are not UTF-8, its quotes do not balance (a quoted newline without
   ``--multiline``), or its field count differs from the header's. Each file's first line
-  is its header (checked against the first file's) or, without a header, data (BOM removed).
+  is its header (checked against the one read for that file before the run) or, without a
+  header, data (BOM removed).
 - :class:`RowParser`: Spark's CSV reader has parsed the rows already (multiline records,
   other encodings, typed schemas, event time); its reject marks are only split off.
 """
@@ -41,7 +44,24 @@ class BatchParser(Protocol):
 
 
 class HeaderMismatch(ValueError):
-    """A file's header differs from the first file's."""
+    """A file's header differs from the one read for it when the run was planned."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One file's columns, and its header line (BOM removed; None: no header line)."""
+
+    columns: tuple[str, ...]
+    header_line: str | None = None
+
+
+def layout_for(by_file: dict[str, Layout], default: Layout, files: pa.Array) -> Layout:
+    """The layout of the file of a batch's rows (a batch holds one file's rows)."""
+    if not by_file or len(files) == 0:
+        return default
+    from kappa_ingest.splits import canonical_file
+
+    return by_file.get(canonical_file(files[0].as_py()), default)
 
 
 @dataclass
@@ -53,6 +73,7 @@ class Parsed:
     rejects: pa.RecordBatch
     skipped: int = 0
     reject_at: np.ndarray | None = None  # each reject's position in the batch (its line, or Spark's record)
+    columns: tuple[str, ...] = ()  # the rows' CSV columns, in their file's header order
 
     @property
     def rows_read(self) -> int:
@@ -117,20 +138,23 @@ class LineParser:
     columns: tuple[str, ...]
     delimiter: str = ","
     quote: str = '"'
-    header_line: str | None = None  # the first file's header, BOM removed; None: no header
+    header_line: str | None = None  # the header (BOM removed) of files not in by_file; None: no header
+    by_file: dict[str, Layout] = field(default_factory=dict)  # canonical file -> its layout
     _seen: set[str] = field(default_factory=set)
 
     def fresh(self) -> LineParser:
         """A parser for a new task (no file seen yet)."""
-        return LineParser(self.columns, self.delimiter, self.quote, self.header_line)
+        return LineParser(self.columns, self.delimiter, self.quote, self.header_line, self.by_file)
 
     def __call__(self, batch: pa.RecordBatch) -> Parsed:
         lines = _as_binary(batch.column(LINE_COL))
         files = batch.column(FILE_COL)
+        layout = layout_for(self.by_file, Layout(self.columns, self.header_line), files)
+        columns = layout.columns
         n = len(lines)
         keep = np.ones(n, dtype=bool)
         skipped = 0
-        lines, skipped = self._first_lines(lines, files, batch.column(BLOCK_COL), keep)
+        lines, skipped = self._first_lines(lines, files, batch.column(BLOCK_COL), keep, layout.header_line)
         blank = np.asarray(pc.equal(pc.binary_length(lines), 0).fill_null(False))
         skipped += int((blank & keep).sum())
         keep &= ~blank
@@ -148,7 +172,7 @@ class LineParser:
 
         idx = np.flatnonzero(keep)
         good_lines = lines.take(pa.array(idx)).view(pa.string()) if len(idx) else pa.array([], pa.string())
-        table, bad = self._parse(good_lines)
+        table, bad = self._parse(good_lines, columns)
         if bad:
             # Group by field count: each count is its own reason.
             by_count: dict[int, list[int]] = {}
@@ -157,18 +181,18 @@ class LineParser:
             for actual, positions in by_count.items():
                 mask = np.zeros(n, dtype=bool)
                 mask[positions] = True
-                reasons.append((mask, f"{actual} fields where the header has {len(self.columns)}"))
+                reasons.append((mask, f"{actual} fields where the header has {len(columns)}"))
                 keep &= ~mask
             idx = np.flatnonzero(keep)
         rows = pa.RecordBatch.from_arrays(
-            [*(_plain(table.column(c)) for c in self.columns), files.take(pa.array(idx))],
-            names=[*self.columns, FILE_COL],
+            [*(_plain(table.column(c)) for c in columns), files.take(pa.array(idx))],
+            names=[*columns, FILE_COL],
         )
         at = np.concatenate([np.flatnonzero(mask) for mask, _ in reasons]) if reasons else None
-        return Parsed(rows, self._reject_batch(reasons, files, lines), skipped, at)
+        return Parsed(rows, self._reject_batch(reasons, files, lines), skipped, at, columns)
 
     def _first_lines(
-        self, lines: pa.Array, files: pa.Array, blocks: pa.Array, keep: np.ndarray
+        self, lines: pa.Array, files: pa.Array, blocks: pa.Array, keep: np.ndarray, header_line: str | None
     ) -> tuple[pa.Array, int]:
         """Drop (and check) each file's header; take the BOM off a header-less first line."""
         at_start = np.asarray(pc.equal(blocks, 0).fill_null(False))
@@ -188,11 +212,11 @@ class LineParser:
             self._seen.add(name)
             raw = lines[int(pos)].as_py()
             line = raw.decode("utf-8", errors="replace").removeprefix(BOM)
-            if self.header_line is not None:
-                if line != self.header_line:
+            if header_line is not None:
+                if line != header_line:
                     raise HeaderMismatch(
-                        f"the header of {name} ({line[:80]!r}) differs from the first file's"
-                        f" ({self.header_line[:80]!r}); ingest files with one header per run"
+                        f"the header of {name} ({line[:80]!r}) differs from the one read when the run began"
+                        f" ({header_line[:80]!r}): the file changed during the run; run again"
                     )
                 keep[pos] = False
                 skipped += 1
@@ -205,7 +229,7 @@ class LineParser:
             lines = pa.array(values, type=lines.type)
         return lines, skipped
 
-    def _parse(self, lines: pa.Array) -> tuple[pa.Table, list[tuple[int, int]]]:
+    def _parse(self, lines: pa.Array, columns: tuple[str, ...]) -> tuple[pa.Table, list[tuple[int, int]]]:
         """Arrow's CSV reader over the lines joined by newlines; rows of another width are
         reported by their 1-based number and field count instead of being parsed."""
         bad: list[tuple[int, int]] = []
@@ -215,12 +239,12 @@ class LineParser:
             return "skip"
 
         if len(lines) == 0:
-            return pa.table({c: pa.array([], pa.string()) for c in self.columns}), bad
+            return pa.table({c: pa.array([], pa.string()) for c in columns}), bad
         joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(lines)], pa.int32()), lines), "\n")
         size = pc.binary_length(joined)[0].as_py()
         table = pcsv.read_csv(
             pa.BufferReader(joined.buffers()[2].slice(0, size)),
-            read_options=pcsv.ReadOptions(column_names=list(self.columns), use_threads=False, block_size=1 << 30),
+            read_options=pcsv.ReadOptions(column_names=list(columns), use_threads=False, block_size=1 << 30),
             parse_options=pcsv.ParseOptions(
                 delimiter=self.delimiter,
                 quote_char=self.quote,
@@ -230,7 +254,7 @@ class LineParser:
                 invalid_row_handler=on_invalid,
             ),
             convert_options=pcsv.ConvertOptions(
-                column_types={c: pa.string() for c in self.columns},
+                column_types={c: pa.string() for c in columns},
                 null_values=[""],
                 strings_can_be_null=True,
                 quoted_strings_can_be_null=True,
@@ -260,37 +284,42 @@ def _plain(col: pa.ChunkedArray | pa.Array) -> pa.Array:
 
 @dataclass
 class RowParser:
-    """For rows Spark's CSV reader parsed: split off those it marked (REJECT_COL)."""
+    """For rows Spark's CSV reader parsed: split off those it marked (REJECT_COL). With
+    files of several headers, Spark's rows have every header's columns (null where the
+    row's file has no such column): each file's rows keep only its own."""
 
     counts_lines = False  # a batch position is one of Spark's records (a header is not one; a record may span lines)
 
     columns: tuple[str, ...]
     delimiter: str = ","
     quote: str = '"'
+    by_file: dict[str, Layout] = field(default_factory=dict)  # canonical file -> its layout
 
     def fresh(self) -> RowParser:
         return self
 
     def __call__(self, batch: pa.RecordBatch) -> Parsed:
         reject = batch.column(REJECT_COL)
-        keep_cols = [c for c in batch.schema.names if c not in (REJECT_COL, CORRUPT_COL)]
+        columns = layout_for(self.by_file, Layout(self.columns), batch.column(FILE_COL)).columns
+        other = set(self.columns) - set(columns)  # the other headers' columns (the union's)
+        keep_cols = [c for c in batch.schema.names if c not in (REJECT_COL, CORRUPT_COL) and c not in other]
         if reject.null_count == len(reject):
-            return Parsed(batch.select(keep_cols), no_rejects())
+            return Parsed(batch.select(keep_cols), no_rejects(), columns=columns)
         bad = pc.is_valid(reject)
         rows = batch.filter(pc.invert(bad)).select(keep_cols)
         rejected = batch.filter(bad)
         reasons = [
-            malformed_detail(line, len(self.columns), self.delimiter, self.quote) if r == REASON_MALFORMED else r
+            malformed_detail(line, len(columns), self.delimiter, self.quote) if r == REASON_MALFORMED else r
             for r, line in zip(
                 rejected.column(REJECT_COL).to_pylist(), rejected.column(CORRUPT_COL).to_pylist(), strict=False
             )
         ]
         lines = rejected.column(CORRUPT_COL)
         if lines.null_count:  # not malformed, so no raw text: keep the parsed fields
-            fields = pl.from_arrow(rejected.select(list(self.columns))).select(pl.struct(pl.all()).struct.json_encode())
+            fields = pl.from_arrow(rejected.select(list(columns))).select(pl.struct(pl.all()).struct.json_encode())
             lines = pc.coalesce(lines, fields.to_series().to_arrow().cast(pa.string()))
         at = np.flatnonzero(np.asarray(bad.fill_null(False)))
-        return Parsed(rows, _rejects(rejected.column(FILE_COL), pa.array(reasons, pa.string()), lines), 0, at)
+        return Parsed(rows, _rejects(rejected.column(FILE_COL), pa.array(reasons, pa.string()), lines), 0, at, columns)
 
 
 def malformed_detail(line: str | None, header_fields: int, delimiter: str, quote: str) -> str:

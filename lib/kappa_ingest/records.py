@@ -40,6 +40,13 @@ class RecordSpec:
     key_column: str | None = None
     event_time: bool = False  # rows carry EVENT_TS_COL
 
+    def with_columns(self, columns: tuple[str, ...]) -> RecordSpec:
+        """The spec for rows of a file with these columns (files may differ in header);
+        ``()`` keeps the spec's own."""
+        if not columns or columns == self.columns:
+            return self
+        return RecordSpec(columns, self.run_id, self.key_column, self.event_time)
+
 
 @dataclass(frozen=True)
 class Encoded:

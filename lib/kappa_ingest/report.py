@@ -5,7 +5,8 @@ the producers' own counts, checked for its invariants, printed and written as
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from kappa_ingest.phases import RunClock
 
 if TYPE_CHECKING:  # the command line imports this before Spark starts: keep it light
+    from kappa_ingest.csv_source import Header
     from kappa_ingest.ledger import Entry
     from kappa_ingest.reconcile import Verdict
     from kappa_ingest.sinks.partition_runner import TaskStats
@@ -66,10 +68,9 @@ class RunReport:
     delivery: dict[str, Any] = field(default_factory=dict)
     plan: dict[str, Any] | None = None
     ledger: dict[str, Any] = field(default_factory=dict)
-    incremental: dict[str, Any] | None = None
-    dead_letter: dict[str, Any] | None = (
-        None  # {topic, rows, found} with --dead-letter-topic  # what an --incremental run chose, and what it left
-    )
+    incremental: dict[str, Any] | None = None  # what an --incremental run chose, and what it left
+    dead_letter: dict[str, Any] | None = None  # {topic, rows, found} with --dead-letter-topic
+    headers: list[dict[str, Any]] = field(default_factory=list)  # [{columns, files, rows}] per distinct header
     rows_inherited: int = 0  # rows_sent by attempts Spark counted as failed after they committed
 
     @property
@@ -145,6 +146,16 @@ class RunReport:
         self.delivery["transactions_aborted"] = len(failed) if self.delivery.get("mode") == "exactly-once" else 0
         if inherited:
             self.delivery["committed_by_failed_attempts"] = {"units": len(inherited), "rows": self.rows_inherited}
+
+    def add_headers(self, headers: Sequence[Header], stats: list[TaskStats], inherited: list[Entry]) -> None:
+        """Each distinct header of the files read, with its files and the rows read from them."""
+        by_file: Counter[str] = Counter()
+        for e in [*(e for s in stats for e in s.entries()), *inherited]:
+            by_file[e.unit.file] += e.rows_read
+        self.headers = [{**h.to_json(), "rows": sum(by_file[f] for f in h.files)} for h in headers]
+        if headers:
+            counted = sum(h["rows"] for h in self.headers)
+            self.check("rows by header = rows read", counted == self.rows_read, self.rows_read, counted)
 
     def _task(self, t: TaskInfo, s: TaskStats | None) -> dict[str, Any]:
         rows = s.rows_sent if s else 0
@@ -268,6 +279,7 @@ class RunReport:
             "ledger": self.ledger,
             "incremental": self.incremental,
             "dead_letter": self.dead_letter,
+            "headers": self.headers,
             "plan": self.plan,
             "checks": self.checks,
             "config": self.config,
@@ -373,6 +385,12 @@ def render(s: dict[str, Any]) -> str:
         "  " + render_phases(s["phases"], s["wall_s"]),
     ]
     out += _render_delivery(s)
+    headers = s.get("headers") or []
+    if len(headers) > 1:
+        out.append(f"  {len(headers)} distinct headers, each file's rows keyed by its own:")
+        for h in headers:
+            n = len(h["files"])
+            out.append(f"    {','.join(h['columns'])[:70]}: {n:,} file{'s' if n != 1 else ''}, {h['rows']:,} rows")
     rate = s["broker"].get("rate")
     if rate:
         out.append(

@@ -145,11 +145,66 @@ def test_dry_run_sends_nothing(spark, kafka, tmp_path):
     assert cfg.topic not in AdminClient({"bootstrap.servers": kafka.bootstrap_servers}).list_topics(timeout=10).topics
 
 
-@pytest.mark.parametrize("options", [{}, {"schema": "a STRING, b STRING"}])
-def test_files_whose_headers_differ_are_refused_before_spark_reads_them(spark, kafka, tmp_path, options):
+DRIFT = {  # one landing directory, its files' headers drifting
+    "a.csv": "id,name,amount\n1,ann,1.5\n2,bob,\n",
+    "b.csv": "id,name,amount,tier\n3,cy,3.25,gold\n",  # a column added
+    "c.csv": "id,amount\n4,4.0\n",  # a column removed
+    "d.csv": "amount,name,id\n5.5,dee,5\n",  # columns reordered
+    "e.csv": "id,full_name,amount\n6,eve,6.75\n7,fay,oops\n",  # a column renamed; a bad amount
+}
+
+
+@pytest.mark.parametrize("options", [{}, {"schema": "id INT, amount DOUBLE"}], ids=["lines", "schema"])
+def test_files_whose_headers_drift_are_each_keyed_by_their_own_header(spark, kafka, tmp_path, options):
+    import csv
+
+    paths = []
+    for name, text in DRIFT.items():
+        (tmp_path / name).write_text(text)
+        paths.append(str(tmp_path / name))
+    typed = bool(options)
+    _, summary, records = run(spark, kafka, tmp_path, inputs=paths, **options)
+    assert summary["read_path"] == ("spark-csv" if typed else "lines")
+
+    def value(col: str, text: str):
+        if text == "":
+            return None
+        return (int(text) if col == "id" else float(text)) if typed and col in ("id", "amount") else text
+
+    expected, quarantined = [], 0
+    for name in DRIFT:
+        with open(tmp_path / name, newline="") as f:
+            for row in csv.DictReader(f):
+                if typed and row["amount"] == "oops":
+                    quarantined += 1
+                    continue
+                expected.append((name, [(c, value(c, v)) for c, v in row.items()]))
+    got = [(r.value["source_file"].rsplit("/", 1)[-1], list(r.value["data"].items())) for r in records]
+    assert sorted(got, key=str) == sorted(expected, key=str)  # each file's columns, in its header's order
+    assert summary["rows_quarantined"] == quarantined
+    assert [(h["columns"], [f.rsplit("/", 1)[-1] for f in h["files"]], h["rows"]) for h in summary["headers"]] == [
+        (["id", "name", "amount"], ["a.csv"], 2),
+        (["id", "name", "amount", "tier"], ["b.csv"], 1),
+        (["id", "amount"], ["c.csv"], 1),
+        (["amount", "name", "id"], ["d.csv"], 1),
+        (["id", "full_name", "amount"], ["e.csv"], 2),
+    ]
+    assert all(c["ok"] for c in summary["checks"]), summary["checks"]
+
+
+def test_strict_header_refuses_drifting_headers_before_spark_reads_them(spark, kafka, tmp_path):
     from kappa_ingest.errors import InputError
 
     (tmp_path / "a.csv").write_text("a,b\n1,2\n")
-    (tmp_path / "b.csv").write_text("a,c\n3,4\n")  # Spark's reader would call c "b"
+    (tmp_path / "b.csv").write_text("a,c\n3,4\n")  # Spark's reader alone would call c "b"
     with pytest.raises(InputError, match=r"the header of .*b\.csv \('a,c'\) differs from the first file's"):
-        run(spark, kafka, tmp_path, inputs=[str(tmp_path / "a.csv"), str(tmp_path / "b.csv")], **options)
+        run(spark, kafka, tmp_path, inputs=[str(tmp_path / "a.csv"), str(tmp_path / "b.csv")], strict_header=True)
+
+
+def test_a_key_column_missing_from_some_files_is_refused(spark, kafka, tmp_path):
+    from kappa_ingest.errors import InputError
+
+    (tmp_path / "a.csv").write_text("id,b\n1,2\n")
+    (tmp_path / "b.csv").write_text("b\n3\n")
+    with pytest.raises(InputError, match=r"--key-column 'id': not in the header of 1 file\(s\): .*b\.csv"):
+        run(spark, kafka, tmp_path, inputs=[str(tmp_path / "a.csv"), str(tmp_path / "b.csv")], key_column="id")

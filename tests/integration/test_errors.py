@@ -75,13 +75,14 @@ def test_unreachable_broker_exits_4_within_30_s(tmp_path):
     assert summary["status"] == "failed" and "unreachable" in summary["error"]
 
 
-def test_files_with_different_headers_exit_3(tmp_path, kafka):
+def test_strict_header_refuses_files_with_different_headers_with_exit_3(tmp_path, kafka):
     (tmp_path / "a.csv").write_text("a,b\n1,2\n")
     (tmp_path / "b.csv").write_text("a,c\n3,4\n")
     done = cli(tmp_path, "--input", str(tmp_path / "a.csv"), "--input", str(tmp_path / "b.csv"), "--topic", "hdr",
-               "--bootstrap-servers", kafka.bootstrap_servers)  # fmt: skip
+               "--bootstrap-servers", kafka.bootstrap_servers, "--strict-header")  # fmt: skip
     assert done.returncode == 3, done.stderr
-    assert_one_clean_line(done.stderr, "header", "differs")
+    assert_one_clean_line(done.stderr, "header", "differs", "--strict-header")
+    assert "EOFError" not in done.stderr
     [summary] = summaries(tmp_path)
     assert summary["status"] == "failed"
 

@@ -74,3 +74,30 @@ def test_retry_duplicates_found_by_the_read_back_are_counted_and_named():
 
 def test_rest_times_parse_as_utc():
     assert parse_time("2026-11-22T00:50:12.345GMT") == datetime(2026, 11, 22, 0, 50, 12, 345000, tzinfo=UTC)
+
+
+def test_rows_by_header_come_from_the_units_each_task_delivered():
+    import json
+    from dataclasses import asdict
+
+    from kappa_ingest.csv_source import Header
+    from kappa_ingest.ledger import Entry
+    from kappa_ingest.splits import Unit
+
+    def entry(file, rows):
+        return Entry(
+            "t", Unit(file, 0, 10), 10, 1, "r", "r", "at-least-once", rows + 1, rows, rows, 0, rows * 100, 1, 0
+        )
+
+    r = RunReport("r", "confluent", "t", {})
+    s1, s2 = stats(1, 0, 5), stats(2, 1, 7)
+    s1.units = json.dumps([asdict(entry("/in/a.csv", 2)), asdict(entry("/in/b.csv", 3))])
+    s2.units = json.dumps([asdict(entry("/in/c.csv", 7))])
+    r.add_run([s1, s2], metrics([task(1, 0, "1", 0, 1, records=6), task(2, 1, "1", 0, 1, records=8)]))
+    headers = [Header(("id", "x"), ("/in/a.csv", "/in/c.csv")), Header(("id", "y", "z"), ("/in/b.csv",))]
+    r.add_headers(headers, [s1, s2], [])
+    assert [(h["columns"], h["rows"]) for h in r.headers] == [(["id", "x"], 9), (["id", "y", "z"], 3)]
+    assert r.consistent, r.checks
+    text = render(r.summary())
+    assert "2 distinct headers, each file's rows keyed by its own:" in text
+    assert "id,x: 2 files, 9 rows" in text and "id,y,z: 1 file, 3 rows" in text

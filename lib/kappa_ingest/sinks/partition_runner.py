@@ -296,7 +296,7 @@ def run_partitions(
             task_input = TaskInput(stats.partition, delivery.parts, delivery.skip, delivered_earlier(delivery))
             for unit, rows in task_input.units(batches):
                 parsed = parse(rows)
-                enc = encode_batch(parsed.rows, spec, clock())
+                enc = encode_batch(parsed.rows, spec.with_columns(parsed.columns), clock())
                 for lo, hi in throttle.slices(enc.rows):
                     producer.send(enc.slice(lo, hi), spec.run_id)
                 if delivery.dead_letter_topic and parsed.rejects.num_rows:

@@ -59,7 +59,7 @@ def send(
         task_input = TaskInput(ctx.partitionId(), delivery.parts, delivery.skip)
         for unit, rows in task_input.units(batches):
             parsed = parse(rows)
-            enc = encode_batch(parsed.rows, spec, clock())
+            enc = encode_batch(parsed.rows, spec.with_columns(parsed.columns), clock())
             letters = []
             if dead_letters and parsed.rejects.num_rows:
                 letters = dead_letter.records(
