@@ -110,7 +110,10 @@ def validate_settings(settings: dict[str, str], sink: str) -> None:
 
 def for_confluent(settings: dict[str, str], bootstrap_servers: str) -> dict[str, Any]:
     """librdkafka configuration for confluent-kafka's Producer."""
-    conf: dict[str, Any] = {"bootstrap.servers": bootstrap_servers}
+    # librdkafka's own default partitions keys by CRC32; Java's clients (Spark's sink, Kafka
+    # Streams) and kafka-python by murmur2: with it a key lands in the same partition whichever
+    # client wrote it, so topics stay co-partitioned with what other producers write.
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "partitioner": "murmur2_random"}
     for name, value in settings.items():
         target, convert = TABLE[name][0]  # type: ignore[misc]
         conf[target] = convert(value)

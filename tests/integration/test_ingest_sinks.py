@@ -113,3 +113,15 @@ def test_generated_file_with_report_per_executor_and_stage(spark, kafka, tmp_pat
     for key in ("executor_id", "host", "tasks", "rows", "bytes", "busy_s", "span_s", "rows_per_s", "mb_per_s"):
         assert key in summary["executors"][0]
     assert all(c["ok"] for c in summary["checks"]), summary["checks"]
+
+
+@pytest.mark.parametrize(("sink", "mode"), DELIVERIES)
+def test_a_key_lands_in_the_partition_javas_partitioner_gives_it(edge_runs, sink, mode):
+    """Every sink partitions keys as Kafka's Java clients do (murmur2), so a topic written by
+    kappa-ingest is co-partitioned with what Java producers and Kafka Streams write."""
+    from kafka.partitioner.default import murmur2
+
+    _, summary, records = edge_runs[(sink, mode)]
+    partitions = summary["config"]["topic_partitions"]
+    assert {r.partition for r in records} == set(range(partitions))
+    assert all(r.partition == (murmur2(r.key) & 0x7FFFFFFF) % partitions for r in records)

@@ -15,7 +15,7 @@ SETTINGS = {"acks": "all", "enable.idempotence": "true", "linger.ms": "20", "bat
 
 def test_librdkafka_names_and_types():
     conf = ks.for_confluent(SETTINGS, "h:1")
-    assert conf == {"bootstrap.servers": "h:1", "acks": "all", "enable.idempotence": True, "linger.ms": 20,
+    assert conf == {"bootstrap.servers": "h:1", "partitioner": "murmur2_random", "acks": "all", "enable.idempotence": True, "linger.ms": 20,
                     "batch.size": 1048576, "compression.type": "lz4", "queue.buffering.max.kbytes": 65536,
                     "message.max.bytes": 2097152}  # fmt: skip
 
