@@ -81,6 +81,10 @@ def run_ingest(args: argparse.Namespace) -> int:
     resumption = selection = held = None
     try:
         input_bytes = preflight(cfg)
+        if cfg.expectations:  # a malformed suite is refused before Spark starts
+            from kappa_ingest import quality
+
+            quality.load(cfg.expectations)
         if cfg.resume:  # fenced and read before Spark starts: with nothing left, Spark never does
             from kappa_ingest.ingest import nothing_to_send, prepare_resume
 

@@ -66,6 +66,8 @@ class IngestConfig:
     max_files: int | None = None  # bounds of one incremental run, oldest files first
     max_bytes: int | None = None
     dead_letter_topic: str | None = None  # quarantined rows also go there, raw text as value
+    expectations: str | None = None  # a Great Expectations suite run on the parsed rows before sending
+    quality_gate: str | None = None  # fail | quarantine | warn (fail when a suite is given)
 
     def producer_settings(self) -> dict[str, str]:
         """Kafka (Java-named) producer settings: the defaults overlaid by ``kafka_opts``."""
@@ -152,6 +154,10 @@ def add_ingest_arguments(p: argparse.ArgumentParser) -> None:
       " is refused (default, exit 3) or re-sent whole")  # fmt: skip
     a("--max-files", type=int, metavar="N", help="with --incremental: at most N files this run, oldest first")
     a("--max-bytes", metavar="SIZE", help="with --incremental: at most SIZE of input (e.g. 2G) this run, oldest first")
+    a("--expectations", metavar="FILE", help="Great Expectations 1.x suite (its JSON, or a YAML list of"
+      " {expectation, kwargs}) run on every parsed row before anything is sent")  # fmt: skip
+    a("--quality-gate", choices=("fail", "quarantine", "warn"), help="a failed expectation: fail (default; exit 5,"
+      " nothing sent), quarantine (rows failing row-level ones; the others still fail) or warn")  # fmt: skip
     a("--dead-letter-topic", metavar="NAME", help="quarantined rows also go to this topic (raw text, context headers)")
     a("--ledger-topic", metavar="NAME", help=f"the delivery ledger's compacted topic (default {DEFAULT_LEDGER_TOPIC})")
     a("--quiet", action="store_const", const=True, help="no progress display")
@@ -229,6 +235,21 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 def _setting_text(v: Any) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def _check_quality(v: dict[str, Any]) -> None:
+    from kappa_ingest.quality import GATES
+
+    if v.get("quality_gate") is not None and v["quality_gate"] not in GATES:
+        raise UsageError(f"--quality-gate {v['quality_gate']!r}: accepted: {', '.join(GATES)}")
+    if v.get("expectations") is None:
+        if v.get("quality_gate") is not None:
+            raise UsageError("--quality-gate needs --expectations FILE (a Great Expectations suite)")
+        return
+    v["expectations"] = str(v["expectations"])
+    if not Path(v["expectations"]).is_file():
+        raise UsageError(f"--expectations {v['expectations']}: no such file")
+    v["quality_gate"] = v.get("quality_gate") or "fail"
 
 
 def _parse_kv(items: list[str]) -> dict[str, str]:
@@ -347,6 +368,7 @@ def validate(values: dict[str, Any]) -> IngestConfig:
     if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", ledger_topic) or ledger_topic == topic:
         raise UsageError(f"--ledger-topic {ledger_topic!r}: a topic name of its own (letters, digits, '.', '_', '-')")
     v["ledger_topic"] = ledger_topic
+    _check_quality(v)
     if v.get("dead_letter_topic") is not None:
         dlq = str(v["dead_letter_topic"])
         if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", dlq) or dlq in (topic, ledger_topic):

@@ -42,7 +42,7 @@ from kappa_ingest import (
 )
 from kappa_ingest.broker_rate import BrokerRateSampler
 from kappa_ingest.config import IngestConfig
-from kappa_ingest.errors import KafkaUnavailable, KappaError
+from kappa_ingest.errors import KafkaUnavailable, KappaError, QualityGateFailed
 from kappa_ingest.failures import classify, spark_action
 from kappa_ingest.incremental import Selection
 from kappa_ingest.kafka_endpoint import KafkaEndpoint, endpoint_for
@@ -182,6 +182,8 @@ def _ingest(
         rate = _rate_per_task(cfg, spark, source)
         earlier = resumption or selection  # what was delivered before, and the files to read
         skip = frozenset(earlier.delivered) if earlier else frozenset()
+        if cfg.expectations:
+            source = _quality_gate(cfg, source, skip, report, run_dir, echo)
         if cfg.dry_run:
             warming.join()
             clock.end("setup")
@@ -196,6 +198,8 @@ def _ingest(
         inherited = _inherited(outcome.stats)
         report.add_run(outcome.stats, spark_metrics.collect(spark, group), inherited)
         report.add_headers(source.headers, outcome.stats, inherited)
+        if report.quality and report.quality["gate"] == "quarantine":
+            report.add_quality_counts(outcome.stats)
         if sent is not None:
             new_entries = _account(cfg, report, source.plan, sent, inherited, earlier)
         if outcome.error is not None:
@@ -363,6 +367,40 @@ def _task_delivery(
         kafka_timeout_s=delivery.kafka_timeout_s(cfg.producer_settings()),
         skip=skip,
     )
+
+
+def _quality_gate(
+    cfg: IngestConfig, source: csv_source.Source, skip: frozenset[Unit], report: RunReport, run_dir: str, echo: bool
+) -> csv_source.Source:
+    """Validate every row the run will send with the suite, before anything is sent: a
+    failure that gates stops the run (exit 5); in quarantine mode the source's parser also
+    takes out the rows failing row-level expectations."""
+    from kappa_ingest import quality
+
+    suite = quality.load(str(cfg.expectations))
+    sc = source.df.sparkSession.sparkContext
+    # Its own job group: the run's (its sending) is what the report joins with Spark's records.
+    sc.setJobGroup(f"kappa-ingest-{cfg.run_id}-quality", f"kappa-ingest {cfg.run_id}: data-quality gate")
+    try:
+        frame = quality.parsed_frame(source, skip)
+        outcome = quality.validate(frame, suite, str(cfg.quality_gate), f"{run_dir}/data_docs")
+    finally:
+        sc.setJobGroup(f"kappa-ingest-{cfg.run_id}", f"kappa-ingest {cfg.run_id}: {cfg.sink} -> {cfg.topic}")
+    report.quality = outcome.to_json()
+    if echo:
+        for r in outcome.results:
+            if not r["success"]:
+                print(f"  {quality.failure_line(r)}", file=sys.stderr)
+    failures = outcome.gating_failures()
+    if failures:
+        labels = ", ".join(r["label"] for r in failures)
+        raise QualityGateFailed(
+            f"data-quality gate failed: {len(failures)} of {len(suite.expectations)} expectations of suite"
+            f" {suite.name!r} ({labels}); nothing sent"
+        )
+    if cfg.quality_gate == "quarantine":
+        return replace(source, parser=quality.Checked(source.parser, quality.RowChecks.of(suite)))
+    return source
 
 
 def _send(

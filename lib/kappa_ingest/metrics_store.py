@@ -84,9 +84,13 @@ LEDGER = _schema(
     ("rows_sent", L), ("rows_quarantined", L), ("bytes_sent", L), ("task_id", L), ("attempt", INT),
     ("delivered_at", TS), ("status", S),
 )  # fmt: skip
+QUALITY = _schema(
+    ("run_id", S), ("suite", S), ("gate", S), ("index", INT), ("type", S), ("column", S), ("kwargs", S),
+    ("success", B), ("observed", S), ("unexpected_count", L), ("element_count", L), ("quarantines", B),
+)  # fmt: skip
 TABLES = {"runs": RUNS, "tasks": TASKS, "executors": EXECUTORS, "stages": STAGES, "broker_rate": BROKER_RATE,
-          "bench": BENCH, "ledger": LEDGER}  # fmt: skip
-RUN_TABLES = ("runs", "tasks", "executors", "stages", "broker_rate")
+          "bench": BENCH, "ledger": LEDGER, "quality": QUALITY}  # fmt: skip
+RUN_TABLES = ("runs", "tasks", "executors", "stages", "broker_rate", "quality")
 
 
 def table_path(metrics_dir: str | Path, name: str) -> str:
@@ -133,7 +137,19 @@ def run_rows(summary: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
         "executors": [{**e, "run_id": rid} for e in summary.get("executors", [])],
         "stages": [{**s, "run_id": rid} for s in summary.get("stages", [])],
         "broker_rate": [{**p, "run_id": rid} for p in summary.get("broker_rate", [])],
+        "quality": quality_rows(summary),
     }
+
+
+def quality_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per expectation of the run's suite (none without --expectations)."""
+    q = summary.get("quality")
+    if not q:
+        return []
+    return [{**r, "run_id": summary["run_id"], "suite": q["suite"], "gate": q["gate"],
+             "column": (r.get("kwargs") or {}).get("column"), "kwargs": json.dumps(r.get("kwargs"), default=str),
+             "observed": None if r.get("observed") is None else str(r["observed"])}
+            for r in q["expectations"]]  # fmt: skip
 
 
 def append(metrics_dir: str | Path, rows: dict[str, list[dict[str, Any]]]) -> None:

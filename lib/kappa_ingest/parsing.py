@@ -74,13 +74,15 @@ class Parsed:
     skipped: int = 0
     reject_at: np.ndarray | None = None  # each reject's position in the batch (its line, or Spark's record)
     columns: tuple[str, ...] = ()  # the rows' CSV columns, in their file's header order
+    row_at: np.ndarray | None = None  # each clean row's position in the batch
+    failed: dict[str, int] | None = None  # rows failing each row-level expectation (--expectations)
 
     @property
     def rows_read(self) -> int:
         return self.rows.num_rows + self.rejects.num_rows
 
 
-def _rejects(files: pa.Array, reasons: pa.Array, lines: pa.Array) -> pa.RecordBatch:
+def reject_batch(files: pa.Array, reasons: pa.Array, lines: pa.Array) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([files, reasons, lines], schema=REJECT_SCHEMA)
 
 
@@ -189,7 +191,7 @@ class LineParser:
             names=[*columns, FILE_COL],
         )
         at = np.concatenate([np.flatnonzero(mask) for mask, _ in reasons]) if reasons else None
-        return Parsed(rows, self._reject_batch(reasons, files, lines), skipped, at, columns)
+        return Parsed(rows, self._reject_batch(reasons, files, lines), skipped, at, columns, idx)
 
     def _first_lines(
         self, lines: pa.Array, files: pa.Array, blocks: pa.Array, keep: np.ndarray, header_line: str | None
@@ -272,7 +274,7 @@ class LineParser:
             # Rejects are few: their text is made per line, undecodable bytes escaped.
             text = [b.decode("utf-8", errors="backslashreplace") for b in lines.take(pos).to_pylist()]
             parts.append(
-                _rejects(files.take(pos), pa.array([reason] * len(pos), pa.string()), pa.array(text, pa.string()))
+                reject_batch(files.take(pos), pa.array([reason] * len(pos), pa.string()), pa.array(text, pa.string()))
             )
         return pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
 
@@ -304,7 +306,7 @@ class RowParser:
         other = set(self.columns) - set(columns)  # the other headers' columns (the union's)
         keep_cols = [c for c in batch.schema.names if c not in (REJECT_COL, CORRUPT_COL) and c not in other]
         if reject.null_count == len(reject):
-            return Parsed(batch.select(keep_cols), no_rejects(), columns=columns)
+            return Parsed(batch.select(keep_cols), no_rejects(), columns=columns, row_at=np.arange(batch.num_rows))
         bad = pc.is_valid(reject)
         rows = batch.filter(pc.invert(bad)).select(keep_cols)
         rejected = batch.filter(bad)
@@ -318,8 +320,9 @@ class RowParser:
         if lines.null_count:  # not malformed, so no raw text: keep the parsed fields
             fields = pl.from_arrow(rejected.select(list(columns))).select(pl.struct(pl.all()).struct.json_encode())
             lines = pc.coalesce(lines, fields.to_series().to_arrow().cast(pa.string()))
-        at = np.flatnonzero(np.asarray(bad.fill_null(False)))
-        return Parsed(rows, _rejects(rejected.column(FILE_COL), pa.array(reasons, pa.string()), lines), 0, at, columns)
+        marked = np.asarray(bad.fill_null(False))
+        return Parsed(rows, reject_batch(rejected.column(FILE_COL), pa.array(reasons, pa.string()), lines), 0,
+                      np.flatnonzero(marked), columns, np.flatnonzero(~marked))  # fmt: skip
 
 
 def malformed_detail(line: str | None, header_fields: int, delimiter: str, quote: str) -> str:

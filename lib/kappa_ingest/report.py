@@ -71,6 +71,7 @@ class RunReport:
     incremental: dict[str, Any] | None = None  # what an --incremental run chose, and what it left
     dead_letter: dict[str, Any] | None = None  # {topic, rows, found} with --dead-letter-topic
     headers: list[dict[str, Any]] = field(default_factory=list)  # [{columns, files, rows}] per distinct header
+    quality: dict[str, Any] | None = None  # the --expectations suite's verdict
     rows_inherited: int = 0  # rows_sent by attempts Spark counted as failed after they committed
 
     @property
@@ -156,6 +157,19 @@ class RunReport:
         if headers:
             counted = sum(h["rows"] for h in self.headers)
             self.check("rows by header = rows read", counted == self.rows_read, self.rows_read, counted)
+
+    def add_quality_counts(self, stats: list[TaskStats]) -> None:
+        """Rows the tasks found failing each row-level expectation, beside GX's own count."""
+        counted: Counter[str] = Counter()
+        for s in stats:
+            counted.update(json.loads(s.failed))
+        assert self.quality is not None
+        for r in self.quality["expectations"]:
+            if r["quarantines"]:
+                r["rows_quarantined_for"] = counted[str(r["index"])]
+                self.check(f"rows failing {r['label']}: kappa-ingest's count = Great Expectations' unexpected_count",
+                           counted[str(r["index"])] == r["unexpected_count"], r["unexpected_count"],
+                           counted[str(r["index"])])  # fmt: skip
 
     def _task(self, t: TaskInfo, s: TaskStats | None) -> dict[str, Any]:
         rows = s.rows_sent if s else 0
@@ -280,6 +294,7 @@ class RunReport:
             "incremental": self.incremental,
             "dead_letter": self.dead_letter,
             "headers": self.headers,
+            "quality": self.quality,
             "plan": self.plan,
             "checks": self.checks,
             "config": self.config,
@@ -391,6 +406,13 @@ def render(s: dict[str, Any]) -> str:
         for h in headers:
             n = len(h["files"])
             out.append(f"    {','.join(h['columns'])[:70]}: {n:,} file{'s' if n != 1 else ''}, {h['rows']:,} rows")
+    q = s.get("quality")
+    if q:
+        failed = [r for r in q["expectations"] if not r["success"]]
+        verdict = "passed" if not failed else f"{len(failed)} of {len(q['expectations'])} failed"
+        out.append(f"  quality: suite {q['suite']} ({len(q['expectations'])} expectations, gate {q['gate']}): {verdict},"
+                   f" {q['seconds']:.1f} s; data docs {q['data_docs']}")  # fmt: skip
+        out += [f"    {r['label']}: observed {r['observed']}" for r in failed]
     rate = s["broker"].get("rate")
     if rate:
         out.append(

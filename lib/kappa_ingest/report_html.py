@@ -17,8 +17,19 @@ RUN_COLUMNS = ["run_id", "status", "sink", "topic", "rows_sent", "rows_quarantin
 
 def load_run(metrics_dir: str | Path, run_id: str) -> dict[str, list[dict[str, Any]]]:
     """Every table's rows of one run, as dicts (read without Spark)."""
-    order = {"tasks": "task_id", "stages": "stage_id", "broker_rate": "t", "executors": "executor_id"}
-    out = {name: metrics_store.rows(metrics_dir, name, run_id, order.get(name)) for name in metrics_store.RUN_TABLES}
+    order = {
+        "tasks": "task_id",
+        "stages": "stage_id",
+        "broker_rate": "t",
+        "executors": "executor_id",
+        "quality": "index",
+    }
+    out = {
+        name: metrics_store.rows(metrics_dir, name, run_id, order.get(name))
+        if metrics_store.exists(metrics_dir, name)  # a store older than the table
+        else []
+        for name in metrics_store.RUN_TABLES
+    }
     if not out["runs"]:
         raise UsageError(f"--run-id {run_id}: no such run in {metrics_dir}/delta; see 'kappa-ingest report --last 20'")
     return out
@@ -71,6 +82,12 @@ def render_html(run: dict[str, list[dict[str, Any]]]) -> str:
     if run["broker_rate"]:
         figures.append(_img(plots.png(plots.broker_curve(run["broker_rate"])), "broker-side rate"))
     error = f"<p class=error>{html.escape(r['error'])}</p>" if r.get("error") else ""
+    quality = ""
+    if run.get("quality"):
+        q = run["quality"]
+        quality = (f"<h2>Data quality: suite {html.escape(str(q[0]['suite']))}, gate {html.escape(str(q[0]['gate']))}</h2>"
+                   + _html_table(q, ["index", "type", "column", "success", "observed", "unexpected_count",
+                                     "element_count", "quarantines"]))  # fmt: skip
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>kappa-ingest run {html.escape(r["run_id"])}</title>
 <style>
@@ -105,6 +122,7 @@ th {{ background: #f0f4f8; }} figure {{ margin: 1em 0; }} img {{ max-width: 100%
         )
     }
 {"".join(figures)}
+{quality}
 <h2>Executors</h2>
 {
         _html_table(

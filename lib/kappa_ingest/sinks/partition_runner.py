@@ -140,6 +140,7 @@ class TaskStats:
     transaction_ms: int = 0  # spent initialising (fencing) and committing its transaction
     units: str = "[]"  # JSON: the ledger entries of the units it delivered
     inherited: str = "[]"  # JSON: entries of units an earlier attempt of it committed
+    failed: str = "{}"  # JSON: rows failing each row-level expectation (--quality-gate quarantine)
 
     @classmethod
     def current(cls) -> TaskStats:
@@ -161,6 +162,11 @@ class TaskStats:
         self.lines_skipped += parsed.skipped
         self.bytes_sent += enc.nbytes
         self.ended_ms = wall_clock_ms()
+        if parsed.failed:
+            counts = json.loads(self.failed)
+            for label, n in parsed.failed.items():
+                counts[label] = counts.get(label, 0) + n
+            self.failed = json.dumps(counts)
 
     def entries(self) -> list[Entry]:
         return [_entry(d) for d in json.loads(self.units)]
@@ -179,7 +185,7 @@ def _entry(d: dict[str, Any]) -> Entry:
     return Entry(**{**d, "unit": Unit(**d["unit"])})
 
 
-_TEXT_FIELDS = {"host", "units", "inherited"}
+_TEXT_FIELDS = {"host", "units", "inherited", "failed"}
 STATS_SCHEMA = ", ".join(f"{f.name} {'string' if f.name in _TEXT_FIELDS else 'bigint'}" for f in fields(TaskStats))
 
 
