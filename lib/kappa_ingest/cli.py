@@ -1,6 +1,7 @@
 """``kappa-ingest``: the command line. Errors become exit codes here, and only here.
 
 kappa-ingest ingest --input PATH --topic TOPIC [option ...]   # local Spark
+kappa-ingest reprocess --from-topic T --runs ID --to-topic T2  # replay history into a new topic
 kappa-ingest kafka start|stop|status [--dir DIR]              # the embedded local Kafka
 kappa-ingest gen-data --layout wide30 --rows N --out FILE     # test data
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from kappa_ingest.errors import KappaError, UsageError
 
@@ -24,12 +26,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from kappa_ingest.config import add_ingest_arguments
+    from kappa_ingest.config import add_ingest_arguments, add_reprocess_arguments
 
     p = _Parser(prog="kappa-ingest", description="CSV files into a Kafka topic with Spark, measured.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     ing = sub.add_parser("ingest", help="ingest CSV files into a topic (local Spark)")
     add_ingest_arguments(ing)
+    rep = sub.add_parser("reprocess", help="replay a topic's history (from the ledger) into a new topic version")
+    add_reprocess_arguments(rep)
     k = sub.add_parser("kafka", help="the embedded local Kafka broker")
     k.add_argument("action", choices=["start", "stop", "status"])
     k.add_argument("--dir", default=".kafka", help="state directory (default .kafka)")
@@ -61,7 +65,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def run_ingest(args: argparse.Namespace) -> int:
+def run_reprocess(args: argparse.Namespace) -> int:
+    """``kappa-ingest reprocess`` and ``jobs/reprocess.py``: the history chosen from the
+    ledger (before Spark starts), then an ingest of it into the new topic version."""
+    from kappa_ingest import config, reprocess
+
+    values, replay = reprocess.prepare(config.merged(args), args.topic_partitions is not None)
+    return run_ingest(args, config.validate(values), replay)
+
+
+def run_ingest(args: argparse.Namespace, cfg: Any = None, replay: Any = None) -> int:
     """Shared by ``kappa-ingest ingest`` and ``jobs/ingest_csv.py``: check what can be
     checked before Spark starts (inputs, Kafka), start an embedded broker beside Spark if
     the run needs one, then run the job; Spark and the broker are stopped before recording."""
@@ -75,7 +88,7 @@ def run_ingest(args: argparse.Namespace) -> int:
     from kappa_ingest.spark_session import QUICK_JIT_BYTES, build_session, launched_by_spark_submit, stop_session
 
     clock = RunClock.from_process_start()
-    cfg = config.load(args)
+    cfg = cfg or config.load(args)
     importing = threading.Thread(target=_import_pipeline, name="imports", daemon=True)
     kafka: KafkaEndpoint | None = None
     resumption = selection = held = None
@@ -147,7 +160,7 @@ def run_ingest(args: argparse.Namespace) -> int:
 
     try:
         ingest(cfg, spark, clock=clock, kafka=kafka, release=release, resumption=resumption, selection=selection,
-               held=held)  # fmt: skip
+               held=held, replay=replay)  # fmt: skip
     finally:
         release()
         if held is not None:
@@ -287,11 +300,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
                 config.load(args)  # validated once more in run_ingest; here to report usage errors
         except UsageError as e:
-            if argv and argv[0] == "ingest":
+            if argv and argv[0] in ("ingest", "reprocess"):
                 report_usage_error(argv[1:], e)
             raise
         if args.command == "ingest":
             return run_ingest(args)
+        if args.command == "reprocess":
+            return run_reprocess(args)
         if args.command == "kafka":
             return _kafka(args)
         if args.command == "bench":

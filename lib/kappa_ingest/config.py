@@ -68,6 +68,14 @@ class IngestConfig:
     dead_letter_topic: str | None = None  # quarantined rows also go there, raw text as value
     expectations: str | None = None  # a Great Expectations suite run on the parsed rows before sending
     quality_gate: str | None = None  # fail | quarantine | warn (fail when a suite is given)
+    # kappa-ingest reprocess: history delivered to from_topic, replayed into topic
+    from_topic: str | None = None
+    runs: tuple[str, ...] = ()  # replay what these runs delivered ...
+    since: str | None = None  # ... or what was delivered in [since, until)
+    until: str | None = None
+    order_by_event_time: bool = False  # each key's records in event-time order in its partition
+    replay_speed: float | None = None  # event-time pacing, X times real time; None: unpaced
+    topic_config: dict[str, str] = field(default_factory=dict)  # configs of a topic the run creates
 
     def producer_settings(self) -> dict[str, str]:
         """Kafka (Java-named) producer settings: the defaults overlaid by ``kafka_opts``."""
@@ -98,7 +106,7 @@ def new_run_id(now: datetime | None = None) -> str:
 # -- the command line -------------------------------------------------------------------
 
 
-def add_ingest_arguments(p: argparse.ArgumentParser) -> None:
+def add_ingest_arguments(p: argparse.ArgumentParser, target: str = "--topic") -> None:
     """The options of contract §1, shared by ``jobs/ingest_csv.py`` and ``kappa-ingest ingest``.
 
     Every default is ``None`` so that the YAML file can fill what the command line leaves out.
@@ -111,7 +119,7 @@ def add_ingest_arguments(p: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="file, directory or glob (.csv, .csv.gz); repeatable",
     )
-    a("--topic", help="target topic (created if absent)")
+    a(target, dest="topic", help="target topic (created if absent)")
     a("--bootstrap-servers", metavar="H:P[,H:P]", help="Kafka cluster; default: start the embedded local broker")
     a("--sink", choices=SINKS, help=f"who produces (default {DEFAULT_SINK}, the fastest in `make bench`)")
     a("--partitions", type=int, metavar="N", help="Spark partitions = concurrent producers")
@@ -164,11 +172,30 @@ def add_ingest_arguments(p: argparse.ArgumentParser) -> None:
     a("--master", dest="spark_master", metavar="URL", help="Spark master for `kappa-ingest ingest` (default local[*])")
 
 
+def add_reprocess_arguments(p: argparse.ArgumentParser) -> None:
+    """``kappa-ingest reprocess`` and ``jobs/reprocess.py``: the ingest options, with
+    ``--to-topic`` for ``--topic``, and where the history comes from."""
+    add_ingest_arguments(p, target="--to-topic")
+    a = p.add_argument
+    a("--from-topic", required=True, metavar="NAME", help="the topic whose history is replayed")
+    a("--runs", metavar="ID,...", help="replay what these runs (or runs resuming them) delivered")
+    a("--since", metavar="DATE", help="replay what was delivered from this date or ISO time (UTC) ...")
+    a("--until", metavar="DATE", help="... until this one (excluded)")
+    a("--order-by-event-time", action="store_const", const=True,
+      help="each key's records reach its partition in event-time order (a shuffle by key, sorted by event time)")  # fmt: skip
+    a("--replay-speed", metavar="X|max", help="event-time pacing: X times real time (e.g. 60), or max (unpaced)")
+
+
 def load(args: argparse.Namespace) -> IngestConfig:
     """Build the run's configuration: YAML file first, then the command line on top.
 
     With ``--resume``, the run resumed gives the base instead of the default YAML file:
     its settings, and its input files as it planned them (a glob may match more now)."""
+    return validate(merged(args))
+
+
+def merged(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings of :func:`load`, not yet validated."""
     explicit = args.config_file is not None
     path = Path(args.config_file) if explicit else default_config()
     values: dict[str, Any] = {}
@@ -192,7 +219,7 @@ def load(args: argparse.Namespace) -> IngestConfig:
     values.update(cli)
     if path.exists() and (explicit or not cli.get("resume")):
         values["config_file"] = str(path)
-    return validate(values)
+    return values
 
 
 def default_config() -> Path:
@@ -204,7 +231,7 @@ def default_config() -> Path:
 
 _FIELD_NAMES = {f.name for f in fields(IngestConfig)}
 _YAML_ALIASES = {"input": "inputs", "kafka_opt": "kafka_opts", "master": "spark_master"}
-_NOT_IN_YAML = {"config_file", "lineage"}
+_NOT_IN_YAML = {"config_file", "lineage", "topic_config", "from_topic", "runs", "since", "until"}
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -235,6 +262,38 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 def _setting_text(v: Any) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def _check_reprocess(v: dict[str, Any]) -> None:
+    """``kappa-ingest reprocess``: where the history comes from, and how it is replayed."""
+    speed = v.get("replay_speed")
+    if speed is not None:
+        if str(speed) == "max":
+            v["replay_speed"] = None
+        else:
+            try:
+                v["replay_speed"] = float(speed)
+            except ValueError as e:
+                raise UsageError(f"--replay-speed {speed!r}: a factor of real time (e.g. 60) or max") from e
+            if v["replay_speed"] <= 0:
+                raise UsageError(f"--replay-speed {speed!r}: a factor of real time above 0, or max")
+            if not v.get("event_time_column"):
+                raise UsageError("--replay-speed paces by event time: give --event-time-column")
+    if v.get("order_by_event_time") and not (v.get("event_time_column") and v.get("key_column")):
+        raise UsageError("--order-by-event-time orders each key's records: give --key-column and --event-time-column")
+    if isinstance(v.get("runs"), str):
+        v["runs"] = tuple(r.strip() for r in v["runs"].split(",") if r.strip())
+    v["runs"] = tuple(v.get("runs") or ())
+    if not v.get("from_topic"):
+        if v["runs"] or v.get("since") or v.get("until"):
+            raise UsageError("--runs, --since and --until choose history to replay: use kappa-ingest reprocess")
+        return
+    if v.get("from_topic") == v.get("topic"):
+        raise UsageError(f"--to-topic {v['topic']}: a new topic version, not --from-topic itself")
+    if not v.get("bootstrap_servers"):
+        raise UsageError("reprocess reads the delivery ledger of --from-topic's cluster: give --bootstrap-servers")
+    if v.get("incremental") or v.get("resume"):
+        raise UsageError("reprocess with --incremental or --resume: replay into a new topic version once")
 
 
 def _check_quality(v: dict[str, Any]) -> None:
@@ -318,6 +377,7 @@ def _check_incremental(v: dict[str, Any]) -> None:
 def validate(values: dict[str, Any]) -> IngestConfig:
     """Check every value and return the frozen configuration; UsageError names the bad one."""
     v = dict(values)
+    _check_reprocess(v)
     if not v.get("inputs"):
         raise UsageError("no input: give --input PATH (a file, directory or glob)")
     if not v.get("topic"):
@@ -354,7 +414,7 @@ def validate(values: dict[str, Any]) -> IngestConfig:
     if v.get("max_bytes") is not None:
         v["max_bytes"] = parse_size(v["max_bytes"])
     _check_incremental(v)
-    for name in ("header", "multiline", "strict_header", "dry_run", "quiet", "incremental"):
+    for name in ("header", "multiline", "strict_header", "dry_run", "quiet", "incremental", "order_by_event_time"):
         if name in v and not isinstance(v[name], bool):
             raise UsageError(f"'{name.replace('_', '-')}': expected true or false, got {v[name]!r}")
     v["kafka_opts"] = dict(v.get("kafka_opts") or {})

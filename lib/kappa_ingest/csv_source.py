@@ -85,6 +85,11 @@ def reader_options(cfg: IngestConfig) -> dict[str, str]:
     }
 
 
+def in_event_order(cfg: IngestConfig) -> bool:
+    """Whether a task's rows come sorted by event time (and are sent in that order)."""
+    return bool(cfg.event_time_column and (cfg.order_by_event_time or cfg.replay_speed))
+
+
 def _lines_possible(cfg: IngestConfig) -> bool:
     return (
         not cfg.multiline
@@ -380,7 +385,17 @@ def _spark_csv(
         df = df.withColumn(EVENT_TS_COL, F.try_to_timestamp(col, F.lit(fmt)) if fmt else F.try_to_timestamp(col))
     union = StructType([f for f in df.schema.fields if not f.name.startswith("__kappa")])
     df = df.withColumn(REJECT_COL, reject_reason(union, cfg))
-    return _repartition(df, cfg.partitions, parts)
+    in_event_order = [F.col(EVENT_TS_COL), F.col(FILE_COL), F.col(BLOCK_COL)]
+    if cfg.order_by_event_time and cfg.key_column:
+        # Each key's rows in one task (a unit is then one part of a split, as in any
+        # shuffle), sorted by event time: its partition gets them in that order.
+        parts = parts or cfg.partitions or spark.sparkContext.defaultParallelism
+        df = df.repartition(parts, F.col(cfg.key_column)).sortWithinPartitions(*in_event_order)
+        return df, parts, parts
+    df, parts, tasks = _repartition(df, cfg.partitions, parts)
+    if cfg.replay_speed:  # paced by event time: each task's rows in that order
+        df = df.sortWithinPartitions(*in_event_order)
+    return df, parts, tasks
 
 
 def reject_reason(schema: StructType, cfg: IngestConfig) -> Column:

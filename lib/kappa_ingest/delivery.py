@@ -149,6 +149,8 @@ class TaskDelivery:
     kafka_timeout_s: float = DEFAULT_DELIVERY_TIMEOUT_MS / 1000  # see kafka_timeout_s()
     skip: frozenset[Unit] = field(default_factory=frozenset)  # delivered before this run
     ledger_start: dict[int, int] = field(default_factory=dict)  # the ledger's end offsets when the run began
+    ordered: bool = False  # rows come sorted by event time: sent in that order, not unit by unit
+    pace: tuple[int, float, int] | None = None  # (first event ms, speed, wall ms it is sent at): --replay-speed
 
     @property
     def transactional(self) -> bool:

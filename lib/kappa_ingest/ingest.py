@@ -42,7 +42,7 @@ from kappa_ingest import (
 )
 from kappa_ingest.broker_rate import BrokerRateSampler
 from kappa_ingest.config import IngestConfig
-from kappa_ingest.errors import KafkaUnavailable, KappaError, QualityGateFailed
+from kappa_ingest.errors import KafkaUnavailable, KappaError, QualityGateFailed, UsageError
 from kappa_ingest.failures import classify, spark_action
 from kappa_ingest.incremental import Selection
 from kappa_ingest.kafka_endpoint import KafkaEndpoint, endpoint_for
@@ -51,7 +51,9 @@ from kappa_ingest.ledger import Entry
 from kappa_ingest.lock import Lock
 from kappa_ingest.phases import RunClock
 from kappa_ingest.progress import Progress, estimate_rows
+from kappa_ingest.records import wall_clock_ms
 from kappa_ingest.report import RunReport, render
+from kappa_ingest.reprocess import Replay
 from kappa_ingest.resume import Resumption
 from kappa_ingest.sinks.partition_runner import Discard, SendOutcome, TaskStats, run_partitions
 from kappa_ingest.splits import Plan, Unit
@@ -83,6 +85,7 @@ def ingest(
     resumption: Resumption | None = None,
     selection: Selection | None = None,
     held: Lock | None = None,
+    replay: Replay | None = None,
 ) -> RunReport:
     """Run one ingest; returns its report (also recorded, written to summary.json and printed).
 
@@ -92,7 +95,7 @@ def ingest(
     not wait for them after the report); ``resumption`` is ``resume.prepare``'s answer for a
     ``--resume`` run (made here if not given), ``selection`` ``incremental.prepare``'s for an
     ``--incremental`` one (likewise); ``held`` the topic's lock (taken here if not given, and
-    then released at the end). Raises a KappaError subclass (carrying the contract's exit
+    then released at the end); ``replay`` what a ``reprocess`` run replays (``reprocess.prepare``). Raises a KappaError subclass (carrying the contract's exit
     code) on failure, after the report has been written with ``status: failed``.
     """
     clock = clock or RunClock()
@@ -109,7 +112,7 @@ def ingest(
             failed_report(cfg, clock, e)
             raise
     try:
-        return _ingest(cfg, spark, echo, clock, kafka, owns_kafka, release, resumption, selection, held)
+        return _ingest(cfg, spark, echo, clock, kafka, owns_kafka, release, resumption, selection, held, replay)
     finally:
         if owns_lock and held is not None:
             held.release()
@@ -126,6 +129,7 @@ def _ingest(
     resumption: Resumption | None,
     selection: Selection | None,
     held: Lock | None,
+    replay: Replay | None = None,
 ) -> RunReport:
     if cfg.resume and resumption is None:
         try:
@@ -155,6 +159,8 @@ def _ingest(
         return nothing_new(cfg, selection, servers, clock, echo, held)
     report = new_report(cfg, clock, held)
     report.spark_master = spark.sparkContext.master
+    if replay is not None:
+        report.reprocess = replay.to_json()
     run_dir = f"{cfg.metrics_dir}/runs/{cfg.run_id}"
     new_entries: list[Entry] = []
     unreconciled: KappaError | None = None
@@ -208,6 +214,8 @@ def _ingest(
             raise _with_resume_hint(classify(outcome.error), report) from outcome.error
         if sent is not None:
             _reconcile(cfg, report, sent, resumption, new_entries)
+            if replay is not None:
+                _compare(cfg, spark, report, replay, kafka.servers())
         if report.rows_quarantined:
             path = f"{run_dir}/quarantine"
             reasons = spark_action(lambda: quarantine.write(source, path, skip))
@@ -354,6 +362,7 @@ def _task_delivery(
             / 1000
         )
     return delivery.TaskDelivery(
+        ordered=csv_source.in_event_order(cfg),
         mode=mode,
         run_id=cfg.run_id,
         lineage=cfg.lineage,
@@ -367,6 +376,56 @@ def _task_delivery(
         kafka_timeout_s=delivery.kafka_timeout_s(cfg.producer_settings()),
         skip=skip,
     )
+
+
+def _event_span(cfg: IngestConfig, source: csv_source.Source) -> tuple[int, int]:
+    """The first event time and the span to the last (ms): where --replay-speed paces from."""
+    from pyspark.sql import functions as F
+
+    from kappa_ingest.columns import EVENT_TS_COL
+
+    sc = source.df.sparkSession.sparkContext
+    sc.setJobGroup(f"kappa-ingest-{cfg.run_id}-pace", f"kappa-ingest {cfg.run_id}: the events' time span")
+    try:
+        ts = F.col(EVENT_TS_COL)
+        row = spark_action(lambda: source.df.agg(F.min(ts).alias("a"), F.max(ts).alias("b")).collect()[0])
+    finally:
+        sc.setJobGroup(f"kappa-ingest-{cfg.run_id}", f"kappa-ingest {cfg.run_id}: {cfg.sink} -> {cfg.topic}")
+    if row["a"] is None:
+        return 0, 0
+    first, last = (int(t.timestamp() * 1000) for t in (row["a"], row["b"]))
+    return first, last - first
+
+
+def _paced(task_delivery: delivery.TaskDelivery, span_s: float, admin: Admin) -> delivery.TaskDelivery:
+    """A paced task runs as long as its events span, divided by the speed: its transaction
+    must stay open that long, within the brokers' maximum."""
+    if not task_delivery.transactional or span_s + 60 <= task_delivery.transaction_timeout_s:
+        return task_delivery
+    broker_max = int(admin.broker_setting("transaction.max.timeout.ms") or delivery.BROKER_MAX_DEFAULT_MS) / 1000
+    needed = span_s * 1.2 + 60
+    if needed > broker_max:
+        raise UsageError(
+            f"--replay-speed: the events span {span_s:,.0f} s at this speed, longer than a transaction may stay open"
+            f" (transaction.max.timeout.ms {broker_max:,.0f} s); raise the speed or use --delivery at-least-once"
+        )
+    return replace(task_delivery, transaction_timeout_s=needed)
+
+
+def _compare(cfg: IngestConfig, spark: SparkSession, report: RunReport, replay: Replay, servers: str) -> None:
+    """The old topic's records of the replayed runs beside the new topic's of this run."""
+    from kappa_ingest import reprocess
+    from kappa_ingest.kafka_settings import for_spark
+
+    wanted = ("kafka.security.protocol", "kafka.sasl.mechanism", "kafka.sasl.jaas.config")
+    options = {k: v for k, v in for_spark(cfg.producer_settings(), servers, cfg.run_id).items() if k in wanted}
+    sides = spark_action(lambda: reprocess.compare(spark, servers, options, replay.from_topic, replay.runs,
+                                                   cfg.topic, cfg.run_id))  # fmt: skip
+    assert report.reprocess is not None
+    report.reprocess["compare"] = sides
+    new = sides["new"]["records"]
+    report.check("the new topic holds rows_sent records of this run (read_committed)", new == report.rows_sent,
+                 report.rows_sent, new)  # fmt: skip
 
 
 def _quality_gate(
@@ -422,7 +481,7 @@ def _send(
     conf = connection_conf(settings, servers)
     with Admin(servers, settings) as admin:
         brokers = admin.check_reachable()
-        if admin.ensure_topic(cfg.topic, cfg.topic_partitions, cfg.replication_factor):
+        if admin.ensure_topic(cfg.topic, cfg.topic_partitions, cfg.replication_factor, cfg.topic_config):
             report.broker["topic_created"] = True
         replicas, ledger_config = ledger.topic_config(brokers)
         admin.ensure_topic(cfg.ledger_topic, 1, replicas, ledger_config)
@@ -434,6 +493,10 @@ def _send(
             ledger_start=ledger.end_offsets(conf, cfg.ledger_topic),
             dead_letter_topic=dlq,
         )
+        pace_from = 0
+        if cfg.replay_speed:
+            pace_from, span_ms = _event_span(cfg, source)
+            task_delivery = _paced(task_delivery, span_ms / cfg.replay_speed / 1000, admin)
         if task_delivery.transactional:
             settings = {**settings, "transaction.timeout.ms": str(int(task_delivery.transaction_timeout_s * 1000))}
             warming_coordinator = delivery.warm_coordinator(conf, cfg.lineage)
@@ -457,6 +520,8 @@ def _send(
         sampler = BrokerRateSampler(servers, cfg.topic, settings, on_sample=progress.update).start()
         after: dict[int, int] | None = None
         dead_letters = None
+        if cfg.replay_speed:  # every task paces from one wall-clock anchor, a second from now
+            task_delivery = replace(task_delivery, pace=(pace_from, cfg.replay_speed, wall_clock_ms() + 1000))
         try:
             try:
                 outcome = sinks.send(cfg.sink, source, settings, servers, task_delivery, rate)

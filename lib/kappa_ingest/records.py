@@ -70,6 +70,18 @@ class Encoded:
             self.source_files.slice(start, n),
         )
 
+    @classmethod
+    def merge(cls, pieces: list[Encoded], positions: list[np.ndarray]) -> Encoded:
+        """Pieces encoded apart, put back in the order of their rows' ``positions``."""
+        order = pa.array(np.argsort(np.concatenate(positions), kind="stable"))
+        keys = [p.keys for p in pieces]
+        return cls(
+            pa.concat_arrays(keys).take(order) if all(k is not None for k in keys) else None,  # type: ignore[arg-type]
+            pa.concat_arrays([p.values for p in pieces]).take(order),
+            pa.concat_arrays([p.timestamps_ms for p in pieces]).take(order),
+            pa.concat_arrays([p.source_files for p in pieces]).take(order),
+        )
+
     @property
     def nbytes(self) -> int:
         """Key + value bytes, as the run report counts them."""

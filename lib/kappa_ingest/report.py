@@ -72,6 +72,7 @@ class RunReport:
     dead_letter: dict[str, Any] | None = None  # {topic, rows, found} with --dead-letter-topic
     headers: list[dict[str, Any]] = field(default_factory=list)  # [{columns, files, rows}] per distinct header
     quality: dict[str, Any] | None = None  # the --expectations suite's verdict
+    reprocess: dict[str, Any] | None = None  # a replay: what of which topic, and both topics compared
     rows_inherited: int = 0  # rows_sent by attempts Spark counted as failed after they committed
 
     @property
@@ -295,6 +296,7 @@ class RunReport:
             "dead_letter": self.dead_letter,
             "headers": self.headers,
             "quality": self.quality,
+            "reprocess": self.reprocess,
             "plan": self.plan,
             "checks": self.checks,
             "config": self.config,
@@ -383,6 +385,22 @@ def _render_delivery(s: dict[str, Any]) -> list[str]:
     return out
 
 
+def _render_replay(r: dict[str, Any] | None) -> list[str]:
+    if not r:
+        return []
+    gone = r["not_resent"]
+    out = [f"  replay of {r['from_topic']} (by {r['selected_by']}: runs {', '.join(r['runs'][:4])}"
+           f"{' ...' if len(r['runs']) > 4 else ''}): {r['files']:,} files re-sent, {len(gone):,} not"
+           + (f" ({sum(g['rows'] for g in gone):,} rows delivered before)" if gone else "")]  # fmt: skip
+    out += [f"    not re-sent: {g['file']} ({g['rows']:,} rows): {g['reason']}" for g in gone[:10]]
+    for side in (r.get("compare") or {}).values():
+        parts = side["partitions"]
+        counts = ", ".join(f"{p}: {v['records']:,}" for p, v in list(parts.items())[:8])
+        out.append(f"    {side['topic']}: {side['records']:,} records in {len(parts)} partitions ({counts}),"
+                   f" events {side['first_event']} .. {side['last_event']}")  # fmt: skip
+    return out
+
+
 def render(s: dict[str, Any]) -> str:
     """The report as people read it at the end of a run."""
     out = [
@@ -406,6 +424,7 @@ def render(s: dict[str, Any]) -> str:
         for h in headers:
             n = len(h["files"])
             out.append(f"    {','.join(h['columns'])[:70]}: {n:,} file{'s' if n != 1 else ''}, {h['rows']:,} rows")
+    out += _render_replay(s.get("reprocess"))
     q = s.get("quality")
     if q:
         failed = [r for r in q["expectations"] if not r["success"]]

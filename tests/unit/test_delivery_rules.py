@@ -93,10 +93,13 @@ def lines(rows: list[tuple[str, int, int]]) -> pa.RecordBatch:
 
 def test_a_batch_is_cut_where_the_split_changes_and_sorted_first_when_shuffled():
     batch = lines([("file:/a.csv", 0, 10)] * 3 + [("file:/a.csv", 10, 5)] * 2 + [("file:/b.csv", 0, 7)])
-    assert [(f, s, n, b.num_rows) for f, s, n, b in segments(batch)] == [
+    assert [(f, s, n, b.num_rows) for f, s, n, b, _ in segments(batch)] == [
         ("file:/a.csv", 0, 10, 3), ("file:/a.csv", 10, 5, 2), ("file:/b.csv", 0, 7, 1)]  # fmt: skip
     mixed = lines([("file:/b.csv", 0, 7), ("file:/a.csv", 0, 10), ("file:/b.csv", 0, 7)])
-    assert [(f, b.num_rows) for f, _, _, b in segments(mixed, mixed=True)] == [("file:/a.csv", 1), ("file:/b.csv", 2)]
+    assert [(f, b.num_rows, list(at)) for f, _, _, b, at in segments(mixed, mixed=True)] == [
+        ("file:/a.csv", 1, [1]),
+        ("file:/b.csv", 2, [0, 2]),
+    ]  # where each row was
 
 
 def test_a_task_drops_units_delivered_before_and_names_those_an_earlier_attempt_committed():

@@ -123,19 +123,41 @@ def _script_timing(usage: Usage, ctx: Context, topic: str) -> Timing:
 # -- kappa-ingest, through its normal entry point -------------------------------------------
 
 
-def _kappa_cmd(sink: str, delivery: str) -> Callable[[Context, str], list[str]]:
+def _kappa_cmd(sink: str, delivery: str, gate: bool = False) -> Callable[[Context, str], list[str]]:
     def cmd(ctx: Context, topic: str) -> list[str]:
         cli = str(Path(sys.executable).parent / "kappa-ingest")
+        quality = ["--expectations", str(_quality_suite(ctx))] if gate else []
         return [cli, "ingest", "--input", str(ctx.input), "--topic", topic, "--sink", sink, "--delivery", delivery,
                 "--bootstrap-servers", ctx.bootstrap_servers, "--master", f"local[{ctx.partitions}]",
                 "--partitions", str(ctx.partitions), "--metrics-dir", str(ctx.workdir / "metrics"),
-                "--run-id", f"bench-{topic}"]  # fmt: skip
+                "--run-id", f"bench-{topic}", *quality]  # fmt: skip
 
     return cmd
 
 
-def _kappa(sink: str, delivery: str) -> Contestant:
-    return Contestant(f"kappa-ingest {sink} {delivery}", "kappa-ingest", _kappa_cmd(sink, delivery), _kappa_timing)
+def _quality_suite(ctx: Context) -> Path:
+    """Five expectations on the input's first columns (four row-level, one on the table),
+    all of which hold: the gate's cost, not a failure's."""
+    import yaml
+
+    with open(ctx.input) as f:
+        first, second, third = f.readline().strip().split(",")[:3]
+    suite = [
+        {"expectation": "expect_column_values_to_not_be_null", "kwargs": {"column": first}},
+        {"expectation": "expect_column_values_to_match_regex", "kwargs": {"column": first, "regex": "^\\S+$"}},
+        {"expectation": "expect_column_value_lengths_to_be_between",
+         "kwargs": {"column": second, "min_value": 1, "max_value": 64}},
+        {"expectation": "expect_column_values_to_not_be_null", "kwargs": {"column": third}},
+        {"expectation": "expect_table_row_count_to_be_between", "kwargs": {"min_value": 1}},
+    ]  # fmt: skip
+    path = ctx.workdir / "quality-suite.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    return path
+
+
+def _kappa(sink: str, delivery: str, gate: bool = False) -> Contestant:
+    name = f"kappa-ingest {sink} {delivery}" + (" with quality gate" if gate else "")
+    return Contestant(name, "kappa-ingest", _kappa_cmd(sink, delivery, gate), _kappa_timing)
 
 
 def _kappa_timing(usage: Usage, ctx: Context, topic: str) -> Timing:
@@ -157,6 +179,8 @@ CONTESTANTS = [
     Contestant("naive kafka-python per partition", "baseline", _naive_partitions_cmd, _script_timing, slow=True),
     # Each sink in each delivery mode it keeps: what exactly-once costs is the pair's ratio.
     _kappa("confluent", "exactly-once"),
+    # The data-quality gate (5 expectations) beside the same run without it: its cost.
+    _kappa("confluent", "exactly-once", gate=True),
     _kappa("confluent", "at-least-once"),
     _kappa("spark", "at-least-once"),
     _kappa("kafka-python", "exactly-once"),

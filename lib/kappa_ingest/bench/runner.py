@@ -148,6 +148,10 @@ def summarise(results: list[RunResult]) -> list[dict[str, Any]]:
             r["x_at_least_once"] = (
                 round(r["rows_per_s"] / alo, 3) if alo and r["contestant"].endswith("exactly-once") else None
             )
+            # The quality gate against the same run without it: what it costs.
+            ungated = by_name.get(r["contestant"].removesuffix(" with quality gate"))
+            if r["contestant"].endswith(" with quality gate") and ungated:
+                r["x_without_gate"] = round(r["rows_per_s"] / ungated, 3)
             naive = by_name.get(NAIVE_FORM.get(r["contestant"], ""))
             r["x_naive"] = round(r["rows_per_s"] / naive, 2) if naive else None
             r["x_ceiling"] = round(r["rows_per_s"] / ceiling, 3) if ceiling else None

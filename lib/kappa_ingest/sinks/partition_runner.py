@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol
 
+import numpy as np
 import pyarrow as pa
 from pyspark import AccumulatorParam, TaskContext
 from pyspark.sql import DataFrame
@@ -218,8 +219,9 @@ class Throttle:
         self.start: float | None = None
         self.done = 0
 
-    def slices(self, n: int) -> Iterator[tuple[int, int]]:
-        """``(start, stop)`` ranges covering ``n`` rows, each released on schedule."""
+    def slices(self, enc: Encoded) -> Iterator[tuple[int, int]]:
+        """``(start, stop)`` ranges covering the records, each released on schedule."""
+        n = enc.rows
         if not self.rate:
             yield 0, n
             return
@@ -233,6 +235,45 @@ class Throttle:
                 time.sleep(delay)
             self.done += hi - lo
             yield lo, hi
+
+
+class Pacer:
+    """``--replay-speed``: each record is released when its event time, ``speed`` times faster
+    than it happened, comes round after ``anchor_ms`` (a wall-clock time every task shares);
+    in slices of a twentieth of a second, as the throttle's. Rows come sorted by event time."""
+
+    def __init__(self, first_event_ms: int, speed: float, anchor_ms: int) -> None:
+        self.first, self.speed, self.anchor = first_event_ms, speed, anchor_ms
+
+    def slices(self, enc: Encoded) -> Iterator[tuple[int, int]]:
+        due = self.anchor + (np.asarray(enc.timestamps_ms, dtype=np.float64) - self.first) / self.speed
+        lo, n = 0, enc.rows
+        while lo < n:
+            now = time.time() * 1000
+            if due[lo] > now:
+                time.sleep((due[lo] - now) / 1000)
+                now = due[lo]
+            hi = max(lo + 1, int(np.searchsorted(due, now + 50, side="right")))
+            yield lo, hi
+            lo = hi
+
+
+def converted(
+    batches: Iterator[pa.RecordBatch], task_input: TaskInput, convert: Callable[[Unit, pa.RecordBatch], tuple]
+) -> Iterator[Encoded]:
+    """Each unit's rows converted (``convert``); in an ordered run (rows sorted by event
+    time, several splits interleaved) a batch's pieces are put back in the batch's order."""
+    for batch in batches:
+        pieces, where = [], []
+        for unit, rows, at in task_input.units_at(batch):
+            parsed, enc = convert(unit, rows)
+            if not task_input.ordered:
+                yield enc
+                continue
+            pieces.append(enc)
+            where.append(at[parsed.row_at])
+        if pieces:
+            yield Encoded.merge(pieces, where)
 
 
 def headers_by_file(enc: Encoded, run_id: str) -> tuple[list[list[tuple[str, bytes]]], list[int]]:
@@ -287,7 +328,7 @@ def run_partitions(
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         stats = TaskStats.current()
         parse = parser.fresh()
-        throttle = Throttle(rate_per_task)
+        pacing = Pacer(*delivery.pace) if delivery.pace else Throttle(rate_per_task)
         began = time.monotonic()
         producer: PartitionProducer | None = None
         in_transaction = False
@@ -299,18 +340,23 @@ def run_partitions(
                 producer.begin()
                 in_transaction = True
                 stats.transaction_ms += round((time.monotonic() - t0) * 1000)
-            task_input = TaskInput(stats.partition, delivery.parts, delivery.skip, delivered_earlier(delivery))
-            for unit, rows in task_input.units(batches):
+            task_input = TaskInput(stats.partition, delivery.parts, delivery.skip, delivered_earlier(delivery),
+                                   delivery.ordered)  # fmt: skip
+
+            def convert(unit: Unit, rows: pa.RecordBatch) -> tuple[Parsed, Encoded]:
                 parsed = parse(rows)
                 enc = encode_batch(parsed.rows, spec.with_columns(parsed.columns), clock())
-                for lo, hi in throttle.slices(enc.rows):
-                    producer.send(enc.slice(lo, hi), spec.run_id)
                 if delivery.dead_letter_topic and parsed.rejects.num_rows:
                     letters = dead_letter.records(rows, parsed, unit, task_input.position(unit), spec.run_id,
                                                   parser.counts_lines)  # fmt: skip
                     producer.send_dead_letters(delivery.dead_letter_topic, letters)
                 stats.add(parsed, enc)
                 task_input.add(unit, rows.num_rows, parsed, enc)
+                return parsed, enc
+
+            for enc in converted(batches, task_input, convert):
+                for lo, hi in pacing.slices(enc):
+                    producer.send(enc.slice(lo, hi), spec.run_id)
             producer.flush()
             entries = ledger_entries(task_input, delivery, stats)
             if delivery.ledger_topic is not None and entries:

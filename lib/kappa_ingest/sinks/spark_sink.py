@@ -19,23 +19,27 @@ from pyspark.sql import DataFrame
 
 from kappa_ingest import dead_letter
 from kappa_ingest.delivery import TaskDelivery
-from kappa_ingest.parsing import BatchParser
+from kappa_ingest.parsing import BatchParser, Parsed
 from kappa_ingest.records import (
     KAFKA_RECORD_SCHEMA,
     TIMESTAMP_HEADER,
+    Encoded,
     RecordSpec,
     encode_batch,
     kafka_batch,
     wall_clock_ms,
 )
 from kappa_ingest.sinks.partition_runner import (
+    Pacer,
     SendOutcome,
     TaskStats,
     TaskStatsParam,
     Throttle,
+    converted,
     ledger_entries,
 )
 from kappa_ingest.sinks.task_input import TaskInput
+from kappa_ingest.splits import Unit
 
 
 def send(
@@ -55,23 +59,27 @@ def send(
         assert ctx is not None
         stats = TaskStats.current()
         parse = parser.fresh()
-        throttle = Throttle(rate_per_task)
-        task_input = TaskInput(ctx.partitionId(), delivery.parts, delivery.skip)
-        for unit, rows in task_input.units(batches):
+        pacing = Pacer(*delivery.pace) if delivery.pace else Throttle(rate_per_task)
+        task_input = TaskInput(ctx.partitionId(), delivery.parts, delivery.skip, ordered=delivery.ordered)
+        letters: list = []
+
+        def convert(unit: Unit, rows: pa.RecordBatch) -> tuple[Parsed, Encoded]:
             parsed = parse(rows)
             enc = encode_batch(parsed.rows, spec.with_columns(parsed.columns), clock())
-            letters = []
             if dead_letters and parsed.rejects.num_rows:
-                letters = dead_letter.records(
-                    rows, parsed, unit, task_input.position(unit), spec.run_id, parse.counts_lines
-                )
+                letters.extend(dead_letter.records(
+                    rows, parsed, unit, task_input.position(unit), spec.run_id, parse.counts_lines))  # fmt: skip
             stats.add(parsed, enc)
             task_input.add(unit, rows.num_rows, parsed, enc)
-            for lo, hi in throttle.slices(enc.rows):
+            return parsed, enc
+
+        for enc in converted(batches, task_input, convert):
+            for lo, hi in pacing.slices(enc):
                 batch = kafka_batch(enc.slice(lo, hi), spec.run_id)
                 yield _to(batch, delivery.topic) if dead_letters else batch
             if letters:
                 yield _to(_dead_letter_batch(letters, clock()), delivery.dead_letter_topic)
+                letters.clear()
         stats.finish(task_input, ledger_entries(task_input, delivery, stats))
         acc.add({stats.task_id: stats})
 

@@ -23,13 +23,19 @@ from kappa_ingest.records import Encoded
 from kappa_ingest.splits import Unit, canonical_file
 
 
-def segments(batch: pa.RecordBatch, mixed: bool = False) -> Iterator[tuple[str, int, int, pa.RecordBatch]]:
-    """``(Spark's file path, split start, split length, rows)`` for each run of rows of one split."""
+def segments(
+    batch: pa.RecordBatch, mixed: bool = False
+) -> Iterator[tuple[str, int, int, pa.RecordBatch, np.ndarray | None]]:
+    """``(Spark's file path, split start, split length, rows, positions)`` for each run of
+    rows of one split; ``positions``: where the rows were in the batch (mixed batches only,
+    whose rows are sorted by split first, stably)."""
     n = batch.num_rows
     if n == 0:
         return
+    order = None
     if mixed:
-        batch = batch.take(pc.sort_indices(batch, [(FILE_COL, "ascending"), (BLOCK_COL, "ascending")]))
+        order = np.asarray(pc.sort_indices(batch, [(FILE_COL, "ascending"), (BLOCK_COL, "ascending")]))
+        batch = batch.take(pa.array(order))
     files = batch.column(FILE_COL).dictionary_encode()
     names = files.dictionary.to_pylist()
     codes = np.asarray(files.indices)
@@ -38,7 +44,8 @@ def segments(batch: pa.RecordBatch, mixed: bool = False) -> Iterator[tuple[str, 
     cuts = np.flatnonzero((codes[1:] != codes[:-1]) | (starts[1:] != starts[:-1])) + 1
     bounds = [0, *cuts.tolist(), n]
     for lo, hi in pairwise(bounds):
-        yield names[codes[lo]], int(starts[lo]), int(lengths[lo]), batch.slice(lo, hi - lo)
+        at = order[lo:hi] if order is not None else None
+        yield names[codes[lo]], int(starts[lo]), int(lengths[lo]), batch.slice(lo, hi - lo), at
 
 
 @dataclass
@@ -60,9 +67,12 @@ class TaskInput:
         parts: int = 1,
         skip: frozenset[Unit] = frozenset(),
         earlier: dict[Unit, Entry] | None = None,
+        ordered: bool = False,
     ) -> None:
         self.part = partition if parts > 1 else 0
         self.parts = parts
+        self.ordered = ordered  # rows sorted by event time: processed unit by unit, sent in their order
+        self.mixed = parts > 1 or ordered  # rows of several splits interleaved
         self.skip = skip
         self.earlier = earlier or {}
         self.tallies: dict[Unit, UnitTally] = {}
@@ -73,17 +83,22 @@ class TaskInput:
     def units(self, batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[Unit, pa.RecordBatch]]:
         """The rows to process, unit by unit; lines of units delivered before are counted, not yielded."""
         for batch in batches:
-            for spark_file, start, length, rows in segments(batch, mixed=self.parts > 1):
-                name = self._names.get(spark_file)
-                if name is None:
-                    name = self._names[spark_file] = canonical_file(spark_file)
-                unit = Unit(name, start, length, self.part, self.parts)
-                if unit in self.skip or unit in self.earlier:
-                    self.lines_dropped += rows.num_rows
-                    if unit in self.earlier:
-                        self.inherited.setdefault(unit, self.earlier[unit])
-                    continue
+            for unit, rows, _ in self.units_at(batch):
                 yield unit, rows
+
+    def units_at(self, batch: pa.RecordBatch) -> Iterator[tuple[Unit, pa.RecordBatch, np.ndarray | None]]:
+        """One batch's rows unit by unit, with where they were in the batch (mixed input)."""
+        for spark_file, start, length, rows, at in segments(batch, mixed=self.mixed):
+            name = self._names.get(spark_file)
+            if name is None:
+                name = self._names[spark_file] = canonical_file(spark_file)
+            unit = Unit(name, start, length, self.part, self.parts)
+            if unit in self.skip or unit in self.earlier:
+                self.lines_dropped += rows.num_rows
+                if unit in self.earlier:
+                    self.inherited.setdefault(unit, self.earlier[unit])
+                continue
+            yield unit, rows, at
 
     def position(self, unit: Unit) -> int:
         """Lines (or Spark's records) of ``unit`` processed so far."""

@@ -1,0 +1,217 @@
+"""Kappa replay: the history a topic was given, sent again into a new topic version.
+
+    kappa-ingest reprocess --from-topic orders --runs R1,R2 --to-topic orders.v2 ...
+
+The delivery ledger knows which files (and which of their splits) each run delivered to
+``--from-topic`` and when; :func:`select` picks them by run, by delivery time or by an
+explicit ``--input``, and says which cannot be re-sent and why (gone, or changed since).
+The new topic is created like the old one (:func:`topic_settings`): its partition count,
+replication and topic configs, unless given. The run itself is an ordinary ingest into the
+new topic; :func:`compare` then reads both topics back (``read_committed``, with Spark's
+Kafka source) and sets them side by side: records per partition, first and last event time.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from kappa_ingest.errors import InputError, UsageError
+from kappa_ingest.ledger import Entry
+from kappa_ingest.splits import canonical_file
+
+
+@dataclass(frozen=True)
+class Replay:
+    """What a reprocess run replays, and what it cannot."""
+
+    from_topic: str
+    selected_by: str  # "runs" | "delivery time" | "input"
+    runs: tuple[str, ...]  # the runs whose deliveries are replayed
+    files: tuple[str, ...]  # to send again
+    not_resent: tuple[dict[str, Any], ...] = ()  # {file, rows, reason}
+    rows_delivered: int = 0  # rows the ledger shows delivered from the files re-sent
+    topic_partitions: int | None = None  # the old topic's, for a new topic
+    replication_factor: int | None = None
+    topic_config: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "from_topic": self.from_topic,
+            "selected_by": self.selected_by,
+            "runs": list(self.runs),
+            "files": len(self.files),
+            "rows_delivered_before": self.rows_delivered,
+            "not_resent": list(self.not_resent),
+        }
+
+
+def parse_time(text: str, what: str) -> int:
+    """``2026-11-01`` or ``2026-11-01T06:00:00[Z|+01:00]`` (UTC unless it says) as epoch ms."""
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as e:
+        raise UsageError(
+            f"{what} {text!r}: expected a date or ISO time, e.g. 2026-11-01 or 2026-11-01T06:00:00Z"
+        ) from e
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return int(when.timestamp() * 1000)
+
+
+def select(
+    entries: list[Entry],
+    from_topic: str,
+    runs: tuple[str, ...] = (),
+    since: str | None = None,
+    until: str | None = None,
+    inputs: tuple[str, ...] = (),
+    resend_changed: bool = False,
+) -> Replay:
+    """The files to replay: delivered to ``from_topic`` by one of ``runs`` (or a run they
+    resumed), or between ``since`` and ``until`` (delivery time), or the ``inputs`` given.
+    A file gone, or changed since it was delivered (unless ``resend_changed``), is left out
+    and listed with its reason; nothing left to send is an InputError."""
+    mine = [e for e in entries if e.topic == from_topic and e.status == "delivered"]
+    if inputs:
+        from kappa_ingest.inputs import resolve_inputs
+
+        paths, _ = resolve_inputs(inputs)
+        wanted = {canonical_file(p) for p in paths}
+        chosen = [e for e in mine if e.unit.file in wanted]
+        by = "input"
+    elif runs:
+        chosen = [e for e in mine if e.run_id in runs or e.lineage in runs]
+        by = "runs"
+    else:
+        low = parse_time(since, "--since") if since else 0
+        high = parse_time(until, "--until") if until else 2**62
+        chosen = [e for e in mine if low <= e.delivered_at_ms < high]
+        by = "delivery time"
+    by_file: dict[str, list[Entry]] = {}
+    for e in chosen:
+        by_file.setdefault(e.unit.file, []).append(e)
+    files, not_resent = [], []
+    for path, es in sorted(by_file.items(), key=lambda kv: min(e.delivered_at_ms for e in kv[1])):
+        rows = sum(e.rows_sent for e in es)
+        why = _why_not(path, es[-1], resend_changed)
+        if why:
+            not_resent.append({"file": path, "rows": rows, "reason": why})
+        else:
+            files.append(path)
+    if inputs:  # files given that the ledger never saw are sent too: they are history all the same
+        files += sorted(wanted - set(by_file))
+    if not files:
+        what = {"input": f"--input {' '.join(inputs)}", "runs": f"--runs {','.join(runs)}",
+                "delivery time": f"--since {since or '-'} --until {until or '-'}"}[by]  # fmt: skip
+        gone = "; ".join(f"{n['file']} ({n['reason']})" for n in not_resent[:3])
+        left = f"; left out: {gone}" if not_resent else ""
+        raise InputError(f"nothing to replay: no delivered file to {from_topic} matches {what}{left}")
+    replayed = {e.run_id for f in files for e in by_file.get(f, [])}
+    delivered = sum(e.rows_sent for f in files for e in by_file.get(f, []))
+    return Replay(from_topic, by, tuple(sorted(replayed)), tuple(files), tuple(not_resent), delivered)
+
+
+def _why_not(path: str, last: Entry, resend_changed: bool) -> str | None:
+    if "://" in path:
+        return None  # a remote file: Spark finds out
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "the file no longer exists"
+    if not last.matches(st.st_size, st.st_mtime_ns // 1_000_000) and not resend_changed:
+        return f"changed since delivered (size {last.file_size:,} -> {st.st_size:,} bytes, or its time)"
+    return None
+
+
+def prepare(values: dict[str, Any], sized_on_command_line: bool) -> tuple[dict[str, Any], Replay]:
+    """The settings of a reprocess run, its inputs chosen from the ledger, and a new topic
+    shaped like the old one (unless ``--topic-partitions`` was given); before Spark starts."""
+    from kappa_ingest import ledger
+    from kappa_ingest.config import DEFAULT_PRODUCER_SETTINGS
+    from kappa_ingest.kafka_settings import connection_conf
+    from kappa_ingest.topics import Admin
+
+    v = dict(values)
+    runs = v.get("runs") or ()
+    runs = tuple(r.strip() for r in runs.split(",") if r.strip()) if isinstance(runs, str) else tuple(runs)
+    inputs = tuple(v.get("inputs") or ())
+    ways = [bool(runs), bool(v.get("since") or v.get("until")), bool(inputs)]
+    if sum(ways) != 1:
+        raise UsageError("reprocess: choose the history with one of --runs ID,..., --since/--until or --input")
+    servers = v.get("bootstrap_servers")
+    if not servers or not v.get("from_topic"):
+        raise UsageError("reprocess reads the delivery ledger of --from-topic's cluster: give --bootstrap-servers")
+    settings = {**DEFAULT_PRODUCER_SETTINGS, **(v.get("kafka_opts") or {})}
+    from kappa_ingest.ledger import DEFAULT_TOPIC
+
+    entries = ledger.read(connection_conf(settings, servers), str(v.get("ledger_topic") or DEFAULT_TOPIC))
+    replay = select(entries, v["from_topic"], runs, v.get("since"), v.get("until"), inputs)
+    with Admin(servers, settings) as admin:
+        partitions, replicas, configs = topic_settings(admin, v["from_topic"])
+    v.update(inputs=list(replay.files), runs=runs, topic_config=configs)
+    if not sized_on_command_line:
+        v.update(topic_partitions=partitions, replication_factor=replicas)
+    return v, Replay(**{**replay.__dict__, "topic_partitions": partitions, "replication_factor": replicas,
+                        "topic_config": configs})  # fmt: skip
+
+
+def topic_settings(admin: Any, topic: str) -> tuple[int, int, dict[str, str]]:
+    """``(partitions, replication factor, topic configs set on it)`` of an existing topic."""
+    from confluent_kafka.admin import ConfigResource, ConfigSource
+
+    md = admin.client.list_topics(topic=topic, timeout=10).topics.get(topic)
+    if md is None or md.error is not None or not md.partitions:
+        raise InputError(f"--from-topic {topic}: no such topic on this cluster")
+    replicas = max(len(p.replicas) for p in md.partitions.values())
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    described = admin.client.describe_configs([resource])[resource].result(10)
+    configs = {k: v.value for k, v in described.items() if v.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value}
+    return len(md.partitions), replicas, configs
+
+
+def compare(spark: Any, servers: str, options: dict[str, str], old: str, runs: tuple[str, ...], new: str,
+            run_id: str) -> dict[str, Any]:  # fmt: skip
+    """Both topics side by side, as a read_committed consumer sees them: the old topic's
+    records of the replayed runs, and the new topic's of this run, per partition (count,
+    first and last record timestamp, which is the event time with --event-time-column)."""
+    from pyspark.sql import functions as F
+
+    def side(topic: str, run_ids: tuple[str, ...]) -> dict[str, Any]:
+        df = (
+            spark.read.format("kafka")
+            .options(**options)
+            .option("kafka.bootstrap.servers", servers)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .option("endingOffsets", "latest")
+            .option("includeHeaders", "true")
+            .option("kafka.isolation.level", "read_committed")
+            .load()
+        )
+        run = F.expr("cast(filter(headers, h -> h.key = 'run_id')[0].value as string)")
+        rows = (
+            df.where(run.isin(list(run_ids)))
+            .groupBy("partition")
+            .agg(F.count("*").alias("records"), F.min("timestamp").alias("first"), F.max("timestamp").alias("last"))
+            .orderBy("partition")
+            .collect()
+        )
+        parts = {r["partition"]: {"records": r["records"], "first_event": _iso(r["first"]),
+                                  "last_event": _iso(r["last"])} for r in rows}  # fmt: skip
+        firsts = [p["first_event"] for p in parts.values() if p["first_event"]]
+        lasts = [p["last_event"] for p in parts.values() if p["last_event"]]
+        return {"topic": topic, "records": sum(p["records"] for p in parts.values()), "partitions": parts,
+                "first_event": min(firsts, default=None), "last_event": max(lasts, default=None)}  # fmt: skip
+
+    return {"old": side(old, runs), "new": side(new, (run_id,))}
+
+
+def _iso(ts: datetime | None) -> str | None:
+    if ts is None:
+        return None
+    if ts.tzinfo is None:
+        ts = ts.astimezone(UTC)
+    return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"

@@ -1,0 +1,127 @@
+"""Kappa replay: a topic's history, chosen from the ledger, into a new topic version shaped
+like the old one; each key's records in event-time order; paced by event time."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from confluent_kafka.admin import ConfigResource
+
+from helpers import consume_all
+from kappa_ingest import config, reprocess
+from kappa_ingest.ingest import ingest
+from kappa_ingest.topics import Admin
+
+pytestmark = pytest.mark.integration
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def write_day(path, day: int, rows: int, seed: int) -> list[dict]:
+    """Orders of one day, their event times shuffled within the file: order must be made."""
+    rng = random.Random(seed)
+    out = [{"order_id": f"{day}-{i}", "customer": f"c{rng.randrange(7)}",
+            "ts": (T0 + timedelta(days=day, seconds=rng.randrange(3600))).strftime("%Y-%m-%dT%H:%M:%S.000Z")}
+           for i in range(rows)]  # fmt: skip
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, ["order_id", "customer", "ts"])
+        w.writeheader()
+        w.writerows(out)
+    return out
+
+
+def summary(tmp_path, run_id: str) -> dict:
+    return json.loads((tmp_path / "m" / "runs" / run_id / "summary.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def history(spark, kafka, tmp_path_factory):
+    """orders, as scheduled runs delivered it: day 0 by one run, days 1 and 2 by another,
+    into a 3-partition topic with a retention of its own; day 2's file deleted since."""
+    tmp = tmp_path_factory.mktemp("replay")
+    with Admin(kafka.bootstrap_servers) as admin:
+        admin.ensure_topic("orders", 3, 1, {"retention.ms": "604800000", "cleanup.policy": "delete"})
+    days = [write_day(tmp / f"day{d}.csv", d, 400, d) for d in range(3)]
+    base = {"topic": "orders", "bootstrap_servers": kafka.bootstrap_servers, "metrics_dir": str(tmp / "m"),
+            "key_column": "customer", "event_time_column": "ts", "quiet": True}  # fmt: skip
+    ingest(config.validate({**base, "inputs": [str(tmp / "day0.csv")], "run_id": "day0"}), spark, echo=False)
+    ingest(config.validate({**base, "inputs": [str(tmp / "day1.csv"), str(tmp / "day2.csv")], "run_id": "day12"}),
+           spark, echo=False)  # fmt: skip
+    (tmp / "day2.csv").unlink()
+    return tmp, days
+
+
+def replay(spark, kafka, tmp, **values):
+    v = {"bootstrap_servers": kafka.bootstrap_servers, "metrics_dir": str(tmp / "m"), "from_topic": "orders",
+         "key_column": "customer", "event_time_column": "ts", "quiet": True, **values}  # fmt: skip
+    v, chosen = reprocess.prepare(v, sized_on_command_line=False)
+    return ingest(config.validate(v), spark, echo=False, replay=chosen)
+
+
+def test_a_replay_into_a_new_version_keeps_each_keys_history_in_event_time_order(spark, kafka, history):
+    from kafka.partitioner.default import murmur2
+
+    tmp, days = history
+    replay(spark, kafka, tmp, runs="day0,day12", topic="orders.v2", order_by_event_time=True, run_id="to-v2")
+    with Admin(kafka.bootstrap_servers) as admin:
+        md = admin.client.list_topics("orders.v2", timeout=10).topics["orders.v2"]
+        resource = ConfigResource(ConfigResource.Type.TOPIC, "orders.v2")
+        configs = admin.client.describe_configs([resource])[resource].result(10)
+    assert len(md.partitions) == 3 and configs["retention.ms"].value == "604800000"  # shaped like orders
+
+    records = consume_all(kafka.bootstrap_servers, "orders.v2")
+    sent = sorted(r.value["data"]["order_id"] for r in records)
+    assert sent == sorted(o["order_id"] for o in days[0] + days[1])  # day 2's file is gone: not re-sent
+    by_key = defaultdict(list)
+    for r in sorted(records, key=lambda r: r.partition):  # stable: offset order within a partition
+        assert r.partition == (murmur2(r.key) & 0x7FFFFFFF) % 3
+        by_key[r.key].append(r.timestamp_ms)
+    assert all(ts == sorted(ts) for ts in by_key.values())  # each key's history in event-time order
+
+    s = summary(tmp, "to-v2")
+    r = s["reprocess"]
+    assert s["status"] == "succeeded" and all(c["ok"] for c in s["checks"]), s["checks"]
+    assert r["selected_by"] == "runs" and r["runs"] == ["day0", "day12"] and r["files"] == 2
+    [gone] = r["not_resent"]
+    assert gone["file"].endswith("day2.csv") and gone["rows"] == 400 and "no longer exists" in gone["reason"]
+    old, new = r["compare"]["old"], r["compare"]["new"]
+    assert old["records"] == 1200 and new["records"] == 800
+    assert new["first_event"] == min(o["ts"] for o in days[0] + days[1])
+    assert new["last_event"] == max(o["ts"] for o in days[0] + days[1])
+
+
+def test_a_replay_by_delivery_time_paced_by_event_time(spark, kafka, history, tmp_path):
+    tmp, _ = history
+    one = tmp_path / "burst.csv"
+    with open(one, "w", newline="") as f:  # 40 orders over 4 s of event time
+        w = csv.writer(f)
+        w.writerow(["order_id", "customer", "ts"])
+        w.writerows(
+            [
+                (
+                    f"b{i}",
+                    f"c{i % 3}",
+                    (T0 + timedelta(milliseconds=100 * i)).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
+                )
+                for i in range(40)
+            ]
+        )
+    replay(spark, kafka, tmp, inputs=[str(one)], topic="orders.paced", replay_speed="2", run_id="paced")
+    s = summary(tmp, "paced")
+    assert s["status"] == "succeeded" and s["rows_sent"] == 40 and s["reprocess"]["selected_by"] == "input"
+    assert s["ingest_s"] >= 1.6  # 3.9 s of events at twice real time
+    assert len(consume_all(kafka.bootstrap_servers, "orders.paced")) == 40
+
+
+def test_nothing_to_replay_is_exit_3_naming_the_selection(kafka, history):
+    from kappa_ingest.errors import InputError
+
+    tmp, _ = history
+    with pytest.raises(InputError, match="nothing to replay: no delivered file to orders matches --runs nope"):
+        replay(None, kafka, tmp, runs="nope", topic="orders.v3")
+    with pytest.raises(InputError, match=r"--since 2030-01-01"):
+        replay(None, kafka, tmp, since="2030-01-01", topic="orders.v3")
