@@ -46,6 +46,8 @@ class Contestant:
     command: Callable[[Context, str], list[str]]
     timing: Callable[[Usage, Context, str], Timing]
     available: Callable[[], str | None] = lambda: None  # a reason to skip, or None
+    layouts: tuple[str, ...] = ()  # only these input layouts (default: every one)
+    versus: str | None = None  # the contestant it is the same run as, but for one option: its cost
 
     slow: bool = False  # a baseline run on classic_rows rows only (its rate is flat in size)
 
@@ -123,10 +125,13 @@ def _script_timing(usage: Usage, ctx: Context, topic: str) -> Timing:
 # -- kappa-ingest, through its normal entry point -------------------------------------------
 
 
-def _kappa_cmd(sink: str, delivery: str, gate: bool = False) -> Callable[[Context, str], list[str]]:
+def _kappa_cmd(
+    sink: str, delivery: str, gate: bool = False, extra: tuple[str, ...] = ()
+) -> Callable[[Context, str], list[str]]:
     def cmd(ctx: Context, topic: str) -> list[str]:
         cli = str(Path(sys.executable).parent / "kappa-ingest")
         quality = ["--expectations", str(_quality_suite(ctx))] if gate else []
+        quality += list(extra)
         return [cli, "ingest", "--input", str(ctx.input), "--topic", topic, "--sink", sink, "--delivery", delivery,
                 "--bootstrap-servers", ctx.bootstrap_servers, "--master", f"local[{ctx.partitions}]",
                 "--partitions", str(ctx.partitions), "--metrics-dir", str(ctx.workdir / "metrics"),
@@ -156,8 +161,22 @@ def _quality_suite(ctx: Context) -> Path:
 
 
 def _kappa(sink: str, delivery: str, gate: bool = False) -> Contestant:
-    name = f"kappa-ingest {sink} {delivery}" + (" with quality gate" if gate else "")
-    return Contestant(name, "kappa-ingest", _kappa_cmd(sink, delivery, gate), _kappa_timing)
+    base = f"kappa-ingest {sink} {delivery}"
+    name = base + (" with quality gate" if gate else "")
+    return Contestant(name, "kappa-ingest", _kappa_cmd(sink, delivery, gate), _kappa_timing,
+                      versus=base if gate else None)  # fmt: skip
+
+
+# The DEBS 2012 layout's event time, and a key (a sensor reading with 10,000 values).
+EVENT_TIME = ("--event-time-column", "ts", "--key-column", "mf01")
+
+
+def _replay(ordered: bool) -> Contestant:
+    base = "kappa-ingest confluent exactly-once event time"
+    name = base + (" ordered by key" if ordered else "")
+    extra = (*EVENT_TIME, "--order-by-event-time") if ordered else EVENT_TIME
+    return Contestant(name, "kappa-ingest", _kappa_cmd("confluent", "exactly-once", extra=extra), _kappa_timing,
+                      layouts=("debs2012",), versus=base if ordered else None)  # fmt: skip
 
 
 def _kappa_timing(usage: Usage, ctx: Context, topic: str) -> Timing:
@@ -181,6 +200,9 @@ CONTESTANTS = [
     _kappa("confluent", "exactly-once"),
     # The data-quality gate (5 expectations) beside the same run without it: its cost.
     _kappa("confluent", "exactly-once", gate=True),
+    # --order-by-event-time (a shuffle by key, sorted by event time) beside the same run unordered.
+    _replay(ordered=False),
+    _replay(ordered=True),
     _kappa("confluent", "at-least-once"),
     _kappa("spark", "at-least-once"),
     _kappa("kafka-python", "exactly-once"),

@@ -148,10 +148,10 @@ def summarise(results: list[RunResult]) -> list[dict[str, Any]]:
             r["x_at_least_once"] = (
                 round(r["rows_per_s"] / alo, 3) if alo and r["contestant"].endswith("exactly-once") else None
             )
-            # The quality gate against the same run without it: what it costs.
-            ungated = by_name.get(r["contestant"].removesuffix(" with quality gate"))
-            if r["contestant"].endswith(" with quality gate") and ungated:
-                r["x_without_gate"] = round(r["rows_per_s"] / ungated, 3)
+            # A run against the same run without its one option: what the option costs.
+            versus = VERSUS.get(r["contestant"])
+            if versus in by_name:
+                r["x_versus"], r["versus"] = round(r["rows_per_s"] / by_name[versus], 3), versus
             naive = by_name.get(NAIVE_FORM.get(r["contestant"], ""))
             r["x_naive"] = round(r["rows_per_s"] / naive, 2) if naive else None
             r["x_ceiling"] = round(r["rows_per_s"] / ceiling, 3) if ceiling else None
@@ -164,6 +164,8 @@ def summarise(results: list[RunResult]) -> list[dict[str, Any]]:
             )
     return sorted(rows, key=lambda r: (r["layout"], r["row_set"]))
 
+
+VERSUS = {c.name: c.versus for c in CONTESTANTS if c.versus}
 
 # What each non-default sink is measured against (issue: "each at least 2x its naive form").
 NAIVE_FORM = {
@@ -189,6 +191,13 @@ def markdown(summary: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         )
     skipped = meta.get("skipped") or {}
     lines += [""] + [f"- skipped {name}: {why}" for name, why in skipped.items()]
+    exits = {(r["layout"], r["row_set"], r["contestant"]): r["command_to_exit_s"] for r in summary}
+    lines += [
+        f"- {r['layout']} {r['row_set']:,}: {r['contestant']}: {r['x_versus']:.2f}x the rows/s of {r['versus']};"
+        f" command to exit {r['command_to_exit_s']:.1f} s against {exits[(r['layout'], r['row_set'], r['versus'])]:.1f} s"
+        for r in summary
+        if r.get("x_versus") is not None
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -253,6 +262,8 @@ def run_bench(
                 for rows in row_sets:
                     ctx = _context(layout, rows, data_dir, classic_rows, partitions, cluster, Path(tmp))
                     for c in chosen:
+                        if c.layouts and layout not in c.layouts:
+                            continue
                         for repeat in range(repeats):
                             r = run_contestant(c, ctx, layout, repeat, admin, cluster.brokers[0].pid)
                             print(f"  {layout:9} {rows:>9,} {c.name:33} run {repeat + 1}: {r.rows_per_s:>10,.0f} rows/s,"
