@@ -8,9 +8,12 @@ call that):
 2. ``lock``          one run at a time per topic: a claim in the ledger topic (exit 6)
    ``resume``        with ``--resume``: the run continued, its files checked, its
                      transactions fenced, the ledger read (before Spark starts);
-   ``incremental``   with ``--incremental``: the files (and units) the ledger lacks
+   ``incremental``   with ``--incremental``: the files (and units) the ledger lacks;
+   ``reprocess``     ``kappa-ingest reprocess``: the history a topic was given, from the ledger
 3. ``csv_source``    the inputs as a DataFrame, in units the ledger records (``splits``):
-                     raw lines (fast path) or Spark-parsed rows
+                     raw lines (fast path) or Spark-parsed rows, each file by its own header
+   ``quality``       with ``--expectations``: a Great Expectations suite on every parsed
+                     row before sending (fail, quarantine rows, or warn)
 4. ``parsing``       per Arrow batch, on the executors: clean rows and quarantined rows
 5. ``records``       clean rows → Kafka records (JSON value, key, timestamp, headers); pure
 6. ``sinks``         one producer per partition (``confluent``, ``kafka-python``), one
@@ -19,7 +22,7 @@ call that):
 7. ``spark_metrics`` Spark's own task and stage records, from its status REST API
 8. ``reconcile``     the topic holds what was sent: offsets and commit markers, or a
                      read_committed read-back of the run's own records
-9. ``report``        joined, checked, printed, written to ``<metrics-dir>/runs/<run_id>/summary.json``
+9. ``report``        joined, checked (a replay: both topics compared), printed, written to ``<metrics-dir>/runs/<run_id>/summary.json``
                      and the Delta tables (``metrics_store``)
 10. ``quarantine``   rejected rows with file and reason, beside the report, and with
                      ``--dead-letter-topic`` in a topic too (``dead_letter``, sent in step 6)
