@@ -166,6 +166,9 @@ def add_ingest_arguments(p: argparse.ArgumentParser, target: str = "--topic") ->
       " {expectation, kwargs}) run on every parsed row before anything is sent")  # fmt: skip
     a("--quality-gate", choices=("fail", "quarantine", "warn"), help="a failed expectation: fail (default; exit 5,"
       " nothing sent), quarantine (rows failing row-level ones; the others still fail) or warn")  # fmt: skip
+    a("--order-by-event-time", action="store_const", const=True,
+      help="each key's records reach its partition in event-time order (a shuffle by key, sorted by event time)")  # fmt: skip
+    a("--replay-speed", metavar="X|max", help="event-time pacing: X times real time (e.g. 60), or max (unpaced)")
     a("--dead-letter-topic", metavar="NAME", help="quarantined rows also go to this topic (raw text, context headers)")
     a("--ledger-topic", metavar="NAME", help=f"the delivery ledger's compacted topic (default {DEFAULT_LEDGER_TOPIC})")
     a("--quiet", action="store_const", const=True, help="no progress display")
@@ -181,9 +184,6 @@ def add_reprocess_arguments(p: argparse.ArgumentParser) -> None:
     a("--runs", metavar="ID,...", help="replay what these runs (or runs resuming them) delivered")
     a("--since", metavar="DATE", help="replay what was delivered from this date or ISO time (UTC) ...")
     a("--until", metavar="DATE", help="... until this one (excluded)")
-    a("--order-by-event-time", action="store_const", const=True,
-      help="each key's records reach its partition in event-time order (a shuffle by key, sorted by event time)")  # fmt: skip
-    a("--replay-speed", metavar="X|max", help="event-time pacing: X times real time (e.g. 60), or max (unpaced)")
 
 
 def load(args: argparse.Namespace) -> IngestConfig:

@@ -441,7 +441,7 @@ def _quality_gate(
     # Its own job group: the run's (its sending) is what the report joins with Spark's records.
     sc.setJobGroup(f"kappa-ingest-{cfg.run_id}-quality", f"kappa-ingest {cfg.run_id}: data-quality gate")
     try:
-        frame = quality.parsed_frame(source, skip)
+        frame = quality.parsed_frame(source, suite, skip)
         outcome = quality.validate(frame, suite, str(cfg.quality_gate), f"{run_dir}/data_docs")
     finally:
         sc.setJobGroup(f"kappa-ingest-{cfg.run_id}", f"kappa-ingest {cfg.run_id}: {cfg.sink} -> {cfg.topic}")

@@ -47,7 +47,9 @@ ROW_LEVEL = {
     "expect_column_value_lengths_to_be_between",
     "expect_column_value_lengths_to_equal",
 }
-PARTIAL_UNEXPECTED = 3  # example values per failed expectation, for its observed value
+# No example values: GX fetches them with one more pass per row-level expectation
+# (a failure's observed value is its count of unexpected rows instead).
+PARTIAL_UNEXPECTED = 0
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,20 @@ class Suite:
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "expectations": [{"type": e.type, "kwargs": e.kwargs} for e in self.expectations]}
+
+    def columns(self, every: list[str]) -> list[str]:
+        """The columns the suite reads (all of them if one of its expectations is about
+        the table's columns): GX is given only those, so the cached rows stay small."""
+        named: set[str] = set()
+        for e in self.expectations:
+            if "table_column" in e.type or e.type == "expect_column_to_exist":
+                return every
+            for key in ("column", "column_A", "column_B"):
+                if isinstance(e.kwargs.get(key), str):
+                    named.add(e.kwargs[key])
+            for key in ("column_list", "column_set"):
+                named.update(c for c in e.kwargs.get(key) or () if isinstance(c, str))
+        return [c for c in every if c in named] or every[:1]
 
 
 def load(path: str) -> Suite:
@@ -407,17 +423,19 @@ class Checked:
                       parsed.columns, parsed.row_at[~bad], failed)  # fmt: skip
 
 
-def parsed_frame(source: Any, skip: frozenset = frozenset()) -> Any:
-    """Every row the run will parse clean (units in ``skip`` left out), as a DataFrame of
-    the files' columns (a column a file lacks is null in its rows): what GX validates."""
+def parsed_frame(source: Any, suite: Suite, skip: frozenset = frozenset()) -> Any:
+    """Every row the run will parse clean (units in ``skip`` left out), parsed by the run's
+    own parser, as a DataFrame of the columns the suite reads (a column a file lacks is
+    null in its rows): what GX validates."""
     from pyspark import TaskContext
     from pyspark.sql.types import StringType, StructField, StructType
 
     from kappa_ingest.sinks.task_input import TaskInput
 
-    columns: list[str] = []
+    every: list[str] = []
     for h in source.headers:
-        columns += [c for c in h.columns if c not in columns]
+        every += [c for c in h.columns if c not in every]
+    columns = suite.columns(every)
     from pyspark.sql.pandas.types import to_arrow_type
 
     spark_types = {f.name: f.dataType for f in source.df.schema.fields}

@@ -89,8 +89,8 @@ def test_a_failing_suite_sends_nothing_and_names_each_failure(spark, kafka, tmp_
     assert report["status"] == "failed" and report["rows_sent"] == 0
     failed = {r["label"]: r["observed"] for r in report["quality"]["expectations"] if not r["success"]}
     assert failed == {
-        "expect_column_values_to_match_regex(id)": "1 of 300 rows unexpected, e.g. 'x77'",
-        "expect_column_values_to_be_in_set(status)": "1 of 300 rows unexpected, e.g. 'lost'",
+        "expect_column_values_to_match_regex(id)": "1 of 300 rows unexpected",
+        "expect_column_values_to_be_in_set(status)": "1 of 300 rows unexpected",
     }
 
 
