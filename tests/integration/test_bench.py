@@ -19,7 +19,8 @@ pytestmark = pytest.mark.integration
 
 
 def test_bench_writes_table_json_and_chart(tmp_path):
-    out = run_bench(["wide30"], [20_000], ["ceiling", "classic", "kappa-ingest confluent"], 1, tmp_path / "out",
+    out = run_bench(["wide30"], [20_000], ["ceiling", "classic", "kappa-ingest confluent exactly-once",
+                                           "kappa-ingest confluent at-least-once"], 1, tmp_path / "out",
                     tmp_path / "data", 5_000, 2, "test")  # fmt: skip
     results = json.loads((out / "results.json").read_text())
     names = {r["contestant"] for r in results["summary"]}

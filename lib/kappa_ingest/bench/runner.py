@@ -234,6 +234,12 @@ def _context(
                    local_kafka.jars_dir(), small)  # fmt: skip
 
 
+def _selected(name: str, only: list[str]) -> bool:
+    """``--only`` names a contestant exactly, or else by a part of its name."""
+    names = {c.name.lower() for c in CONTESTANTS}
+    return any(o.lower() == name.lower() or (o.lower() not in names and o.lower() in name.lower()) for o in only)
+
+
 def run_bench(
     layouts: list[str],
     row_sets: list[int],
@@ -250,7 +256,7 @@ def run_bench(
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = out_root / stamp
     out.mkdir(parents=True, exist_ok=True)
-    chosen = [c for c in CONTESTANTS if not only or any(o.lower() in c.name.lower() for o in only)]
+    chosen = [c for c in CONTESTANTS if not only or _selected(c.name, only)]
     skipped = {c.name: why for c in chosen if (why := c.available())}
     chosen = [c for c in chosen if c.name not in skipped]
     results: list[RunResult] = []
