@@ -17,7 +17,9 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="jobs/benchmark.py", description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, action="append", help="input rows; repeatable (default 10, 100000, 1000000)")
     p.add_argument("--layout", action="append", choices=["wide30", "debs2012"], help="repeatable (default both)")
-    p.add_argument("--only", action="append", help="a contestant's whole name, or a part of the names of several; repeatable")
+    p.add_argument(
+        "--only", action="append", help="a contestant's whole name, or a part of the names of several; repeatable"
+    )
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument(
         "--classic-rows",
