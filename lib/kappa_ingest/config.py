@@ -264,6 +264,13 @@ def _setting_text(v: Any) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
+def run_ids(value: str | tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
+    """``--runs A,B`` (or a YAML list) as a tuple of run ids."""
+    if isinstance(value, str):
+        return tuple(r.strip() for r in value.split(",") if r.strip())
+    return tuple(value or ())
+
+
 def _check_reprocess(v: dict[str, Any]) -> None:
     """``kappa-ingest reprocess``: where the history comes from, and how it is replayed."""
     speed = v.get("replay_speed")
@@ -281,9 +288,7 @@ def _check_reprocess(v: dict[str, Any]) -> None:
                 raise UsageError("--replay-speed paces by event time: give --event-time-column")
     if v.get("order_by_event_time") and not (v.get("event_time_column") and v.get("key_column")):
         raise UsageError("--order-by-event-time orders each key's records: give --key-column and --event-time-column")
-    if isinstance(v.get("runs"), str):
-        v["runs"] = tuple(r.strip() for r in v["runs"].split(",") if r.strip())
-    v["runs"] = tuple(v.get("runs") or ())
+    v["runs"] = run_ids(v.get("runs"))
     if not v.get("from_topic"):
         if v["runs"] or v.get("since") or v.get("until"):
             raise UsageError("--runs, --since and --until choose history to replay: use kappa-ingest reprocess")

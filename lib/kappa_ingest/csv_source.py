@@ -65,6 +65,7 @@ class Source:
     plan: Plan  # every unit of the run's input, read or not
     tasks: int  # Spark partitions of df (asking df itself would run a shuffle's map stage)
     headers: tuple[Header, ...] = ()  # the distinct headers of the files read, first file's first
+    ordered: bool = False  # each task's rows sorted by event time (--order-by-event-time, --replay-speed)
 
 
 def reader_options(cfg: IngestConfig) -> dict[str, str]:
@@ -83,11 +84,6 @@ def reader_options(cfg: IngestConfig) -> dict[str, str]:
         "ignoreLeadingWhiteSpace": "false",
         "ignoreTrailingWhiteSpace": "false",
     }
-
-
-def in_event_order(cfg: IngestConfig) -> bool:
-    """Whether a task's rows come sorted by event time (and are sent in that order)."""
-    return bool(cfg.event_time_column and (cfg.order_by_event_time or cfg.replay_speed))
 
 
 def _lines_possible(cfg: IngestConfig) -> bool:
@@ -143,7 +139,8 @@ def read(spark: SparkSession, cfg: IngestConfig, pinned: Plan | None = None, pat
     df, parts, tasks = _spark_csv(spark, cfg, groups, plan.parts if pinned is not None else None)
     plan = Plan(plan.files, plan.split_bytes, parts)
     parser = RowParser(first, cfg.delimiter, cfg.quote, by_file)
-    return Source(df, spec, parser, "spark-csv", tuple(paths), read_bytes, plan, tasks, headers)
+    ordered = bool(cfg.event_time_column and (cfg.order_by_event_time or cfg.replay_speed))
+    return Source(df, spec, parser, "spark-csv", tuple(paths), read_bytes, plan, tasks, headers, ordered)
 
 
 @dataclass(frozen=True)
@@ -162,13 +159,8 @@ def file_layouts(spark: SparkSession, cfg: IngestConfig, paths: list[str]) -> di
     read the file (local, in an ASCII-compatible encoding); else by a one-line Spark read.
     Without a header, every file has the first file's field count, named ``_c0``, ``_c1``, ..."""
     if not cfg.header:
-        only = Layout(_columns(spark, cfg, paths[0]), None)
-        return dict.fromkeys(paths, only)
-    out: dict[str, Layout] = {}
-    for path in paths:
-        line = _header_line(spark, cfg, path)
-        out[path] = Layout(tuple(header_columns(line, cfg)) if line is not None else _columns(spark, cfg, path), line)
-    return out
+        return dict.fromkeys(paths, Layout(_layout(spark, cfg, paths[0]).columns, None))
+    return {path: _layout(spark, cfg, path) for path in paths}
 
 
 def _header_line(spark: SparkSession, cfg: IngestConfig, path: str) -> str | None:
@@ -184,9 +176,10 @@ def _header_line(spark: SparkSession, cfg: IngestConfig, path: str) -> str | Non
     return line
 
 
-def _columns(spark: SparkSession, cfg: IngestConfig, path: str) -> tuple[str, ...]:
+def _layout(spark: SparkSession, cfg: IngestConfig, path: str) -> Layout:
     line = _header_line(spark, cfg, path)
-    return tuple(header_columns(line, cfg)) if line else tuple(_spark_header(spark, cfg, path))
+    columns = header_columns(line, cfg) if line else _spark_header(spark, cfg, path)
+    return Layout(tuple(columns), line)
 
 
 def group_headers(layouts: dict[str, Layout]) -> tuple[Header, ...]:
@@ -383,18 +376,18 @@ def _spark_csv(
         col = F.col(cfg.event_time_column)
         fmt = cfg.event_time_format
         df = df.withColumn(EVENT_TS_COL, F.try_to_timestamp(col, F.lit(fmt)) if fmt else F.try_to_timestamp(col))
-    union = StructType([f for f in df.schema.fields if not f.name.startswith("__kappa")])
-    df = df.withColumn(REJECT_COL, reject_reason(union, cfg))
-    in_event_order = [F.col(EVENT_TS_COL), F.col(FILE_COL), F.col(BLOCK_COL)]
+    union = {f.name: f for _, schema in groups for f in schema.fields}
+    df = df.withColumn(REJECT_COL, reject_reason(StructType(list(union.values())), cfg))
+    by_event_time = [F.col(EVENT_TS_COL), F.col(FILE_COL), F.col(BLOCK_COL)]
     if cfg.order_by_event_time and cfg.key_column:
         # Each key's rows in one task (a unit is then one part of a split, as in any
         # shuffle), sorted by event time: its partition gets them in that order.
         parts = parts or cfg.partitions or spark.sparkContext.defaultParallelism
-        df = df.repartition(parts, F.col(cfg.key_column)).sortWithinPartitions(*in_event_order)
+        df = df.repartition(parts, F.col(cfg.key_column)).sortWithinPartitions(*by_event_time)
         return df, parts, parts
     df, parts, tasks = _repartition(df, cfg.partitions, parts)
     if cfg.replay_speed:  # paced by event time: each task's rows in that order
-        df = df.sortWithinPartitions(*in_event_order)
+        df = df.sortWithinPartitions(*by_event_time)
     return df, parts, tasks
 
 

@@ -19,11 +19,13 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from confluent_kafka import KafkaException
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from kappa_ingest import (
@@ -183,8 +185,7 @@ def _ingest(
             held.set_tasks(source.tasks)  # whoever takes over from a killed run fences this many ids
         report.plan = source.plan.to_json()
         sc = spark.sparkContext
-        group = f"kappa-ingest-{cfg.run_id}"
-        sc.setJobGroup(group, f"kappa-ingest {cfg.run_id}: {cfg.sink} -> {cfg.topic}")
+        group = _job_group(cfg)
         rate = _rate_per_task(cfg, spark, source)
         earlier = resumption or selection  # what was delivered before, and the files to read
         skip = frozenset(earlier.delivered) if earlier else frozenset()
@@ -362,7 +363,7 @@ def _task_delivery(
             / 1000
         )
     return delivery.TaskDelivery(
-        ordered=csv_source.in_event_order(cfg),
+        ordered=source.ordered,
         mode=mode,
         run_id=cfg.run_id,
         lineage=cfg.lineage,
@@ -378,19 +379,34 @@ def _task_delivery(
     )
 
 
+def _job_group(cfg: IngestConfig) -> str:
+    """Put the driver's next Spark jobs in the run's job group (the report joins its jobs'
+    tasks with the producers' counts); returns its id."""
+    group = f"kappa-ingest-{cfg.run_id}"
+    SparkContext.getOrCreate().setJobGroup(group, f"kappa-ingest {cfg.run_id}: {cfg.sink} -> {cfg.topic}")
+    return group
+
+
+@contextmanager
+def _side_jobs(cfg: IngestConfig, name: str, what: str) -> Iterator[None]:
+    """Jobs beside the sending (the quality gate, the pacing's span) in a group of their
+    own, so that the report's counts of the run's tasks stay the sending's."""
+    SparkContext.getOrCreate().setJobGroup(f"kappa-ingest-{cfg.run_id}-{name}", f"kappa-ingest {cfg.run_id}: {what}")
+    try:
+        yield
+    finally:
+        _job_group(cfg)
+
+
 def _event_span(cfg: IngestConfig, source: csv_source.Source) -> tuple[int, int]:
     """The first event time and the span to the last (ms): where --replay-speed paces from."""
     from pyspark.sql import functions as F
 
     from kappa_ingest.columns import EVENT_TS_COL
 
-    sc = source.df.sparkSession.sparkContext
-    sc.setJobGroup(f"kappa-ingest-{cfg.run_id}-pace", f"kappa-ingest {cfg.run_id}: the events' time span")
-    try:
+    with _side_jobs(cfg, "pace", "the events' time span"):
         ts = F.col(EVENT_TS_COL)
         row = spark_action(lambda: source.df.agg(F.min(ts).alias("a"), F.max(ts).alias("b")).collect()[0])
-    finally:
-        sc.setJobGroup(f"kappa-ingest-{cfg.run_id}", f"kappa-ingest {cfg.run_id}: {cfg.sink} -> {cfg.topic}")
     if row["a"] is None:
         return 0, 0
     first, last = (int(t.timestamp() * 1000) for t in (row["a"], row["b"]))
@@ -437,14 +453,9 @@ def _quality_gate(
     from kappa_ingest import quality
 
     suite = quality.load(str(cfg.expectations))
-    sc = source.df.sparkSession.sparkContext
-    # Its own job group: the run's (its sending) is what the report joins with Spark's records.
-    sc.setJobGroup(f"kappa-ingest-{cfg.run_id}-quality", f"kappa-ingest {cfg.run_id}: data-quality gate")
-    try:
+    with _side_jobs(cfg, "quality", "data-quality gate"):
         frame = quality.parsed_frame(source, suite, skip)
         outcome = quality.validate(frame, suite, str(cfg.quality_gate), f"{run_dir}/data_docs")
-    finally:
-        sc.setJobGroup(f"kappa-ingest-{cfg.run_id}", f"kappa-ingest {cfg.run_id}: {cfg.sink} -> {cfg.topic}")
     report.quality = outcome.to_json()
     if echo:
         for r in outcome.results:

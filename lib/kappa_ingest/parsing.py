@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from kappa_ingest.columns import BLOCK_COL, CORRUPT_COL, FILE_COL, LINE_COL, REJECT_COL
+from kappa_ingest.columns import BLOCK_COL, BLOCK_LEN_COL, CORRUPT_COL, EVENT_TS_COL, FILE_COL, LINE_COL, REJECT_COL
 
 BOM = "\ufeff"
 REJECT_SCHEMA = pa.schema([("source_file", pa.string()), ("reason", pa.string()), ("line", pa.string())])
@@ -303,8 +303,10 @@ class RowParser:
     def __call__(self, batch: pa.RecordBatch) -> Parsed:
         reject = batch.column(REJECT_COL)
         columns = layout_for(self.by_file, Layout(self.columns), batch.column(FILE_COL)).columns
-        other = set(self.columns) - set(columns)  # the other headers' columns (the union's)
-        keep_cols = [c for c in batch.schema.names if c not in (REJECT_COL, CORRUPT_COL) and c not in other]
+        keep_cols = [
+            *columns,
+            *(c for c in (FILE_COL, EVENT_TS_COL, BLOCK_COL, BLOCK_LEN_COL) if c in batch.schema.names),
+        ]
         if reject.null_count == len(reject):
             return Parsed(batch.select(keep_cols), no_rejects(), columns=columns, row_at=np.arange(batch.num_rows))
         bad = pc.is_valid(reject)

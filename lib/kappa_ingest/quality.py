@@ -21,7 +21,7 @@ import logging
 import os
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -311,17 +311,15 @@ class RowChecks:
     """The row-level expectations ``--quality-gate quarantine`` takes rows out for."""
 
     expectations: tuple[tuple[int, Expectation], ...] = ()  # (index in the suite, expectation)
-    reasons: tuple[str, ...] = field(default=())
 
     @classmethod
     def of(cls, suite: Suite) -> RowChecks:
-        chosen = tuple((i, e) for i, e in enumerate(suite.expectations) if e.row_level)
-        return cls(chosen, tuple(f"failed expectation {e.label()}" for _, e in chosen))
+        return cls(tuple((i, e) for i, e in enumerate(suite.expectations) if e.row_level))
 
     def failing(self, rows: pa.RecordBatch) -> Iterator[tuple[str, str, np.ndarray]]:
-        """``(index, reason, mask)`` per expectation: the rows that fail it."""
-        for (i, e), reason in zip(self.expectations, self.reasons, strict=True):
-            yield str(i), reason, fails(e, rows)
+        """``(index in the suite, reason, mask)`` per expectation: the rows that fail it."""
+        for i, e in self.expectations:
+            yield str(i), f"failed expectation {e.label()}", fails(e, rows)
 
 
 def fails(e: Expectation, rows: pa.RecordBatch) -> np.ndarray:
@@ -399,9 +397,10 @@ class Checked:
         parsed = self.inner(batch)
         rows = parsed.rows
         first = np.full(rows.num_rows, -1)
-        failed = {}
-        for j, (index, _reason, mask) in enumerate(self.checks.failing(rows)):
+        failed, why = {}, []
+        for j, (index, reason, mask) in enumerate(self.checks.failing(rows)):
             failed[index] = int(mask.sum())
+            why.append(reason)
             first[(first < 0) & mask] = j
         bad = first >= 0
         if not bad.any():
@@ -414,7 +413,7 @@ class Checked:
         else:  # Spark parsed it: its fields as JSON
             picked = rows.filter(pa.array(bad)).select(list(parsed.columns))
             text = [json.dumps(r, default=str) for r in picked.to_pylist()]
-        reasons = [self.checks.reasons[j] for j in first[bad]]
+        reasons = [why[j] for j in first[bad]]
         moved = reject_batch(rows.column(FILE_COL).filter(pa.array(bad)), pa.array(reasons, pa.string()),
                              pa.array(text, pa.string()))  # fmt: skip
         rejects = pa.Table.from_batches([parsed.rejects, moved]).combine_chunks().to_batches()[0]
@@ -427,10 +426,9 @@ def parsed_frame(source: Any, suite: Suite, skip: frozenset = frozenset()) -> An
     """Every row the run will parse clean (units in ``skip`` left out), parsed by the run's
     own parser, as a DataFrame of the columns the suite reads (a column a file lacks is
     null in its rows): what GX validates."""
-    from pyspark import TaskContext
     from pyspark.sql.types import StringType, StructField, StructType
 
-    from kappa_ingest.sinks.task_input import TaskInput
+    from kappa_ingest.sinks.task_input import parsed_units
 
     every: list[str] = []
     for h in source.headers:
@@ -441,14 +439,11 @@ def parsed_frame(source: Any, suite: Suite, skip: frozenset = frozenset()) -> An
     spark_types = {f.name: f.dataType for f in source.df.schema.fields}
     schema = StructType([StructField(c, spark_types.get(c, StringType())) for c in columns])
     arrow_types = {f.name: to_arrow_type(f.dataType) for f in schema.fields}
-    parser, parts = source.parser, source.plan.parts
+    parser, parts, ordered = source.parser, source.plan.parts, source.ordered
 
     def rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        ctx = TaskContext.get()
-        assert ctx is not None
-        parse = parser.fresh()
-        for _unit, batch in TaskInput(ctx.partitionId(), parts, skip).units(batches):
-            out = parse(batch).rows
+        for parsed in parsed_units(batches, parser, parts, skip, ordered):
+            out = parsed.rows
             n = out.num_rows
             if n:
                 names = out.schema.names

@@ -7,11 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pyarrow as pa
-from pyspark import TaskContext
 
 from kappa_ingest.csv_source import Source
 from kappa_ingest.parsing import REJECT_DDL
-from kappa_ingest.sinks.task_input import TaskInput
+from kappa_ingest.sinks.task_input import parsed_units
 from kappa_ingest.splits import Unit
 
 
@@ -19,16 +18,12 @@ def write(source: Source, path: str, skip: frozenset[Unit] = frozenset()) -> dic
     """Write the rejected rows to ``path``, parsed by the same parser the sink used (units
     in ``skip``, delivered before this run, left out); their count by reason, read back
     from what was written."""
-    parser, parts = source.parser, source.plan.parts
+    parser, parts, ordered = source.parser, source.plan.parts, source.ordered
 
     def rejects(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        ctx = TaskContext.get()
-        assert ctx is not None
-        parse = parser.fresh()
-        for _unit, rows in TaskInput(ctx.partitionId(), parts, skip).units(batches):
-            out = parse(rows).rejects
-            if out.num_rows:
-                yield out
+        for parsed in parsed_units(batches, parser, parts, skip, ordered):
+            if parsed.rejects.num_rows:
+                yield parsed.rejects
 
     source.df.mapInArrow(rejects, REJECT_DDL).write.mode("overwrite").json(path)
     written = source.df.sparkSession.read.schema(REJECT_DDL).json(path)

@@ -14,7 +14,7 @@ Kafka source) and sets them side by side: records per partition, first and last 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,9 +33,6 @@ class Replay:
     files: tuple[str, ...]  # to send again
     not_resent: tuple[dict[str, Any], ...] = ()  # {file, rows, reason}
     rows_delivered: int = 0  # rows the ledger shows delivered from the files re-sent
-    topic_partitions: int | None = None  # the old topic's, for a new topic
-    replication_factor: int | None = None
-    topic_config: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -130,13 +127,12 @@ def prepare(values: dict[str, Any], sized_on_command_line: bool) -> tuple[dict[s
     """The settings of a reprocess run, its inputs chosen from the ledger, and a new topic
     shaped like the old one (unless ``--topic-partitions`` was given); before Spark starts."""
     from kappa_ingest import ledger
-    from kappa_ingest.config import DEFAULT_PRODUCER_SETTINGS
+    from kappa_ingest.config import DEFAULT_PRODUCER_SETTINGS, run_ids
     from kappa_ingest.kafka_settings import connection_conf
     from kappa_ingest.topics import Admin
 
     v = dict(values)
-    runs = v.get("runs") or ()
-    runs = tuple(r.strip() for r in runs.split(",") if r.strip()) if isinstance(runs, str) else tuple(runs)
+    runs = run_ids(v.get("runs"))
     inputs = tuple(v.get("inputs") or ())
     ways = [bool(runs), bool(v.get("since") or v.get("until")), bool(inputs)]
     if sum(ways) != 1:
@@ -145,17 +141,14 @@ def prepare(values: dict[str, Any], sized_on_command_line: bool) -> tuple[dict[s
     if not servers or not v.get("from_topic"):
         raise UsageError("reprocess reads the delivery ledger of --from-topic's cluster: give --bootstrap-servers")
     settings = {**DEFAULT_PRODUCER_SETTINGS, **(v.get("kafka_opts") or {})}
-    from kappa_ingest.ledger import DEFAULT_TOPIC
-
-    entries = ledger.read(connection_conf(settings, servers), str(v.get("ledger_topic") or DEFAULT_TOPIC))
+    entries = ledger.read(connection_conf(settings, servers), str(v.get("ledger_topic") or ledger.DEFAULT_TOPIC))
     replay = select(entries, v["from_topic"], runs, v.get("since"), v.get("until"), inputs)
     with Admin(servers, settings) as admin:
         partitions, replicas, configs = topic_settings(admin, v["from_topic"])
     v.update(inputs=list(replay.files), runs=runs, topic_config=configs)
     if not sized_on_command_line:
         v.update(topic_partitions=partitions, replication_factor=replicas)
-    return v, Replay(**{**replay.__dict__, "topic_partitions": partitions, "replication_factor": replicas,
-                        "topic_config": configs})  # fmt: skip
+    return v, replay
 
 
 def topic_settings(admin: Any, topic: str) -> tuple[int, int, dict[str, str]]:

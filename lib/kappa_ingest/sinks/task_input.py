@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from kappa_ingest.columns import BLOCK_COL, BLOCK_LEN_COL, FILE_COL
 from kappa_ingest.ledger import Entry
-from kappa_ingest.parsing import Parsed
+from kappa_ingest.parsing import BatchParser, Parsed
 from kappa_ingest.records import Encoded
 from kappa_ingest.splits import Unit, canonical_file
 
@@ -46,6 +46,20 @@ def segments(
     for lo, hi in pairwise(bounds):
         at = order[lo:hi] if order is not None else None
         yield names[codes[lo]], int(starts[lo]), int(lengths[lo]), batch.slice(lo, hi - lo), at
+
+
+def parsed_units(
+    batches: Iterator[pa.RecordBatch], parser: BatchParser, parts: int, skip: frozenset[Unit], ordered: bool
+) -> Iterator[Parsed]:
+    """Inside a task: its rows parsed unit by unit as the sinks parse them, units in ``skip``
+    left out (for passes beside the sending one: the quarantine, the quality gate)."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    assert ctx is not None
+    parse = parser.fresh()
+    for _unit, rows in TaskInput(ctx.partitionId(), parts, skip, ordered=ordered).units(batches):
+        yield parse(rows)
 
 
 @dataclass
