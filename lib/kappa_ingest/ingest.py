@@ -216,7 +216,7 @@ def _ingest(
         if sent is not None:
             _reconcile(cfg, report, sent, resumption, new_entries)
             if replay is not None:
-                _compare(cfg, spark, report, replay, kafka.servers())
+                _compare(cfg, report, replay, sent)
         if report.rows_quarantined:
             path = f"{run_dir}/quarantine"
             reasons = spark_action(lambda: quarantine.write(source, path, skip))
@@ -428,15 +428,12 @@ def _paced(task_delivery: delivery.TaskDelivery, span_s: float, admin: Admin) ->
     return replace(task_delivery, transaction_timeout_s=needed)
 
 
-def _compare(cfg: IngestConfig, spark: SparkSession, report: RunReport, replay: Replay, servers: str) -> None:
+def _compare(cfg: IngestConfig, report: RunReport, replay: Replay, sent: Sent) -> None:
     """The old topic's records of the replayed runs beside the new topic's of this run."""
     from kappa_ingest import reprocess
-    from kappa_ingest.kafka_settings import for_spark
 
-    wanted = ("kafka.security.protocol", "kafka.sasl.mechanism", "kafka.sasl.jaas.config")
-    options = {k: v for k, v in for_spark(cfg.producer_settings(), servers, cfg.run_id).items() if k in wanted}
-    sides = spark_action(lambda: reprocess.compare(spark, servers, options, replay.from_topic, replay.runs,
-                                                   cfg.topic, cfg.run_id))  # fmt: skip
+    with Admin(sent.conf["bootstrap.servers"], cfg.producer_settings()) as admin:
+        sides = reprocess.compare(admin, sent.conf, replay.from_topic, replay.runs, cfg.topic, cfg.run_id)
     assert report.reprocess is not None
     report.reprocess["compare"] = sides
     new = sides["new"]["records"]

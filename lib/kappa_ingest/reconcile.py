@@ -34,6 +34,8 @@ class ReadBack:
 
     counts: Counter[tuple[str, str]] = field(default_factory=Counter)
     seconds: float = 0.0
+    # With by_partition: [records, first timestamp ms, last timestamp ms] per partition.
+    partitions: dict[int, list[int]] = field(default_factory=dict)
 
     def of(self, run_ids: set[str]) -> int:
         return sum(n for (rid, _), n in self.counts.items() if rid in run_ids)
@@ -46,6 +48,15 @@ class ReadBack:
         return out
 
 
+def _span(partitions: dict[int, list[int]], p: int, ts: int) -> None:
+    s = partitions.get(p)
+    if s is None:
+        partitions[p] = [1, ts, ts]
+    else:
+        s[0] += 1
+        s[1], s[2] = min(s[1], ts), max(s[2], ts)
+
+
 def read_back(
     conf: dict[str, Any],
     topic: str,
@@ -53,10 +64,13 @@ def read_back(
     end: dict[int, int],
     run_ids: set[str],
     timeout_s: float = READ_BACK_TIMEOUT_S,
+    by_partition: bool = False,
 ) -> ReadBack:
     """Count the committed records of ``run_ids`` in ``topic`` between offsets ``start``
-    and ``end`` (per partition). KafkaUnavailable if the end is not reached in time (a
-    transaction another producer left open holds read_committed consumers back)."""
+    and ``end`` (per partition; a start of ``OFFSET_BEGINNING`` reads from the first kept);
+    ``by_partition`` also their count and first and last timestamp per partition.
+    KafkaUnavailable if the end is not reached in time (a transaction another producer
+    left open holds read_committed consumers back)."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     began = time.monotonic()
@@ -94,6 +108,8 @@ def read_back(
                 rid = headers.get("run_id")
                 if rid in wanted:
                     raw[(rid, headers.get("source_file", b""))] += 1
+                    if by_partition:
+                        _span(out.partitions, p, m.timestamp()[1])
                 if m.offset() + 1 >= end[p]:
                     todo.discard(p)
         consumer.unassign()

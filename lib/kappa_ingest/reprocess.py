@@ -7,8 +7,8 @@ The delivery ledger knows which files (and which of their splits) each run deliv
 explicit ``--input``, and says which cannot be re-sent and why (gone, or changed since).
 The new topic is created like the old one (:func:`topic_settings`): its partition count,
 replication and topic configs, unless given. The run itself is an ordinary ingest into the
-new topic; :func:`compare` then reads both topics back (``read_committed``, with Spark's
-Kafka source) and sets them side by side: records per partition, first and last event time.
+new topic; :func:`compare` then reads both topics back (``read_committed``, the run's
+own read-back) and sets them side by side: records per partition, first and last event time.
 """
 
 from __future__ import annotations
@@ -165,46 +165,23 @@ def topic_settings(admin: Any, topic: str) -> tuple[int, int, dict[str, str]]:
     return len(md.partitions), replicas, configs
 
 
-def compare(spark: Any, servers: str, options: dict[str, str], old: str, runs: tuple[str, ...], new: str,
-            run_id: str) -> dict[str, Any]:  # fmt: skip
+def compare(admin: Any, conf: dict[str, Any], old: str, runs: tuple[str, ...], new: str, run_id: str) -> dict[str, Any]:
     """Both topics side by side, as a read_committed consumer sees them: the old topic's
     records of the replayed runs, and the new topic's of this run, per partition (count,
     first and last record timestamp, which is the event time with --event-time-column)."""
-    from pyspark.sql import functions as F
+    from confluent_kafka import OFFSET_BEGINNING
+
+    from kappa_ingest.reconcile import read_back
+    from kappa_ingest.records import iso_ms
 
     def side(topic: str, run_ids: tuple[str, ...]) -> dict[str, Any]:
-        df = (
-            spark.read.format("kafka")
-            .options(**options)
-            .option("kafka.bootstrap.servers", servers)
-            .option("subscribe", topic)
-            .option("startingOffsets", "earliest")
-            .option("endingOffsets", "latest")
-            .option("includeHeaders", "true")
-            .option("kafka.isolation.level", "read_committed")
-            .load()
-        )
-        run = F.expr("cast(filter(headers, h -> h.key = 'run_id')[0].value as string)")
-        rows = (
-            df.where(run.isin(list(run_ids)))
-            .groupBy("partition")
-            .agg(F.count("*").alias("records"), F.min("timestamp").alias("first"), F.max("timestamp").alias("last"))
-            .orderBy("partition")
-            .collect()
-        )
-        parts = {r["partition"]: {"records": r["records"], "first_event": _iso(r["first"]),
-                                  "last_event": _iso(r["last"])} for r in rows}  # fmt: skip
-        firsts = [p["first_event"] for p in parts.values() if p["first_event"]]
-        lasts = [p["last_event"] for p in parts.values() if p["last_event"]]
-        return {"topic": topic, "records": sum(p["records"] for p in parts.values()), "partitions": parts,
-                "first_event": min(firsts, default=None), "last_event": max(lasts, default=None)}  # fmt: skip
+        end = admin.end_offsets(topic)
+        found = read_back(conf, topic, dict.fromkeys(end, OFFSET_BEGINNING), end, set(run_ids), by_partition=True)
+        parts = {p: {"records": n, "first_event": iso_ms(first), "last_event": iso_ms(last)}
+                 for p, (n, first, last) in sorted(found.partitions.items())}  # fmt: skip
+        spans = found.partitions.values()
+        return {"topic": topic, "records": sum(n for n, _, _ in spans), "partitions": parts,
+                "first_event": iso_ms(min(f for _, f, _ in spans)) if parts else None,
+                "last_event": iso_ms(max(last for _, _, last in spans)) if parts else None}  # fmt: skip
 
     return {"old": side(old, runs), "new": side(new, (run_id,))}
-
-
-def _iso(ts: datetime | None) -> str | None:
-    if ts is None:
-        return None
-    if ts.tzinfo is None:
-        ts = ts.astimezone(UTC)
-    return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"
