@@ -3,6 +3,8 @@
 kappa-ingest ingest --input PATH --topic TOPIC [option ...]   # local Spark
 kappa-ingest reprocess --from-topic T --runs ID --to-topic T2  # replay history into a new topic
 kappa-ingest kafka start|stop|status [--dir DIR]              # the embedded local Kafka
+kappa-ingest cluster start|stop|status [--dir DIR]            # a Spark standalone cluster on 127.0.0.1
+kappa-ingest pack --out kappa-venv.tar.gz                      # the venv for executors (--archives)
 kappa-ingest gen-data --layout wide30 --rows N --out FILE     # test data
 """
 
@@ -40,6 +42,15 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--port", type=int, help="first broker's port (default: a free one)")
     k.add_argument("--brokers", type=int, default=1, help="brokers in the cluster (default 1)")
     k.add_argument("--heap", default="512m", help="broker JVM heap (default 512m)")
+    c = sub.add_parser("cluster", help="a Spark standalone master and workers on 127.0.0.1")
+    c.add_argument("action", choices=["start", "stop", "status"])
+    c.add_argument("--dir", default=".spark-cluster", help="state and logs directory (default .spark-cluster)")
+    c.add_argument("--workers", type=int, default=2, help="workers (default 2)")
+    c.add_argument("--worker-cores", type=int, default=1, help="cores each worker offers (default 1)")
+    c.add_argument("--worker-memory", default="1g", help="memory each worker offers executors (default 1g)")
+    pk = sub.add_parser("pack", help="the venv as an archive for executors (spark-submit --archives FILE#venv)")
+    pk.add_argument("--out", default="build/kappa-venv.tar.gz", help=".tar, .tar.gz or .tgz")
+    pk.add_argument("--venv", default=None, help="the venv to pack (default: the one running kappa-ingest)")
     r = sub.add_parser("report", help="past runs from the Delta metrics store")
     which = r.add_mutually_exclusive_group()
     which.add_argument("--run-id", help="one run: its totals, executors and stages")
@@ -214,6 +225,36 @@ def _kafka(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cluster(args: argparse.Namespace) -> int:
+    from kappa_ingest import spark_cluster
+
+    if args.action == "start":
+        cluster = spark_cluster.start(args.dir, args.workers, args.worker_cores, args.worker_memory)
+        print(f"Spark master at {cluster.master_url} (UI {cluster.ui_url}), {args.workers} workers;"
+              f" logs in {cluster.state_dir}")  # fmt: skip
+    elif args.action == "stop":
+        print("stopped" if spark_cluster.stop(args.dir) else f"no Spark cluster running from {args.dir}")
+    else:
+        cluster = spark_cluster.status(args.dir)
+        if cluster is None:
+            print(f"no Spark cluster running from {args.dir}")
+            return 1
+        print(f"Spark master at {cluster.master_url}: {cluster.alive()}")
+    return 0
+
+
+def _pack(args: argparse.Namespace) -> int:
+    import sys
+    from pathlib import Path
+
+    from kappa_ingest.pack import pack
+
+    out = pack(args.venv or Path(sys.prefix), args.out)
+    print(f"wrote {out} ({out.stat().st_size / 2**20:,.0f} MiB): spark-submit --archives {out}#venv"
+          " --conf spark.pyspark.python=./venv/bin/python")  # fmt: skip
+    return 0
+
+
 def _report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -309,6 +350,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_reprocess(args)
         if args.command == "kafka":
             return _kafka(args)
+        if args.command == "cluster":
+            return _cluster(args)
+        if args.command == "pack":
+            return _pack(args)
         if args.command == "bench":
             return _bench(args)
         if args.command == "report":

@@ -64,7 +64,7 @@ TASKS = _schema(
 )  # fmt: skip
 EXECUTORS = _schema(
     ("run_id", S), ("executor_id", S), ("host", S), ("tasks", INT), ("rows", L), ("bytes", L), ("busy_s", D),
-    ("span_s", D), ("rows_per_s", D), ("mb_per_s", D),
+    ("span_s", D), ("rows_per_s", D), ("mb_per_s", D), ("record_loops", S), ("warnings", S),
 )  # fmt: skip
 STAGES = _schema(
     ("run_id", S), ("stage_id", INT), ("attempt", INT), ("name", S), ("status", S), ("num_tasks", INT),
@@ -134,7 +134,9 @@ def run_rows(summary: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     return {
         "runs": [run],
         "tasks": [{**t, "run_id": rid} for t in summary.get("tasks", [])],
-        "executors": [{**e, "run_id": rid} for e in summary.get("executors", [])],
+        "executors": [
+            {**e, "run_id": rid, "warnings": "\n".join(e.get("warnings", []))} for e in summary.get("executors", [])
+        ],
         "stages": [{**s, "run_id": rid} for s in summary.get("stages", [])],
         "broker_rate": [{**p, "run_id": rid} for p in summary.get("broker_rate", [])],
         "quality": quality_rows(summary),

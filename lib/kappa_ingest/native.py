@@ -8,9 +8,12 @@
   Arrow batch in one call.
 
 They are compiled once per source and librdkafka version (``cc``, against the librdkafka
-inside the confluent-kafka wheel) into the kappa-ingest cache. Where there is no C
-compiler, :func:`load` raises NativeUnavailable saying why, and the callers use polars and
-confluent-kafka's Python API instead: the same records, slower.
+inside the confluent-kafka wheel) into the kappa-ingest cache. Executors on a cluster
+rarely have a C compiler, so ``spark-submit.sh`` ships the library built on the submitting
+machine inside the package zip (``c/built/``): an executor copies it into its cache
+instead of compiling. Where neither works, :func:`load` raises NativeUnavailable saying
+why, and the callers use polars and confluent-kafka's Python API instead: the same
+records, slower. :func:`in_use` tells the run report which path a process took.
 """
 
 from __future__ import annotations
@@ -120,10 +123,26 @@ def library_path() -> Path:
     return cache_dir() / f"kappa-ingest-native-{digest}.so"
 
 
+def _shipped(target: Path) -> bool:
+    """Copy the library shipped inside the package (``c/built/<name>``) into the cache."""
+    from importlib.resources import files
+
+    shipped = files("kappa_ingest") / "c" / "built" / target.name
+    try:
+        data = shipped.read_bytes()
+    except OSError:
+        return False
+    with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as tmp:
+        tmp.write(data)
+    Path(tmp.name).replace(target)  # tasks may copy at once: each its own file, renamed into place
+    return True
+
+
 def build() -> Path:
-    """Compile the loops unless the cache has them; NativeUnavailable if they cannot be."""
+    """The loops in the cache: copied from the package if shipped built, else compiled;
+    NativeUnavailable if neither can be."""
     target = library_path()
-    if target.exists():
+    if target.exists() or _shipped(target):
         return target
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
@@ -176,6 +195,12 @@ def _load() -> ctypes.CDLL | NativeUnavailable:
             f" ({ctypes.sizeof(Batch)} bytes)"
         )
     return lib
+
+
+def in_use() -> tuple[bool, str]:
+    """Whether this process runs the C loops, and if not, why (for the run report)."""
+    outcome = _load()
+    return (False, str(outcome)) if isinstance(outcome, NativeUnavailable) else (True, "")
 
 
 def json_values(columns: list[pa.Array], names: list[str], files: pa.Array, ingest_ts: str) -> pa.Array:

@@ -205,6 +205,8 @@ class RunReport:
             busy = sum(t.duration_s for t in ts)
             span = (max(t.ended_at for t in ts) - min(t.launched_at for t in ts)).total_seconds()
             host = spark.executors[eid].host if eid in spark.executors else ts[0].host
+            stats = [by_task[t.task_id] for t in ok]
+            notes = list(dict.fromkeys(n for s in stats for n in json.loads(s.notes)))
             out.append(
                 {
                     "executor_id": eid,
@@ -217,6 +219,9 @@ class RunReport:
                     # An executor's rate is over its span: its tasks run concurrently on its cores.
                     "rows_per_s": _rate(rows, span),
                     "mb_per_s": round(nbytes / MB / span, 3) if span else 0.0,
+                    # C, Python, or both if the executor's Python workers differed
+                    "record_loops": "/".join(sorted({s.record_loops for s in stats if s.record_loops})),
+                    "warnings": notes,
                 }
             )
         return out
@@ -443,7 +448,7 @@ def render(s: dict[str, Any]) -> str:
         out += ["", "executors"]
         out.append(
             _table(
-                ["executor", "host", "tasks", "rows", "MB", "busy s", "span s", "rows/s", "MB/s"],
+                ["executor", "host", "tasks", "rows", "MB", "busy s", "span s", "rows/s", "MB/s", "loops"],
                 [
                     [
                         e["executor_id"],
@@ -455,11 +460,13 @@ def render(s: dict[str, Any]) -> str:
                         e["span_s"],
                         e["rows_per_s"],
                         e["mb_per_s"],
+                        e.get("record_loops") or "-",
                     ]
                     for e in s["executors"]
                 ],
             )
         )
+        out += [f"  warning on executor {e['executor_id']}: {w}" for e in s["executors"] for w in e.get("warnings", [])]
     if s["stages"]:
         out += ["", "stages"]
         out.append(

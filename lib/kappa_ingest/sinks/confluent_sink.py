@@ -41,27 +41,15 @@ FATAL_CODES = {
 def make_producer(
     conf: dict[str, Any], topic: str, transactional_id: str | None = None
 ) -> NativePartitionProducer | ConfluentPartitionProducer:
-    """The C loop where it builds, else confluent-kafka's Python API (said on stderr once)."""
+    """The C loop where it builds, else confluent-kafka's Python API (the report says which)."""
     from kappa_ingest import native
 
     if transactional_id is not None:
         conf = {**conf, "transactional.id": transactional_id}
     try:
         return NativePartitionProducer(native.load(), conf, topic)
-    except native.NativeUnavailable as e:
-        _warn_once(f"kappa-ingest: {e}; the confluent sink uses confluent-kafka's Python API (slower)")
-        return ConfluentPartitionProducer(conf, topic)
-
-
-_warned: set[str] = set()
-
-
-def _warn_once(message: str) -> None:
-    import sys
-
-    if message not in _warned:
-        _warned.add(message)
-        print(message, file=sys.stderr)
+    except native.NativeUnavailable:
+        return ConfluentPartitionProducer(conf, topic)  # task_notes tells the report why
 
 
 def _not_delivered(failed: int, remaining: int, produced: int, first_error: object) -> DeliveryFailed:

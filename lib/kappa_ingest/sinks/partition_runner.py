@@ -34,7 +34,7 @@ import pyarrow as pa
 from pyspark import AccumulatorParam, TaskContext
 from pyspark.sql import DataFrame
 
-from kappa_ingest import dead_letter
+from kappa_ingest import dead_letter, task_notes
 from kappa_ingest.delivery import ABORT_TIMEOUT_S, TaskDelivery
 from kappa_ingest.ledger import Entry
 from kappa_ingest.parsing import BatchParser, Parsed
@@ -142,6 +142,8 @@ class TaskStats:
     units: str = "[]"  # JSON: the ledger entries of the units it delivered
     inherited: str = "[]"  # JSON: entries of units an earlier attempt of it committed
     failed: str = "{}"  # JSON: rows failing each row-level expectation (--quality-gate quarantine)
+    record_loops: str = ""  # C | Python: the record loops its process ran
+    notes: str = "[]"  # JSON: warnings raised in its process (task_notes)
 
     @classmethod
     def current(cls) -> TaskStats:
@@ -179,6 +181,7 @@ class TaskStats:
         self.lines_dropped = task_input.lines_dropped
         self.units = json.dumps([asdict(e) for e in entries])
         self.inherited = json.dumps([asdict(e) for e in task_input.inherited.values()])
+        self.record_loops, self.notes = task_notes.record_loops(), json.dumps(task_notes.taken())
         self.ended_ms = wall_clock_ms()
 
 
@@ -186,7 +189,7 @@ def _entry(d: dict[str, Any]) -> Entry:
     return Entry(**{**d, "unit": Unit(**d["unit"])})
 
 
-_TEXT_FIELDS = {"host", "units", "inherited", "failed"}
+_TEXT_FIELDS = {"host", "units", "inherited", "failed", "record_loops", "notes"}
 STATS_SCHEMA = ", ".join(f"{f.name} {'string' if f.name in _TEXT_FIELDS else 'bigint'}" for f in fields(TaskStats))
 
 

@@ -1,0 +1,49 @@
+"""``kappa-ingest pack``: the venv as an archive for executors (``spark-submit --archives``).
+
+venv-pack refuses a venv with an editable install, which is how ``make setup`` installs
+kappa-ingest, and is no longer maintained. This packs the venv's interpreter links and
+third-party packages only: kappa-ingest itself (with its C loops built) reaches executors
+in the zip ``spark-submit.sh`` ships, and Spark's own jars come with each worker's Spark.
+The interpreter is a link to the Python the venv was made from, so executors need that
+Python (the same version, at the same path) installed, as with venv-pack.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tarfile
+from pathlib import Path
+
+from kappa_ingest.errors import UsageError
+
+# Paths (relative to the venv) executors never need.
+EXCLUDE = (
+    "*/__pycache__", "*.pyc",
+    "lib/python3*/site-packages/pyspark/jars",  # the workers' Spark brings its own
+    "lib/python3*/site-packages/pyspark/work",  # local-cluster executors' scratch space
+    "lib/python3*/site-packages/__editable__*",  # kappa-ingest itself travels in the --py-files zip
+)  # fmt: skip
+
+
+def pack(venv: Path | str, out: Path | str) -> Path:
+    """Write ``venv`` as ``out`` (``.tar``, ``.tar.gz`` or ``.tgz``), paths relative to the
+    venv so that ``--archives out#venv`` gives executors ``./venv/bin/python``."""
+    venv, out = Path(venv).resolve(), Path(out)
+    if not (venv / "pyvenv.cfg").exists():
+        raise UsageError(f"--venv {venv}: not a virtual environment (no pyvenv.cfg)")
+    mode = {".tar": "w", ".gz": "w:gz", ".tgz": "w:gz"}.get(out.suffix)
+    if mode is None:
+        raise UsageError(f"--out {out}: give a .tar, .tar.gz or .tgz file")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        rel = info.name.removeprefix("./")
+        return None if any(fnmatch.fnmatch(rel, p) for p in EXCLUDE) else info
+
+    kwargs = {"compresslevel": 1} if mode == "w:gz" else {}  # level 1: ~4x faster than the default, ~10% bigger
+    with tarfile.open(tmp, mode, **kwargs) as tar:  # type: ignore[call-overload]
+        for child in sorted(venv.iterdir()):
+            tar.add(child, arcname=child.name, filter=keep)
+    tmp.replace(out)
+    return out
