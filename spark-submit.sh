@@ -21,11 +21,13 @@ from kappa_ingest import native
 lib, out = sys.argv[1], sys.argv[2]
 with zipfile.ZipFile(out + ".tmp", "w", zipfile.ZIP_DEFLATED) as z:
     for root, dirs, files in os.walk(os.path.join(lib, "kappa_ingest")):
-        dirs[:] = [d for d in dirs if d not in ("__pycache__", "built")]
+        dirs[:] = [d for d in dirs if d not in ("__pycache__", "built", "conf")]
         for f in files:
             if f.endswith((".py", ".c")):
                 path = os.path.join(root, f)
                 z.write(path, os.path.relpath(path, lib))
+    # The shipped producer settings, for a driver that has no checkout (cluster deploy mode).
+    z.write(os.path.join(lib, "..", "conf", "ingest.yaml"), "kappa_ingest/conf/ingest.yaml")
     try:
         built = native.build()
         z.write(built, f"kappa_ingest/c/built/{built.name}")

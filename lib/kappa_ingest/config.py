@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from kappa_ingest import delivery
+from kappa_ingest import credentials, delivery
 from kappa_ingest.errors import UsageError
 from kappa_ingest.kafka_settings import DEFAULT_PRODUCER_SETTINGS, is_secret, validate_settings
 from kappa_ingest.ledger import DEFAULT_TOPIC as DEFAULT_LEDGER_TOPIC
@@ -78,19 +78,40 @@ class IngestConfig:
     topic_config: dict[str, str] = field(default_factory=dict)  # configs of a topic the run creates
 
     def producer_settings(self) -> dict[str, str]:
-        """Kafka (Java-named) producer settings: the defaults overlaid by ``kafka_opts``."""
-        return {**DEFAULT_PRODUCER_SETTINGS, **self.kafka_opts}
+        """Kafka (Java-named) producer settings: the defaults overlaid by ``kafka_opts``, with
+        ``${NAME}`` and ``@PATH`` values read (credentials); secrets are remembered to be masked."""
+        return {**DEFAULT_PRODUCER_SETTINGS, **resolved_settings(self.kafka_opts)}
 
     def masked(self) -> dict[str, Any]:
-        """Every setting, for the run report, with secrets replaced by ``***``."""
+        """Every setting, for the run report, with secrets replaced by ``***``; a value given
+        as ``${NAME}`` or ``@PATH`` is shown as given (a resumed run reads it again)."""
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
             out[f.name] = list(value) if isinstance(value, tuple) else value
-        out["kafka_opts"] = {k: ("***" if is_secret(k) else v) for k, v in self.producer_settings().items()}
+        opts = {**DEFAULT_PRODUCER_SETTINGS, **self.kafka_opts}
+        out["kafka_opts"] = {k: v if _is_reference(v) else credentials.MASK if is_secret(k) else v
+                             for k, v in opts.items()}  # fmt: skip
         if out["bootstrap_servers"]:
             out["bootstrap_servers"] = _mask_url_password(out["bootstrap_servers"])
         return out
+
+
+def resolved_settings(opts: dict[str, str]) -> dict[str, str]:
+    """``opts`` with references read; the values of secret settings remembered for masking."""
+    out = {}
+    for name, value in opts.items():
+        out[name] = credentials.resolve(f"--kafka-opt {name}", value)
+        if is_secret(name):
+            credentials.remember(out[name])
+            for m in re.finditer(r"password\s*=\s*\"((?:[^\"\\]|\\.)*)\"", out[name]):  # inside a JAAS line
+                credentials.remember(m[1])
+                credentials.remember(re.sub(r"\\(.)", r"\1", m[1]))
+    return out
+
+
+def _is_reference(value: str) -> bool:
+    return bool(re.fullmatch(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}", value)) or (value.startswith("@") and len(value) > 1)
 
 
 def _mask_url_password(text: str) -> str:
@@ -197,16 +218,16 @@ def load(args: argparse.Namespace) -> IngestConfig:
 def merged(args: argparse.Namespace) -> dict[str, Any]:
     """The settings of :func:`load`, not yet validated."""
     explicit = args.config_file is not None
-    path = Path(args.config_file) if explicit else default_config()
+    path: Any = Path(args.config_file) if explicit else default_config()
     values: dict[str, Any] = {}
     cli = {k: v for k, v in vars(args).items() if v is not None and k in _FIELD_NAMES}
     if cli.get("resume"):
         from kappa_ingest import resume
 
         values.update(resume.base_values(cli))
-    elif path.exists():
+    elif path.is_file():
         values.update(_read_yaml(path))
-    if explicit and not path.exists():
+    if explicit and not path.is_file():
         raise UsageError(f"--config {path}: no such file")
     if explicit and cli.get("resume"):
         values.update(_read_yaml(path))
@@ -217,16 +238,25 @@ def merged(args: argparse.Namespace) -> dict[str, Any]:
 
         resume.check_overrides(values, cli)
     values.update(cli)
-    if path.exists() and (explicit or not cli.get("resume")):
+    if path.is_file() and (explicit or not cli.get("resume")):
         values["config_file"] = str(path)
     return values
 
 
-def default_config() -> Path:
-    """``conf/ingest.yaml`` of the installation (its checkout, or KAPPA_INGEST_HOME's)."""
+def default_config() -> Any:
+    """``conf/ingest.yaml`` of the installation (its checkout, or KAPPA_INGEST_HOME's), found
+    whatever the working directory; else the copy inside the zip spark-submit.sh ships (a
+    driver in cluster deploy mode has no checkout). The report names the file read, or says
+    that none was (then the producer runs on Kafka's defaults plus acks=all, idempotence)."""
+    from importlib.resources import files
+
     from kappa_ingest.paths import conf_dir
 
-    return conf_dir() / "ingest.yaml"
+    installed = conf_dir() / "ingest.yaml"
+    if installed.is_file():
+        return installed
+    shipped = files("kappa_ingest") / "conf" / "ingest.yaml"
+    return shipped if shipped.is_file() else installed
 
 
 _FIELD_NAMES = {f.name for f in fields(IngestConfig)}
@@ -234,7 +264,7 @@ _YAML_ALIASES = {"input": "inputs", "kafka_opt": "kafka_opts", "master": "spark_
 _NOT_IN_YAML = {"config_file", "lineage", "topic_config", "from_topic", "runs", "since", "until"}
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def _read_yaml(path: Any) -> dict[str, Any]:
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
@@ -255,7 +285,9 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         if name == "kafka_opts":
             if not isinstance(value, dict):
                 raise UsageError(f"{path}: 'kafka-opt' must be a mapping of Kafka setting names to values")
-            value = {str(k): _setting_text(v) for k, v in value.items()}
+            value = {str(k): _setting_text(v) for k, v in value.items()}  # references read when used
+        elif isinstance(value, str):
+            value = credentials.resolve(f"{path}: {key}", value)
         out[name] = value
     return out
 
@@ -422,11 +454,10 @@ def validate(values: dict[str, Any]) -> IngestConfig:
     for name in ("header", "multiline", "strict_header", "dry_run", "quiet", "incremental", "order_by_event_time"):
         if name in v and not isinstance(v[name], bool):
             raise UsageError(f"'{name.replace('_', '-')}': expected true or false, got {v[name]!r}")
-    v["kafka_opts"] = dict(v.get("kafka_opts") or {})
-    validate_settings({**DEFAULT_PRODUCER_SETTINGS, **v["kafka_opts"]}, sink)
-    v["delivery"] = delivery.resolve_mode(
-        v.get("delivery") or None, sink, {**DEFAULT_PRODUCER_SETTINGS, **v["kafka_opts"]}
-    )
+    v["kafka_opts"] = {str(k): str(value) for k, value in (v.get("kafka_opts") or {}).items()}
+    settings = {**DEFAULT_PRODUCER_SETTINGS, **resolved_settings(v["kafka_opts"])}
+    validate_settings(settings, sink)
+    v["delivery"] = delivery.resolve_mode(v.get("delivery") or None, sink, settings)
     if v.get("resume") and v.get("dry_run"):
         raise UsageError("--resume with --dry-run: a dry run sends nothing to resume")
     ledger_topic = str(v.get("ledger_topic") or DEFAULT_LEDGER_TOPIC)

@@ -1,8 +1,10 @@
 """What a failed Spark job means, in one line for people, with the exit code of its cause.
 
-A task's error reaches the driver as text (a Python worker's traceback inside a Java
-exception); the names of kappa-ingest's own task errors (``DeliveryFailed``,
-``TransactionFailed``, ``HeaderMismatch``) and of Kafka's and Spark's are matched there.
+Spark names its own errors with error conditions (``PATH_NOT_FOUND``,
+``FAILED_READ_FILE.NO_HINT``, ...): where the exception or one of its causes carries one,
+that decides. A task's own error reaches the driver as text (a Python worker's traceback
+inside a Java exception); the names of kappa-ingest's task errors (``DeliveryFailed``,
+``TransactionFailed``, ``HeaderMismatch``) and of Kafka's are matched there.
 """
 
 from __future__ import annotations
@@ -31,11 +33,66 @@ _CAUSES = [
 ]  # fmt: skip
 
 
+def conditions(e: BaseException) -> list[tuple[str, str]]:
+    """``(condition, message)`` of the exception and its Java causes that carry a Spark error
+    condition, outermost first."""
+    out = []
+    condition = getattr(e, "getCondition", None)
+    if callable(condition) and condition():
+        out.append((condition(), str(e)))
+    cause = getattr(e, "java_exception", None)  # a Py4JJavaError: walk the Java cause chain
+    seen = 0
+    while cause is not None and seen < 20:
+        seen += 1
+        try:
+            name = cause.getCondition() if hasattr(cause, "getCondition") else None
+        except Exception:  # noqa: BLE001 - not a SparkThrowable
+            name = None
+        if name:
+            out.append((str(name), str(cause.getMessage())))
+        cause = cause.getCause()
+    return out
+
+
+def _root_cause(e: BaseException) -> str:
+    """The innermost Java cause's ``Class: message`` (what went wrong below Spark's wrapper)."""
+    cause, last = getattr(e, "java_exception", None), None
+    while cause is not None:
+        last, cause = cause, cause.getCause()
+    return "" if last is None else f"{last.getClass().getSimpleName()}: {last.getMessage()}"
+
+
+def _by_condition(e: BaseException) -> KappaError | None:
+    for name, message in conditions(e):
+        if name == "PATH_NOT_FOUND":
+            return InputError(f"input disappeared or is unreadable: {_first_line(message)[:300]}; check --input")
+        if name.startswith("FAILED_READ_FILE"):
+            m = re.search(r"reading file (\S+?)\.?(\s|$)", message)
+            where = m.group(1) if m else "an input file"
+            cause = _root_cause(e)
+            return InputError(f"could not read {where}: {cause[:300] or _first_line(message)[:300]}"
+                              "; the file is damaged (truncated, or not what its name says) or changed while"
+                              " the run read it")  # fmt: skip
+        if name.startswith("MALFORMED_RECORD_IN_PARSING"):
+            return InputError(f"input cannot be parsed as configured: {_first_line(message)[:300]};"
+                              " check --encoding and the CSV dialect")  # fmt: skip
+    return None
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
 def classify(e: BaseException) -> KappaError:
     """The error, with its exit code, that names a failed Spark job's cause."""
     if isinstance(e, KappaError):
         return e
     text = str(e)
+    ours = re.search(r"(TransactionFailed|DeliveryFailed|HeaderMismatch): ", text)
+    if not ours:  # a Python task's own error wins over the job failure Spark wraps it in
+        named = _by_condition(e)
+        if named is not None:
+            return named
     for pattern, kind, message in _CAUSES:
         m = pattern.search(text)
         if m:

@@ -7,6 +7,7 @@ cannot honour is a usage error that lists what that client accepts.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -25,7 +26,27 @@ def is_secret(name: str) -> bool:
 
 
 def _int(v: str) -> int:
-    return int(v)
+    n = int(v)
+    if n < 0:
+        raise ValueError("expected zero or a positive whole number")
+    return n
+
+
+def _choice(*accepted: str) -> Callable[[str], str]:
+    """A value from a fixed set (case as Kafka writes it); anything else is refused before
+    a topic is created or a task started."""
+
+    def convert(v: str) -> str:
+        if v not in accepted:
+            raise ValueError(f"accepted: {', '.join(accepted)}")
+        return v
+
+    return convert
+
+
+_compression = _choice("none", "gzip", "snappy", "lz4", "zstd")
+_protocol = _choice("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_mechanism = _choice("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER")
 
 
 def _bool(v: str) -> bool:
@@ -35,8 +56,12 @@ def _bool(v: str) -> bool:
     return text == "true"
 
 
+def _acks(v: str) -> str:
+    return _choice("all", "-1", "0", "1")(v)
+
+
 def _acks_python(v: str) -> int | str:
-    return "all" if v in ("all", "-1") else int(v)
+    return "all" if _acks(v) in ("all", "-1") else int(v)
 
 
 def _kbytes(v: str) -> int:
@@ -47,14 +72,18 @@ def _same(v: str) -> str:
     return v
 
 
+def _compression_python(v: str) -> str | None:
+    return None if _compression(v) == "none" else v
+
+
 # java name -> (librdkafka name, converter) | None, (kafka-python name, converter) | None
 Translation = tuple[str, Callable[[str], Any]] | None
 TABLE: dict[str, tuple[Translation, Translation]] = {
-    "acks": (("acks", _same), ("acks", _acks_python)),
+    "acks": (("acks", _acks), ("acks", _acks_python)),
     "enable.idempotence": (("enable.idempotence", _bool), ("enable_idempotence", _bool)),
     "batch.size": (("batch.size", _int), ("batch_size", _int)),
     "linger.ms": (("linger.ms", _int), ("linger_ms", _int)),
-    "compression.type": (("compression.type", _same), ("compression_type", lambda v: None if v == "none" else v)),
+    "compression.type": (("compression.type", _compression), ("compression_type", _compression_python)),
     "retries": (("retries", _int), ("retries", _int)),
     "retry.backoff.ms": (("retry.backoff.ms", _int), ("retry_backoff_ms", _int)),
     "max.in.flight.requests.per.connection": (
@@ -67,45 +96,86 @@ TABLE: dict[str, tuple[Translation, Translation]] = {
     "buffer.memory": (("queue.buffering.max.kbytes", _kbytes), ("buffer_memory", _int)),
     "max.request.size": (("message.max.bytes", _int), ("max_request_size", _int)),
     "client.id": (("client.id", _same), ("client_id", _same)),
-    "security.protocol": (("security.protocol", _same), ("security_protocol", _same)),
-    "sasl.mechanism": (("sasl.mechanism", _same), ("sasl_mechanism", _same)),
+    "security.protocol": (("security.protocol", _protocol), ("security_protocol", _protocol)),
+    "sasl.mechanism": (("sasl.mechanism", _mechanism), ("sasl_mechanism", _mechanism)),
     # Java clients carry credentials in sasl.jaas.config; these two are the plain form of it,
-    # turned into a JAAS line for Spark's sink by for_spark.
+    # turned into a JAAS line for Spark's sink by for_spark (and read out of one by _plain).
     "sasl.username": (("sasl.username", _same), ("sasl_plain_username", _same)),
     "sasl.password": (("sasl.password", _same), ("sasl_plain_password", _same)),
+    # The CA that signed the brokers' certificates: Java reads it as a PEM "truststore";
+    # the Python clients take the PEM file itself (a JKS or PKCS12 store only Java reads).
+    "ssl.truststore.location": (("ssl.ca.location", _same), ("ssl_cafile", _same)),
+    "ssl.endpoint.identification.algorithm": (
+        ("ssl.endpoint.identification.algorithm", _choice("https", "none", "")),
+        ("ssl_check_hostname", lambda v: _choice("https", "none", "")(v) == "https"),
+    ),
 }
+# Java names that are not passed on as such but read by _plain: a JAAS line, the truststore's type.
+FOLDED = {"sasl.jaas.config", "ssl.truststore.type"}
 
 CLIENTS = {"confluent": 0, "kafka-python": 1}
 # What every client of the cluster needs to connect, producer or not (admin, ledger reader, read-back).
-CONNECTION_KEYS = ("security.protocol", "sasl.mechanism", "sasl.username", "sasl.password", "client.id")
+CONNECTION_KEYS = ("security.protocol", "sasl.mechanism", "sasl.username", "sasl.password", "client.id",
+                   "ssl.truststore.location", "ssl.endpoint.identification.algorithm")  # fmt: skip
+
+_JAAS_FIELD = re.compile(r"""\b(username|password)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|'([^']*)'|([^\s;]+))""")
+
+
+def _plain(settings: dict[str, str]) -> dict[str, str]:
+    """The settings with a JAAS line read into sasl.username/sasl.password (the Python
+    clients' form) and the truststore's type checked: those clients read a PEM file only."""
+    out = {k: v for k, v in settings.items() if k not in FOLDED}
+    jaas = settings.get("sasl.jaas.config")
+    if jaas:
+        found = {
+            m[1]: m[2] if m[2] is not None else m[3] if m[3] is not None else m[4] for m in _JAAS_FIELD.finditer(jaas)
+        }
+        if "username" not in found or "password" not in found:
+            raise UsageError('--kafka-opt sasl.jaas.config: no username="..." password="..." in it (value not shown)')
+        out.setdefault("sasl.username", re.sub(r"\\(.)", r"\1", found["username"]))
+        out.setdefault("sasl.password", re.sub(r"\\(.)", r"\1", found["password"]))
+    kind = settings.get("ssl.truststore.type", "PEM").upper()
+    if kind != "PEM" and "ssl.truststore.location" in settings:
+        raise UsageError(f"--kafka-opt ssl.truststore.type={kind}: this sink reads the CA as a PEM file only; export"
+                         " it with 'keytool -exportcert -rfc -keystore STORE -alias ALIAS' and give"
+                         " ssl.truststore.type=PEM, ssl.truststore.location=FILE")  # fmt: skip
+    return out
 
 
 def connection_conf(settings: dict[str, str] | None, bootstrap_servers: str) -> dict[str, Any]:
     """librdkafka settings to connect to the cluster (for the driver's admin, consumers and fencing)."""
     conf: dict[str, Any] = {"bootstrap.servers": bootstrap_servers}
+    plain = _plain(settings or {})
     for key in CONNECTION_KEYS:
-        if settings and key in settings:
+        if key in plain:
             target, convert = TABLE[key][0]  # type: ignore[misc]
-            conf[target] = convert(settings[key])
+            conf[target] = convert(plain[key])
     return conf
 
 
 def validate_settings(settings: dict[str, str], sink: str) -> None:
     """Reject names the chosen sink cannot honour, and values that do not convert."""
-    for name, value in settings.items():
+    for name in settings:
         if name in RESERVED:
             raise UsageError(f"--kafka-opt {name}: set by kappa-ingest itself and cannot be overridden")
-        if sink == "spark":
-            continue
+    for name, value in (settings if sink == "spark" else _plain(settings)).items():
         entry = TABLE.get(name)
+        if sink == "spark":  # Spark's sink passes any Java name on; the ones known here are checked
+            if entry is not None:
+                _check_value(name, value, entry[0] or entry[1])
+            continue
         if entry is None or entry[CLIENTS[sink]] is None:
             accepted = ", ".join(n for n, e in TABLE.items() if e[CLIENTS[sink]] is not None)
             raise UsageError(f"--kafka-opt {name}: not supported by the {sink} sink; accepted: {accepted}")
-        _target, convert = entry[CLIENTS[sink]]
-        try:
-            convert(value)
-        except (TypeError, ValueError) as e:
-            raise UsageError(f"--kafka-opt {name}={value!r}: {e}") from e
+        _check_value(name, value, entry[CLIENTS[sink]])
+
+
+def _check_value(name: str, value: str, translation: Translation) -> None:
+    assert translation is not None
+    try:
+        translation[1](value)
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"--kafka-opt {name}={value!r}: {e}") from e
 
 
 def for_confluent(settings: dict[str, str], bootstrap_servers: str) -> dict[str, Any]:
@@ -114,7 +184,7 @@ def for_confluent(settings: dict[str, str], bootstrap_servers: str) -> dict[str,
     # Streams) and kafka-python by murmur2: with it a key lands in the same partition whichever
     # client wrote it, so topics stay co-partitioned with what other producers write.
     conf: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "partitioner": "murmur2_random"}
-    for name, value in settings.items():
+    for name, value in _plain(settings).items():
         target, convert = TABLE[name][0]  # type: ignore[misc]
         conf[target] = convert(value)
     return conf
@@ -123,7 +193,7 @@ def for_confluent(settings: dict[str, str], bootstrap_servers: str) -> dict[str,
 def for_kafka_python(settings: dict[str, str], bootstrap_servers: str) -> dict[str, Any]:
     """Keyword arguments for kafka-python's KafkaProducer."""
     conf: dict[str, Any] = {"bootstrap_servers": bootstrap_servers.split(",")}
-    for name, value in settings.items():
+    for name, value in _plain(settings).items():
         target, convert = TABLE[name][1]  # type: ignore[misc]
         conf[target] = convert(value)
     if "delivery_timeout_ms" in conf:  # a producer that cannot bootstrap cannot deliver either

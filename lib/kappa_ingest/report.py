@@ -264,6 +264,13 @@ class RunReport:
         return all(c["ok"] for c in self.checks)
 
     def summary(self) -> dict[str, Any]:
+        """The report as summary.json holds it, secrets masked (the Delta tables, the HTML page
+        and what the run prints are all made from it)."""
+        from kappa_ingest.credentials import mask_tree
+
+        return mask_tree(self._summary())
+
+    def _summary(self) -> dict[str, Any]:
         mb = self.bytes_sent / MB
         return {
             "run_id": self.run_id,
@@ -406,6 +413,18 @@ def _render_replay(r: dict[str, Any] | None) -> list[str]:
     return out
 
 
+def _render_settings(config: dict[str, Any]) -> list[str]:
+    """Where the run's settings came from: a job that found no conf/ingest.yaml says so."""
+    if "config_file" not in config:
+        return []
+    sources = [f"those of run {config['resume']}"] if config.get("resume") else []
+    sources += [config["config_file"]] if config["config_file"] else []
+    if not sources:
+        return ["  settings: command line only (no conf/ingest.yaml found: the producers run on Kafka's defaults"
+                " + acks=all, idempotence)"]  # fmt: skip
+    return [f"  settings: {' + '.join(sources)} + command line"]
+
+
 def render(s: dict[str, Any]) -> str:
     """The report as people read it at the end of a run."""
     out = [
@@ -413,6 +432,7 @@ def render(s: dict[str, Any]) -> str:
         f"  sink {s['sink']} -> topic {s['topic']} at {s['bootstrap_servers']}; Spark {s['spark_master']},"
         f" read path {s['read_path']}",
     ]
+    out += _render_settings(s.get("config") or {})
     if s["error"]:
         out.append(f"  error: {s['error']}")
     out += [

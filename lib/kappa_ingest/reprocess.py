@@ -127,7 +127,7 @@ def prepare(values: dict[str, Any], sized_on_command_line: bool) -> tuple[dict[s
     """The settings of a reprocess run, its inputs chosen from the ledger, and a new topic
     shaped like the old one (unless ``--topic-partitions`` was given); before Spark starts."""
     from kappa_ingest import ledger
-    from kappa_ingest.config import DEFAULT_PRODUCER_SETTINGS, run_ids
+    from kappa_ingest.config import DEFAULT_PRODUCER_SETTINGS, resolved_settings, run_ids
     from kappa_ingest.kafka_settings import connection_conf
     from kappa_ingest.topics import Admin
 
@@ -140,7 +140,7 @@ def prepare(values: dict[str, Any], sized_on_command_line: bool) -> tuple[dict[s
     servers = v.get("bootstrap_servers")
     if not servers or not v.get("from_topic"):
         raise UsageError("reprocess reads the delivery ledger of --from-topic's cluster: give --bootstrap-servers")
-    settings = {**DEFAULT_PRODUCER_SETTINGS, **(v.get("kafka_opts") or {})}
+    settings = {**DEFAULT_PRODUCER_SETTINGS, **resolved_settings(v.get("kafka_opts") or {})}
     entries = ledger.read(connection_conf(settings, servers), str(v.get("ledger_topic") or ledger.DEFAULT_TOPIC))
     replay = select(entries, v["from_topic"], runs, v.get("since"), v.get("until"), inputs)
     with Admin(servers, settings) as admin:

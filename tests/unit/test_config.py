@@ -102,3 +102,18 @@ def test_sizes_are_read_in_units_of_1024():
         4096,
         10240,
     ]
+
+
+def test_the_installed_conf_file_is_found_from_any_directory_and_named(tmp_path, monkeypatch):
+    from kappa_ingest.paths import conf_dir
+    from kappa_ingest.report import _render_settings
+
+    monkeypatch.chdir(tmp_path)  # a job submitted from elsewhere keeps the shipped producer settings
+    cfg = load(["--input", "a.csv", "--topic", "t"])
+    assert cfg.config_file == str(conf_dir() / "ingest.yaml")
+    assert cfg.producer_settings()["compression.type"] == "lz4"
+    assert _render_settings(cfg.masked()) == [f"  settings: {cfg.config_file} + command line"]
+    monkeypatch.setenv("KAPPA_INGEST_HOME", str(tmp_path))  # an installation without conf/: said, not silent
+    bare = load(["--input", "a.csv", "--topic", "t"])
+    assert bare.config_file is None and "compression.type" not in bare.producer_settings()
+    assert "no conf/ingest.yaml found" in _render_settings(bare.masked())[0]

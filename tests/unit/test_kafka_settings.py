@@ -57,3 +57,22 @@ def test_bad_values_are_refused():
         ks.validate_settings({"linger.ms": "soon"}, "kafka-python")
     with pytest.raises(UsageError, match=re.escape("enable.idempotence")):
         ks.validate_settings({"enable.idempotence": "yes"}, "confluent")
+
+
+@pytest.mark.parametrize("sink", ["spark", "confluent", "kafka-python"])
+@pytest.mark.parametrize(
+    ("setting", "accepted"),
+    [
+        ("compression.type=lz5", "none, gzip, snappy, lz4, zstd"),
+        ("acks=2", "all, -1, 0, 1"),
+        ("linger.ms=-5", "zero or a positive"),
+        ("security.protocol=SASL_TLS", "PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"),
+        ("sasl.mechanism=SCRAM-SHA-1", "SCRAM-SHA-512"),
+    ],
+)
+def test_a_bad_value_is_a_usage_error_before_anything_is_created(sink, setting, accepted):
+    from kappa_ingest import config
+
+    name, _, value = setting.partition("=")
+    with pytest.raises(UsageError, match=re.escape(f"--kafka-opt {name}={value!r}") + ".*" + re.escape(accepted)):
+        config.validate({"inputs": ["a.csv"], "topic": "t", "sink": sink, "kafka_opts": {name: value}})
