@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 
 @pytest.fixture(scope="session")
-def spark():
+def spark(tmp_path_factory):
     from kappa_ingest.metrics_store import SPARK_READER_CONF
     from kappa_ingest.spark_session import build_session
 
@@ -22,8 +22,11 @@ def spark():
         "kappa-ingest tests",
         "local[2]",
         # The Delta reader too: the suite reads the metrics store with Spark as well as with deltalake.
-        extra_conf={"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g", **SPARK_READER_CONF},
-    )
+        # The event log: the secrets test reads it for passwords.
+        extra_conf={"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g", **SPARK_READER_CONF,
+                    "spark.eventLog.enabled": "true", "spark.eventLog.dir": str(tmp_path_factory.mktemp("eventlog")),
+                    "spark.eventLog.buffer.kb": "1k"},
+    )  # fmt: skip
     yield session
     session.stop()
 

@@ -496,6 +496,8 @@ def _send(
         dlq = cfg.dead_letter_topic
         if dlq:
             admin.ensure_topic(dlq, cfg.topic_partitions, cfg.replication_factor)
+        for writes_to in (cfg.topic, cfg.ledger_topic, *([dlq] if dlq else [])):
+            admin.check_writable(writes_to)
         task_delivery = replace(
             _task_delivery(cfg, source, admin, conf, skip, rate),
             ledger_start=ledger.end_offsets(conf, cfg.ledger_topic),

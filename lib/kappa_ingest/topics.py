@@ -45,6 +45,7 @@ class Admin:
         conf: dict[str, Any] = {**connection_conf(settings, bootstrap_servers), "error_cb": self.errors.append,
                                 "logger": LOG}  # fmt: skip
         self.conf = conf
+        self.user = conf.get("sasl.username")
         self.client = AdminClient(conf)
         self._watermarks = Watermarks(conf)
 
@@ -59,12 +60,16 @@ class Admin:
         )
 
     def check_reachable(self, timeout_s: float = TIMEOUT_S) -> int:
-        """The number of brokers; KafkaUnavailable if none answers in ``timeout_s``."""
-        try:
-            md = self.client.list_topics(timeout=timeout_s)
-        except KafkaException as e:
-            raise self._unavailable("no metadata", e.args[0]) from e
-        return len(md.brokers)
+        """The number of brokers; KafkaUnavailable if none answers in ``timeout_s``, at once
+        if a broker refused our credentials (librdkafka retries those until its timeout)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return len(self.client.list_topics(timeout=min(1.0, timeout_s)).brokers)
+            except KafkaException as e:
+                self.client.poll(0)  # serves error_cb
+                if time.monotonic() >= deadline or any(x.code() == KafkaError._AUTHENTICATION for x in self.errors):
+                    raise self._unavailable("no metadata", e.args[0]) from e
 
     def partitions(self, topic: str) -> int | None:
         try:
@@ -89,9 +94,42 @@ class Admin:
             err = e.args[0]
             if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 return False
+            if err.code() in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED):
+                raise KafkaUnavailable(
+                    f"topic {topic!r} does not exist and {self._who()} may not create it (Kafka ACL: no CREATE on"
+                    " the topic or the cluster): the topic must be created by an admin, or CREATE granted"
+                ) from e
             raise KafkaUnavailable(f"Kafka refused to create topic {topic!r}: {err.str()}") from e
         self._wait_for_leaders(topic)
         return True
+
+    def check_writable(self, topic: str) -> None:
+        """KafkaUnavailable, naming the topic and the operation, unless this user may write to
+        ``topic``: said before Spark sends anything, not as a failed task's stack trace."""
+        from confluent_kafka import TopicCollection
+        from confluent_kafka.admin import AclOperation
+
+        try:
+            described = self.client.describe_topics(TopicCollection([topic]), include_authorized_operations=True)
+            allowed = described[topic].result(TIMEOUT_S).authorized_operations
+        except KafkaException as e:
+            if e.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                allowed = []
+            else:
+                return  # the producer's own error will say what is wrong
+        if allowed is None:
+            return  # a broker that does not tell
+        missing = [op for op in (AclOperation.DESCRIBE, AclOperation.WRITE) if op not in allowed]
+        if missing and AclOperation.ALL not in allowed:
+            names = " and ".join(op.name for op in missing)
+            raise KafkaUnavailable(
+                f"{self._who()} may not write to topic {topic!r} (Kafka ACL: no {names} on it); ask an admin for"
+                f" kafka-acls.sh --add --allow-principal User:{self.user or 'USER'} --operation Write"
+                f" --operation Describe --topic {topic}"
+            )
+
+    def _who(self) -> str:
+        return f"user {self.user!r}" if self.user else "this client"
 
     def _wait_for_leaders(self, topic: str) -> None:
         """A new topic is usable once every partition has a leader (bounded wait)."""
