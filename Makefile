@@ -9,7 +9,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
 DEMO_ROWS ?= 200000
 
-.PHONY: setup demo test unit integration lint format bench sweep scaling clean
+.PHONY: setup demo test unit integration lint format bench sweep scaling soak clean
 
 setup: $(STAMP) $(VENV)/.jars
 
@@ -57,6 +57,11 @@ BENCH_ARGS ?=
 bench: setup
 	@command -v kcat >/dev/null || echo "note: kcat not installed (apt-get install kcat); its row is skipped"
 	$(BIN)/python jobs/benchmark.py $(BENCH_ARGS)
+
+# 10M rows through each sink, read back and checked row by row; ~20 minutes on 2 cores.
+SOAK_ARGS ?=
+soak: setup
+	$(BIN)/python jobs/soak.py $(SOAK_ARGS)
 
 sweep: setup
 	$(BIN)/kappa-ingest bench --sweep $(BENCH_ARGS)

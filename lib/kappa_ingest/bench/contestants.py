@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kappa_ingest.bench.monitor import Usage
 
@@ -30,6 +31,7 @@ class Context:
     partitions: int
     kafka_jars: Path
     small_input: Path  # the first classic_rows rows of the layout, for the slow baselines
+    secure: Any = None  # the SASL_SSL broker (a LocalKafka) of the contestants that need one
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class Contestant:
     versus: str | None = None  # the contestant it is the same run as, but for one option: its cost
 
     slow: bool = False  # a baseline run on classic_rows rows only (its rate is flat in size)
+    secure: bool = False  # sends to the SASL_SSL broker (SCRAM-SHA-512 over TLS) instead of the plaintext one
 
     def expected_rows(self, ctx: Context) -> int:
         return min(ctx.rows, ctx.classic_rows) if self.slow else ctx.rows
@@ -126,14 +129,20 @@ def _script_timing(usage: Usage, ctx: Context, topic: str) -> Timing:
 
 
 def _kappa_cmd(
-    sink: str, delivery: str, gate: bool = False, extra: tuple[str, ...] = ()
+    sink: str, delivery: str, gate: bool = False, extra: tuple[str, ...] = (), secure: bool = False
 ) -> Callable[[Context, str], list[str]]:
     def cmd(ctx: Context, topic: str) -> list[str]:
         cli = str(Path(sys.executable).parent / "kappa-ingest")
         quality = ["--expectations", str(_quality_suite(ctx))] if gate else []
         quality += list(extra)
+        servers = ctx.secure.bootstrap_servers if secure else ctx.bootstrap_servers
+        if secure:  # the admin (super user): the bench measures TLS and SASL, not ACL set-up
+            quality += [f"--kafka-opt={k}={v}" for k, v in {
+                "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "admin",
+                "sasl.password": f"@{ctx.secure.secrets_dir / 'admin.password'}", "ssl.truststore.type": "PEM",
+                "ssl.truststore.location": str(ctx.secure.ca_file)}.items()]  # fmt: skip
         return [cli, "ingest", "--input", str(ctx.input), "--topic", topic, "--sink", sink, "--delivery", delivery,
-                "--bootstrap-servers", ctx.bootstrap_servers, "--master", f"local[{ctx.partitions}]",
+                "--bootstrap-servers", servers, "--master", f"local[{ctx.partitions}]",
                 "--partitions", str(ctx.partitions), "--metrics-dir", str(ctx.workdir / "metrics"),
                 "--run-id", f"bench-{topic}", *quality]  # fmt: skip
 
@@ -160,11 +169,11 @@ def _quality_suite(ctx: Context) -> Path:
     return path
 
 
-def _kappa(sink: str, delivery: str, gate: bool = False) -> Contestant:
+def _kappa(sink: str, delivery: str, gate: bool = False, secure: bool = False) -> Contestant:
     base = f"kappa-ingest {sink} {delivery}"
-    name = base + (" with quality gate" if gate else "")
-    return Contestant(name, "kappa-ingest", _kappa_cmd(sink, delivery, gate), _kappa_timing,
-                      versus=base if gate else None)  # fmt: skip
+    name = base + (" with quality gate" if gate else "") + (" over SASL_SSL" if secure else "")
+    return Contestant(name, "kappa-ingest", _kappa_cmd(sink, delivery, gate, secure=secure), _kappa_timing,
+                      versus=base if gate or secure else None, secure=secure)  # fmt: skip
 
 
 # The DEBS 2012 layout's event time, and a key (a sensor reading with 10,000 values).
@@ -200,6 +209,8 @@ CONTESTANTS = [
     _kappa("confluent", "exactly-once"),
     # The data-quality gate (5 expectations) beside the same run without it: its cost.
     _kappa("confluent", "exactly-once", gate=True),
+    # SCRAM-SHA-512 over TLS to a broker with an authorizer, beside PLAINTEXT: what security costs.
+    _kappa("confluent", "exactly-once", secure=True),
     # --order-by-event-time (a shuffle by key, sorted by event time) beside the same run unordered.
     _replay(ordered=False),
     _replay(ordered=True),

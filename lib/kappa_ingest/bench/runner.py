@@ -11,7 +11,7 @@ import json
 import os
 import statistics
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -66,11 +66,11 @@ def payload_file(input_path: Path, out: Path) -> tuple[Path, float]:
     return out, sum(map(len, values)) / len(values)
 
 
-def _record_bytes(bootstrap: str, topic: str) -> float:
+def _record_bytes(conf: dict[str, Any], topic: str) -> float:
     """Mean key + value size of a few records, read back from the topic."""
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-sizes", "enable.auto.commit": False})
+    c = Consumer({**conf, "group.id": "bench-sizes", "enable.auto.commit": False})
     try:
         c.assign([TopicPartition(topic, 0, 0)])
         msgs = [m for m in c.consume(200, timeout=10) if m.error() is None]
@@ -81,6 +81,8 @@ def _record_bytes(bootstrap: str, topic: str) -> float:
 
 def run_contestant(c: Contestant, ctx: Context, layout: str, repeat: int, admin: Admin, broker_pid: int) -> RunResult:
     topic = f"bench-{layout}-{ctx.rows}-{c.name.split(':')[0].replace(' ', '-')}-{repeat}-{os.getpid()}"
+    if c.secure:  # its own broker: the same settings, but SASL_SSL with an authorizer
+        admin, broker_pid = Admin(ctx.secure.bootstrap_servers, _secure_settings(ctx.secure)), ctx.secure.brokers[0].pid
     admin.ensure_topic(topic, 2, 1)
     before = sum(admin.end_offsets(topic).values())
     broker_before = cpu_seconds(broker_pid)
@@ -94,7 +96,9 @@ def run_contestant(c: Contestant, ctx: Context, layout: str, repeat: int, admin:
     expected = c.expected_rows(ctx) + (1 if c.kind == "peer" else 0)
     if broker_rows < expected:
         raise RuntimeError(f"{c.name}: the broker holds {broker_rows} new records, expected {expected}")
-    size = _record_bytes(ctx.bootstrap_servers, topic)
+    size = _record_bytes(admin.conf, topic)
+    if c.secure:
+        admin.close()
     rate = timing.rows / timing.ingest_s
     return RunResult(layout, ctx.rows, c.name, c.kind, repeat, timing.rows, broker_rows, round(timing.ingest_s, 3),
                      round(timing.startup_s, 3), round(usage.wall_s, 3), round(rate, 1),
@@ -234,6 +238,12 @@ def _context(
                    local_kafka.jars_dir(), small)  # fmt: skip
 
 
+def _secure_settings(cluster: local_kafka.LocalKafka) -> dict[str, str]:
+    from kappa_ingest.kafka_security import client_settings
+
+    return {k: v for k, v in client_settings(cluster, "admin").items() if k != "bootstrap.servers"}
+
+
 def _selected(name: str, only: list[str]) -> bool:
     """``--only`` names a contestant exactly, or else by a part of its name."""
     names = {c.name.lower() for c in CONTESTANTS}
@@ -262,11 +272,15 @@ def run_bench(
     results: list[RunResult] = []
     with tempfile.TemporaryDirectory(prefix="kappa-bench-") as tmp:
         cluster = local_kafka.start(Path(tmp) / "kafka", heap="1g")
+        secure = None
         try:
+            if any(c.secure for c in chosen):
+                secure = local_kafka.start(Path(tmp) / "kafka-sasl", heap="1g", security="sasl_ssl")
             admin = Admin(cluster.bootstrap_servers)
             for layout in layouts:
                 for rows in row_sets:
-                    ctx = _context(layout, rows, data_dir, classic_rows, partitions, cluster, Path(tmp))
+                    ctx = replace(_context(layout, rows, data_dir, classic_rows, partitions, cluster, Path(tmp)),
+                                  secure=secure)  # fmt: skip
                     for c in chosen:
                         if c.layouts and layout not in c.layouts:
                             continue
@@ -278,6 +292,8 @@ def run_bench(
             admin.close()
         finally:
             cluster.stop()
+            if secure is not None:
+                secure.stop()
     summary = summarise(results)
     meta = {"command": command, "started_at": stamp, "machine": f"{os.cpu_count()} cores", "skipped": skipped,
             "row_sets": row_sets, "classic_rows": classic_rows, "partitions": partitions, "repeats": repeats}  # fmt: skip

@@ -1,0 +1,176 @@
+"""``make soak``: 10M wide30 rows (~2.4 GB) through each sink into the embedded broker, read
+back and checked row by row, with the peak memory of the whole process tree.
+
+Each row is checked by a 64-bit hash of its fields (polars' hash of the row as a struct,
+the same seed on both sides): the input's hashes, read with polars in batches, and the topic's, read back
+``read_committed`` and decoded in batches of half a million records, must be the same
+multiset. The rows' count and every row's content are therefore checked without holding
+10M rows in Python objects. Not part of ``make test``: it takes ~20 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import psutil
+
+from kappa_ingest import datagen, local_kafka
+
+SINKS = ("confluent", "spark", "kafka-python")
+BATCH = 500_000
+
+
+@dataclass
+class SoakResult:
+    sink: str
+    rows: int
+    rows_sent: int
+    rows_read_back: int
+    rows_match: bool
+    command_to_exit_s: float
+    sending_s: float
+    rows_per_s: float
+    peak_tree_rss_mb: float
+    read_back_s: float
+
+
+def _row_hash(columns: list[str]) -> pl.Expr:
+    return pl.struct(columns).hash(7).alias("h")
+
+
+def input_hashes(path: Path) -> tuple[list[str], np.ndarray]:
+    """The CSV's columns and one hash per row (every field as text, empty as null), streamed."""
+    columns = pl.read_csv(path, n_rows=0).columns
+    hashes = pl.scan_csv(path, infer_schema=False).select(_row_hash(columns)).collect(engine="streaming")
+    return columns, np.sort(hashes["h"].to_numpy())
+
+
+def topic_hashes(bootstrap: str, topic: str, columns: list[str], timeout_s: float = 1800) -> np.ndarray:
+    """One hash per record's ``data`` in ``topic``, read ``read_committed`` from the start."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    from kappa_ingest.topics import high_watermarks
+
+    dtype = pl.Struct({"data": pl.Struct(dict.fromkeys(columns, pl.String))})
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "soak", "enable.auto.commit": False,
+                  "isolation.level": "read_committed", "enable.partition.eof": True,
+                  "fetch.max.bytes": 64 << 20})  # fmt: skip
+    parts, values = [], []
+
+    def flush() -> None:
+        frame = pl.DataFrame({"v": pl.Series(values, dtype=pl.Binary).cast(pl.String)})
+        data = frame.select(pl.col("v").str.json_decode(dtype).struct.field("data").struct.unnest())
+        parts.append(data.select(_row_hash(columns))["h"].to_numpy())
+        values.clear()
+
+    try:
+        n = len(c.list_topics(topic, timeout=10).topics[topic].partitions)
+        ends = high_watermarks({"bootstrap.servers": bootstrap}, topic, n)
+        todo = {p for p, end in ends.items() if end > 0}
+        c.assign([TopicPartition(topic, p, 0) for p in todo])
+        deadline = time.monotonic() + timeout_s
+        while todo and time.monotonic() < deadline:
+            for m in c.consume(10_000, timeout=0.5):
+                if m.error() is None:
+                    values.append(m.value())
+                elif m.error().code() == KafkaError._PARTITION_EOF and m.offset() >= ends[m.partition()]:
+                    todo.discard(m.partition())
+            if len(values) >= BATCH:
+                flush()
+        if todo:
+            raise RuntimeError(f"reading {topic} back timed out; partitions {sorted(todo)} not at their end")
+        if values:
+            flush()
+    finally:
+        c.close()
+    return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.uint64)
+
+
+def _tree_rss(root: psutil.Process) -> int:
+    total = 0
+    for p in [root, *root.children(recursive=True)]:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+def run_sink(sink: str, data: Path, bootstrap: str, work: Path, partitions: int) -> tuple[dict, float, float]:
+    """One ``kappa-ingest ingest`` run: its summary, command-to-exit seconds, peak tree RSS (MB)."""
+    cli = str(Path(sys.executable).parent / "kappa-ingest")
+    run_id = f"soak-{sink}-{int(time.time())}"
+    cmd = [cli, "ingest", "--input", str(data), "--topic", f"soak-{sink}", "--sink", sink,
+           "--bootstrap-servers", bootstrap, "--master", f"local[{partitions}]", "--partitions", str(partitions),
+           "--metrics-dir", str(work / "metrics"), "--run-id", run_id, "--quiet"]  # fmt: skip
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    peak, done = 0, threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        root = psutil.Process(proc.pid)
+        while not done.is_set():
+            peak = max(peak, _tree_rss(root))
+            done.wait(0.25)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, _ = proc.communicate()
+    wall = time.monotonic() - t0
+    done.set()
+    sampler.join()
+    if proc.returncode != 0:
+        raise RuntimeError(f"the {sink} run exited {proc.returncode}: {out[-1000:]}")
+    summary = json.loads((work / "metrics" / "runs" / run_id / "summary.json").read_text())
+    return summary, wall, peak / 2**20
+
+
+def run_soak(rows: int, data_dir: Path, out_root: Path, sinks: list[str], partitions: int) -> Path:
+    data = data_dir / f"wide30-{rows}.csv"
+    if not data.exists():
+        print(f"generating {data} ...", flush=True)
+        datagen.generate("wide30", rows, data)
+    columns, expected = input_hashes(data)
+    print(f"input: {data} ({data.stat().st_size / 2**30:.2f} GiB, {len(expected):,} rows)", flush=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    out = out_root / f"soak-{stamp}"
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="kappa-soak-") as tmp:
+        cluster = local_kafka.start(Path(tmp) / "kafka", heap="1g")
+        try:
+            for sink in sinks:
+                summary, wall, peak = run_sink(sink, data, cluster.bootstrap_servers, Path(tmp), partitions)
+                t0 = time.monotonic()
+                got = topic_hashes(cluster.bootstrap_servers, f"soak-{sink}", columns)
+                result = SoakResult(sink, len(expected), summary["rows_sent"], len(got),
+                                    bool(len(got) == len(expected) and np.array_equal(got, expected)), round(wall, 1),
+                                    summary["ingest_s"], summary["rows_per_s"], round(peak), round(time.monotonic() - t0, 1))  # fmt: skip
+                print(json.dumps(asdict(result)), flush=True)
+                results.append(result)
+                _delete_topic(cluster.bootstrap_servers, f"soak-{sink}")  # its disk back before the next sink
+        finally:
+            cluster.stop()
+    (out / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
+    print(f"results: {out / 'results.json'}")
+    if not all(r.rows_match and r.rows_sent == r.rows for r in results):
+        raise SystemExit("soak: a sink lost, duplicated or changed rows (see results.json)")
+    return out
+
+
+def _delete_topic(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})  # alive until the deletion is answered
+    admin.delete_topics([topic])[topic].result(60)
