@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from kappa_ingest import class_archive
@@ -95,9 +96,10 @@ def stop_session(spark: SparkSession, timeout_s: float = 10.0) -> None:
     """
     import subprocess
 
-    from pyspark import SparkContext
-
     sc = spark.sparkContext
+    # local-cluster executors work in SPARK_HOME/work/<app> (the pip package's own directory,
+    # which LocalSparkCluster gives no option to move): runs piled gigabytes up in the venv.
+    scratch = _local_cluster_work_dir(sc)
     # pyspark's stop() shuts its accumulator server down and waits for the server's 0.5 s
     # poll (0.7 s measured after a run); the server's thread is a daemon that ends with the process.
     accumulators = getattr(sc, "_accumulatorServer", None)
@@ -108,6 +110,10 @@ def stop_session(spark: SparkSession, timeout_s: float = 10.0) -> None:
         # The JVM's end of its connection closes as the JVM exits below; the handler's
         # EOFError then is expected, not worth a traceback on the user's terminal.
         accumulators.handle_error = lambda request, client_address: None
+    if scratch is not None:
+        import shutil
+
+        shutil.rmtree(scratch, ignore_errors=True)
     gateway = SparkContext._gateway
     proc = getattr(gateway, "proc", None)  # set only where pyspark launched the JVM itself
     if gateway is None or proc is None:
@@ -121,6 +127,14 @@ def stop_session(spark: SparkSession, timeout_s: float = 10.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def _local_cluster_work_dir(sc: SparkContext) -> Path | None:
+    if not (sc.master or "").startswith("local-cluster"):
+        return None
+    import pyspark
+
+    return Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent) / "work" / sc.applicationId
 
 
 def _resolved_list() -> Path:
