@@ -42,6 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--port", type=int, help="first broker's port (default: a free one)")
     k.add_argument("--brokers", type=int, default=1, help="brokers in the cluster (default 1)")
     k.add_argument("--heap", default="512m", help="broker JVM heap (default 512m)")
+    k.add_argument(
+        "--security",
+        choices=["plaintext", "sasl_ssl"],
+        default="plaintext",
+        help="plaintext (default), or SASL_SSL with SCRAM-SHA-512 users, a fresh CA and ACLs",
+    )
     c = sub.add_parser("cluster", help="a Spark standalone master and workers on 127.0.0.1")
     c.add_argument("action", choices=["start", "stop", "status"])
     c.add_argument("--dir", default=".spark-cluster", help="state and logs directory (default .spark-cluster)")
@@ -212,8 +218,14 @@ def _kafka(args: argparse.Namespace) -> int:
     from kappa_ingest import local_kafka
 
     if args.action == "start":
-        cluster = local_kafka.start(args.dir, brokers=args.brokers, port=args.port, heap=args.heap)
+        cluster = local_kafka.start(
+            args.dir, brokers=args.brokers, port=args.port, heap=args.heap, security=args.security
+        )
         print(f"local Kafka running at {cluster.bootstrap_servers} (state in {cluster.state_dir})")
+        if cluster.secrets_dir is not None:
+            print("security: SASL_SSL, SCRAM-SHA-512 users admin (super user) and app, ACLs")
+            print(f"CA certificate: {cluster.ca_file}")
+            print(f"passwords: {cluster.secrets_dir}/<user>.password")
     elif args.action == "stop":
         print("stopped" if local_kafka.stop(args.dir) else f"no local Kafka running from {args.dir}")
     else:
@@ -221,7 +233,8 @@ def _kafka(args: argparse.Namespace) -> int:
         if cluster is None:
             print(f"no local Kafka running from {args.dir}")
             return 1
-        print(f"local Kafka running at {cluster.bootstrap_servers}: brokers alive {cluster.alive()}")
+        alive = cluster.alive()
+        print(f"local Kafka ({cluster.security}) running at {cluster.bootstrap_servers}: brokers alive {alive}")
     return 0
 
 
@@ -304,17 +317,20 @@ def _gen_data(args: argparse.Namespace) -> int:
 
 def guarded(fn, *args) -> int:  # type: ignore[no-untyped-def]
     """Run ``fn``; map errors to the contract's exit codes with one line on stderr."""
+    from kappa_ingest.credentials import mask
+
     try:
         return fn(*args)
     except KappaError as e:
-        print(f"kappa-ingest: error: {e}", file=sys.stderr)
+        print(mask(f"kappa-ingest: error: {e}"), file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("kappa-ingest: interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # noqa: BLE001 - the last resort: one line, never a bare trace
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        print(f"kappa-ingest: internal error: {type(e).__name__}: {first[:300]} (please report it)", file=sys.stderr)
+        print(mask(f"kappa-ingest: internal error: {type(e).__name__}: {first[:300]} (please report it)"),
+              file=sys.stderr)  # fmt: skip
         return 1
 
 

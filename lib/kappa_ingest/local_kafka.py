@@ -4,6 +4,9 @@ Used by ``make demo``, by the test suite's broker fixture, by ``kappa-ingest kaf
 start|stop|status`` and by the ingest job when no bootstrap servers are configured and the
 master is local. Every broker is a combined broker+controller; N of them form one cluster
 with static voters. Brokers are stopped by the PID recorded in the state directory.
+
+A cluster started with ``security="sasl_ssl"`` takes only SASL_SSL (SCRAM-SHA-512) clients,
+authorized by ACLs: see kappa_ingest.kafka_security.
 """
 
 from __future__ import annotations
@@ -17,10 +20,12 @@ import socket
 import subprocess
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from kappa_ingest import kafka_security
 from kappa_ingest.errors import KafkaUnavailable, UsageError
+from kappa_ingest.kafka_security import ADMIN, PLAINTEXT, SASL_SSL
 from kappa_ingest.paths import cache_dir, conf_dir
 
 KAFKA_VERSION = "4.1.1"
@@ -87,6 +92,9 @@ class LocalKafka:
 
     state_dir: Path
     brokers: tuple[Broker, ...]
+    security: str = PLAINTEXT
+    ca_file: Path | None = None  # the CA clients trust, if security is sasl_ssl
+    secrets_dir: Path | None = None  # <user>.password files, if security is sasl_ssl
 
     @property
     def bootstrap_servers(self) -> str:
@@ -127,8 +135,17 @@ def _reap(pid: int) -> None:
 
 
 def _server_properties(
-    node_id: int, ports: list[tuple[int, int]], log_dir: Path, voters: str, extra: dict[str, str] | None = None
+    node_id: int,
+    ports: list[tuple[int, int]],
+    log_dir: Path,
+    voters: str,
+    protocols: tuple[str, str],
+    extra: dict[str, str],
 ) -> str:
+    """server.properties of a combined node: ``protocols`` are those of the listener for
+    clients and brokers (also its name) and of the controller listener; ``extra`` entries
+    come last and win."""
+    listener, controller = protocols
     port, cport = ports[node_id - 1]
     replicas = min(3, len(ports))
     return "\n".join(
@@ -136,11 +153,11 @@ def _server_properties(
             "process.roles=broker,controller",
             f"node.id={node_id}",
             f"controller.quorum.voters={voters}",
-            f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+            f"listeners={listener}://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
+            f"advertised.listeners={listener}://127.0.0.1:{port}",
             "controller.listener.names=CONTROLLER",
-            "inter.broker.listener.name=PLAINTEXT",
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            f"inter.broker.listener.name={listener}",
+            f"listener.security.protocol.map={listener}:{listener},CONTROLLER:{controller}",
             f"log.dirs={log_dir}",
             "num.partitions=1",
             f"offsets.topic.replication.factor={replicas}",
@@ -154,7 +171,7 @@ def _server_properties(
             "share.coordinator.state.topic.min.isr=1",
             "group.initial.rebalance.delay.ms=0",
             "auto.create.topics.enable=false",
-            *(f"{k}={v}" for k, v in (extra or {}).items()),
+            *(f"{k}={v}" for k, v in extra.items()),
             "",
         ]
     )
@@ -167,13 +184,21 @@ def start(
     heap: str = "512m",
     timeout_s: float = 90.0,
     properties: dict[str, str] | None = None,
+    security: str = PLAINTEXT,
+    users: dict[str, str] | None = None,
 ) -> LocalKafka:
     """Format storage and start ``brokers`` KRaft brokers on 127.0.0.1; wait until they serve.
 
     ``port`` fixes the first broker's port (the others take free ones); ``properties`` are
-    added to every broker's server.properties. Raises KafkaUnavailable, naming the log
-    file, if a broker exits or does not answer in time.
+    added to every broker's server.properties. With ``security="sasl_ssl"`` the brokers get a
+    new CA and certificate and take SCRAM-SHA-512 users ``admin`` (super user), ``app`` and
+    ``users`` (name -> password; random passwords for admin and app unless given there).
+    Raises KafkaUnavailable, naming the log file, if a broker exits or does not answer in time.
     """
+    if security not in kafka_security.MODES:
+        raise UsageError(f"Kafka security {security!r}: choose one of {', '.join(kafka_security.MODES)}")
+    if users and security == PLAINTEXT:
+        raise UsageError("Kafka users need security='sasl_ssl'")
     state_dir = Path(state_dir).resolve()
     existing = status(state_dir)
     if existing is not None:
@@ -191,7 +216,9 @@ def start(
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
     classpath = f"{jars}/*"
     started: list[Broker] = []
-    cluster = LocalKafka(state_dir, ())
+    cluster, secured, scram = _prepare_security(state_dir, security, users)
+    # Secured, the controllers take mutual TLS only: see kafka_security.broker_properties.
+    protocols = ("SASL_SSL", "SSL") if security == SASL_SSL else ("PLAINTEXT", "PLAINTEXT")
     try:
         for node_id in range(1, brokers + 1):
             node_dir = state_dir / f"broker-{node_id}"
@@ -199,24 +226,61 @@ def start(
                 shutil.rmtree(node_dir)
             (node_dir / "logs").mkdir(parents=True)
             props = node_dir / "server.properties"
-            props.write_text(_server_properties(node_id, ports, node_dir / "data", voters, properties))
-            fmt = subprocess.run(
-                [java, "-cp", classpath, "kafka.tools.StorageTool", "format",
-                 f"--cluster-id={cluster_id}", "-c", str(props), "--ignore-formatted"],
-                capture_output=True, text=True, check=False,
-            )  # fmt: skip
-            if fmt.returncode != 0:
-                last = (fmt.stderr.strip().splitlines() or ["no output"])[-1]
-                raise KafkaUnavailable(f"formatting broker {node_id} storage failed: {last[:300]}")
+            text = _server_properties(
+                node_id, ports, node_dir / "data", voters, protocols, {**secured, **(properties or {})}
+            )
+            kafka_security.write_private(props, text.encode())  # may hold the admin's password
+            _format(java, classpath, node_dir, cluster_id, scram)
             pid = _launch(java, classpath, node_dir, heap)
             started.append(Broker(node_id, ports[node_id - 1][0], ports[node_id - 1][1], pid))
-            cluster = LocalKafka(state_dir, tuple(started))
+            cluster = replace(cluster, brokers=tuple(started))
             _write_state(cluster)
         _wait_ready(cluster, timeout_s)
     except BaseException:
         cluster.stop(timeout_s=5)
         raise
     return cluster
+
+
+def _prepare_security(
+    state_dir: Path, security: str, users: dict[str, str] | None
+) -> tuple[LocalKafka, dict[str, str], list[str]]:
+    """The cluster still without brokers, its brokers' security properties and StorageTool's
+    arguments creating its SCRAM users: new certificates and passwords, for sasl_ssl."""
+    tls_dir, secrets_dir = kafka_security.tls_dir(state_dir), kafka_security.secrets_dir(state_dir)
+    for old in (tls_dir, secrets_dir):  # a previous start's credentials are never reused
+        shutil.rmtree(old, ignore_errors=True)
+    if security == PLAINTEXT:
+        return LocalKafka(state_dir, ()), {}, []
+    chosen = kafka_security.new_users(users)
+    tls = kafka_security.make_tls(tls_dir)
+    kafka_security.write_secrets(secrets_dir, chosen)
+    scram = [arg for name, pw in chosen.items() for arg in ("--add-scram", kafka_security.scram_argument(name, pw))]
+    cluster = LocalKafka(state_dir, (), security, tls.ca_file, secrets_dir)
+    return cluster, kafka_security.broker_properties(tls, chosen[ADMIN]), scram
+
+
+def _format(java: str, classpath: str, node_dir: Path, cluster_id: str, scram: list[str]) -> None:
+    """Format the node's storage with StorageTool, adding the ``scram`` users' credentials."""
+    # The arguments go in a file the java launcher expands, readable by us only and deleted
+    # at once: a command line is visible to every local user (ps), and a SCRAM salted
+    # password lets its holder authenticate as the password would.
+    argfile = node_dir / "format.args"
+    args = ["kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
+            "-c", str(node_dir / "server.properties"), "--ignore-formatted", *scram]  # fmt: skip
+    kafka_security.write_private(argfile, "\n".join(_argfile_quoted(a) for a in args).encode())
+    try:
+        fmt = subprocess.run([java, "-cp", classpath, f"@{argfile}"], capture_output=True, text=True, check=False)
+    finally:
+        argfile.unlink()
+    if fmt.returncode != 0:
+        last = (fmt.stderr.strip().splitlines() or ["no output"])[-1]
+        raise KafkaUnavailable(f"formatting {node_dir.name} storage failed: {last[:300]}")
+
+
+def _argfile_quoted(arg: str) -> str:
+    """One argument of a java launcher @file: quoted, where backslash is the escape."""
+    return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _launch(java: str, classpath: str, node_dir: Path, heap: str) -> int:
@@ -248,14 +312,19 @@ def restart(cluster: LocalKafka, heap: str = "512m", timeout_s: float = 90.0) ->
         _reap(b.pid)
         pid = _launch(java, classpath, cluster.state_dir / f"broker-{b.node_id}", heap)
         brokers.append(Broker(b.node_id, b.port, b.controller_port, pid))
-    restarted = LocalKafka(cluster.state_dir, tuple(brokers))
+    restarted = replace(cluster, brokers=tuple(brokers))
     _write_state(restarted)
     _wait_ready(restarted, timeout_s)
     return restarted
 
 
 def _write_state(cluster: LocalKafka) -> None:
-    state = {"brokers": [b.__dict__ for b in cluster.brokers]}
+    state = {
+        "security": cluster.security,
+        "ca_file": str(cluster.ca_file) if cluster.ca_file else None,
+        "secrets_dir": str(cluster.secrets_dir) if cluster.secrets_dir else None,
+        "brokers": [b.__dict__ for b in cluster.brokers],
+    }
     (cluster.state_dir / STATE_FILE).write_text(json.dumps(state, indent=2))
 
 
@@ -274,7 +343,7 @@ def _wait_ready(cluster: LocalKafka, timeout_s: float) -> None:
                     f"local Kafka broker {b.node_id} did not open port {b.port} in {timeout_s:.0f} s"
                 )
             time.sleep(0.2)
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin = AdminClient(kafka_security.confluent_settings(cluster, ADMIN))
     while True:
         try:
             md = admin.list_topics(timeout=5)
@@ -293,8 +362,11 @@ def status(state_dir: Path | str) -> LocalKafka | None:
     f = state_dir / STATE_FILE
     if not f.exists():
         return None
-    brokers = tuple(Broker(**b) for b in json.loads(f.read_text())["brokers"])
-    cluster = LocalKafka(state_dir, brokers)
+    state = json.loads(f.read_text())
+    brokers = tuple(Broker(**b) for b in state["brokers"])
+    # A state file written before security was recorded describes a plaintext cluster.
+    paths = [Path(state[k]) if state.get(k) else None for k in ("ca_file", "secrets_dir")]
+    cluster = LocalKafka(state_dir, brokers, state.get("security", PLAINTEXT), *paths)
     return cluster if any(cluster.alive()) else None
 
 
