@@ -23,7 +23,8 @@ def spark(tmp_path_factory):
         "local[2]",
         # The Delta reader too: the suite reads the metrics store with Spark as well as with deltalake.
         # The event log: the secrets test reads it for passwords.
-        extra_conf={"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g", **SPARK_READER_CONF,
+        # A 2 GiB heap: Spark holds a line several times over, and test_hostile_inputs reads a 100 MB one.
+        extra_conf={"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g", **SPARK_READER_CONF,
                     "spark.eventLog.enabled": "true", "spark.eventLog.dir": str(tmp_path_factory.mktemp("eventlog")),
                     "spark.eventLog.buffer.kb": "1k"},
     )  # fmt: skip
@@ -35,13 +36,16 @@ def spark(tmp_path_factory):
 def kafka(tmp_path_factory):
     from kappa_ingest import local_kafka
 
-    cluster = local_kafka.start(tmp_path_factory.mktemp("kafka"), brokers=1)
+    cluster = local_kafka.start(tmp_path_factory.mktemp("kafka"), brokers=1, properties=KEEP_OLD_RECORDS)
     yield cluster
     cluster.stop()
 
 
+# Records timestamped by event time (2012 in the DEBS layout) are older than Kafka's default
+# retention of 7 days: the broker would delete them, at its next retention check, before a test reads them.
+KEEP_OLD_RECORDS = {"log.retention.ms": "-1"}
 # A broker is declared dead after 4 s without heartbeats (Kafka's default: 9 s), so leaders move quickly.
-FAST_FAILOVER = {"broker.session.timeout.ms": "4000", "broker.heartbeat.interval.ms": "500"}
+FAST_FAILOVER = {"broker.session.timeout.ms": "4000", "broker.heartbeat.interval.ms": "500", **KEEP_OLD_RECORDS}
 
 
 @pytest.fixture(scope="session")

@@ -49,6 +49,7 @@ class IngestConfig:
     header: bool = True
     multiline: bool = False
     strict_header: bool = False  # files whose headers differ are refused, not ingested each by its own
+    strict_size: bool = False  # a record too large for Kafka fails the run (exit 3), not quarantined
     kafka_opts: dict[str, str] = field(default_factory=dict)
     target_rate: float | None = None
     metrics_dir: str = "./metrics"
@@ -158,6 +159,8 @@ def add_ingest_arguments(p: argparse.ArgumentParser, target: str = "--topic") ->
     a("--multiline", action="store_const", const=True, help="quoted fields may contain newlines")
     a("--strict-header", action="store_const", const=True,
       help="refuse (exit 3) files whose header differs from the first file's; default: each row keyed by its own file's header")  # fmt: skip
+    a("--strict-size", action="store_const", const=True,
+      help="a row whose record is larger than Kafka takes fails the run (exit 3); default: it is quarantined")  # fmt: skip
     a(
         "--kafka-opt",
         dest="kafka_opts",
@@ -451,7 +454,8 @@ def validate(values: dict[str, Any]) -> IngestConfig:
     if v.get("max_bytes") is not None:
         v["max_bytes"] = parse_size(v["max_bytes"])
     _check_incremental(v)
-    for name in ("header", "multiline", "strict_header", "dry_run", "quiet", "incremental", "order_by_event_time"):
+    for name in ("header", "multiline", "strict_header", "strict_size", "dry_run", "quiet", "incremental",
+                 "order_by_event_time"):  # fmt: skip
         if name in v and not isinstance(v[name], bool):
             raise UsageError(f"'{name.replace('_', '-')}': expected true or false, got {v[name]!r}")
     v["kafka_opts"] = {str(k): str(value) for k, value in (v.get("kafka_opts") or {}).items()}

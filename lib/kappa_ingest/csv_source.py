@@ -43,7 +43,7 @@ from kappa_ingest.columns import (
 )
 from kappa_ingest.config import IngestConfig
 from kappa_ingest.errors import InputError, UsageError
-from kappa_ingest.inputs import SUFFIXES, resolve_inputs
+from kappa_ingest.inputs import SUFFIXES, check_head, resolve_inputs
 from kappa_ingest.parsing import BOM, REASON_MALFORMED, BatchParser, Layout, LineParser, RowParser
 from kappa_ingest.records import RecordSpec
 from kappa_ingest.splits import InputFile, Plan
@@ -159,6 +159,8 @@ def file_layouts(spark: SparkSession, cfg: IngestConfig, paths: list[str]) -> di
     read the file (local, in an ASCII-compatible encoding); else by a one-line Spark read.
     Without a header, every file has the first file's field count, named ``_c0``, ``_c1``, ..."""
     if not cfg.header:
+        for path in paths[1:]:  # the first file's first line is read below; each file is checked
+            first_line(path, cfg.encoding, header=False, delimiter=cfg.delimiter)
         return dict.fromkeys(paths, Layout(_layout(spark, cfg, paths[0]).columns, None))
     return {path: _layout(spark, cfg, path) for path in paths}
 
@@ -166,7 +168,7 @@ def file_layouts(spark: SparkSession, cfg: IngestConfig, paths: list[str]) -> di
 def _header_line(spark: SparkSession, cfg: IngestConfig, path: str) -> str | None:
     """The file's first line; None where only Spark's CSV reader can read it (encodings
     whose line ends are not ASCII bytes)."""
-    line = first_line(path, cfg.encoding)
+    line = first_line(path, cfg.encoding, cfg.header, cfg.delimiter)
     if line is None and cfg.encoding == "utf-8":
         line = _first_line(spark, path)
     if line == "" and cfg.header:
@@ -264,32 +266,54 @@ def _first_line(spark: SparkSession, path: str) -> str:
 MAX_HEADER_BYTES = 64 << 20
 
 
-def first_line(path: str, encoding: str = "utf-8") -> str | None:
+def first_line(path: str, encoding: str = "utf-8", header: bool = True, delimiter: str = ",") -> str | None:
     """A local file's first line, BOM and line end removed, read by Python (no Spark job);
     None for a remote file, a blank first line, one longer than ``MAX_HEADER_BYTES`` or an
-    encoding whose line ends are not ASCII bytes: Spark reads those. InputError for an
-    empty file."""
+    encoding whose line ends are not ASCII bytes: Spark reads those.
+
+    InputError for an empty file, one whose first 64 KiB are not CSV text (binary data, a
+    gzip stream under a ``.csv`` name: :func:`kappa_ingest.inputs.check_head`; the
+    ``delimiter`` counts as text) and, when it is a ``header``, a first line that is not
+    valid in ``encoding`` (named with its byte offset: the file is in another encoding, to
+    be given with ``--encoding``)."""
     import gzip
+    import zlib
 
     if urlparse(path).scheme not in ("", "file") or not _ascii_compatible(encoding):
         return None
     local = path.removeprefix("file://")
+    compressed = local.endswith(".gz")
     try:
-        with gzip.open(local, "rb") if local.endswith(".gz") else open(local, "rb") as f:
+        with gzip.open(local, "rb") if compressed else open(local, "rb") as f:
             head = b""
             while len(head) < MAX_HEADER_BYTES:
                 chunk = f.read(1 << 16)
                 head += chunk
                 if not chunk or b"\n" in chunk or b"\r" in chunk:
                     break
-    except (OSError, EOFError) as e:
+    except (OSError, EOFError, zlib.error) as e:
         raise InputError(f"input {path}: cannot read its first line ({e}); check the file") from e
     if not head:
-        raise InputError(f"input {path}: empty file, no header; give a CSV with a header line or --no-header")
+        once = " once decompressed" if compressed else ""
+        raise InputError(
+            f"input {path}: empty file (0 bytes{once}), no header; give a CSV with a header line or --no-header"
+        )
     end = min((i for i in (head.find(b"\n"), head.find(b"\r")) if i >= 0), default=None)
+    check_head(path, head, compressed, end, delimiter)
     if end is None and len(head) >= MAX_HEADER_BYTES:
         return None
-    line = head[:end].decode(encoding, errors="replace").removeprefix(BOM)
+    raw = head[:end]
+    try:
+        line = raw.decode(encoding)
+    except UnicodeDecodeError as e:
+        if header:
+            where = " of its decompressed text" if compressed else ""
+            raise InputError(
+                f"input {path}: its header is not valid {encoding}: byte 0x{raw[e.start]:02x} at byte offset"
+                f" {e.start:,}{where}; give the file's encoding with --encoding (e.g. --encoding iso-8859-1)"
+            ) from e
+        line = raw.decode(encoding, errors="replace")  # data: the parser quarantines such a line
+    line = line.removeprefix(BOM)
     return line or None
 
 

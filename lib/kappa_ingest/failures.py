@@ -4,7 +4,7 @@ Spark names its own errors with error conditions (``PATH_NOT_FOUND``,
 ``FAILED_READ_FILE.NO_HINT``, ...): where the exception or one of its causes carries one,
 that decides. A task's own error reaches the driver as text (a Python worker's traceback
 inside a Java exception); the names of kappa-ingest's task errors (``DeliveryFailed``,
-``TransactionFailed``, ``HeaderMismatch``) and of Kafka's are matched there.
+``TransactionFailed``, ``HeaderMismatch``, ``RecordTooLarge``) and of Kafka's are matched there.
 """
 
 from __future__ import annotations
@@ -12,12 +12,14 @@ from __future__ import annotations
 import re
 
 from kappa_ingest.errors import InputError, KafkaUnavailable, KappaError
+from kappa_ingest.splits import canonical_file
 
 # What a failed Spark job's message means, for the one line people get.
 _CAUSES = [
     (re.compile(r"TransactionFailed: (.*)"), KafkaUnavailable, "{0}"),
     (re.compile(r"DeliveryFailed: (.*)"), KafkaUnavailable, "{0}"),
     (re.compile(r"HeaderMismatch: (.*)"), InputError, "{0}"),
+    (re.compile(r"RecordTooLarge: (.*)"), InputError, "{0}"),
     (re.compile(r"(kafka\.errors\.\w+|KafkaTimeoutError|KafkaException)[:\s]*(.*)"), KafkaUnavailable,
      "Kafka refused or did not answer the producer: {0}: {1}"),
     (re.compile(r"(SaslAuthenticationException|AuthorizationException)[:\s]*(.*)"), KafkaUnavailable,
@@ -68,7 +70,7 @@ def _by_condition(e: BaseException) -> KappaError | None:
             return InputError(f"input disappeared or is unreadable: {_first_line(message)[:300]}; check --input")
         if name.startswith("FAILED_READ_FILE"):
             m = re.search(r"reading file (\S+?)\.?(\s|$)", message)
-            where = m.group(1) if m else "an input file"
+            where = canonical_file(m.group(1)) if m else "an input file"
             cause = _root_cause(e)
             return InputError(f"could not read {where}: {cause[:300] or _first_line(message)[:300]}"
                               "; the file is damaged (truncated, or not what its name says) or changed while"
@@ -88,7 +90,7 @@ def classify(e: BaseException) -> KappaError:
     if isinstance(e, KappaError):
         return e
     text = str(e)
-    ours = re.search(r"(TransactionFailed|DeliveryFailed|HeaderMismatch): ", text)
+    ours = re.search(r"(TransactionFailed|DeliveryFailed|HeaderMismatch|RecordTooLarge): ", text)
     if not ours:  # a Python task's own error wins over the job failure Spark wraps it in
         named = _by_condition(e)
         if named is not None:

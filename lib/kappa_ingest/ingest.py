@@ -16,6 +16,7 @@ with the run's plan, so that a killed run can be resumed), and the run's clock
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -23,6 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from urllib.parse import urlparse
 
 from confluent_kafka import KafkaException
 from pyspark import SparkContext
@@ -38,13 +40,15 @@ from kappa_ingest import (
     metrics_store,
     quarantine,
     reconcile,
+    record_size,
     sinks,
     spark_metrics,
+    splits,
     warmup,
 )
 from kappa_ingest.broker_rate import BrokerRateSampler
 from kappa_ingest.config import IngestConfig
-from kappa_ingest.errors import KafkaUnavailable, KappaError, QualityGateFailed, UsageError
+from kappa_ingest.errors import InputError, KafkaUnavailable, KappaError, QualityGateFailed, UsageError
 from kappa_ingest.failures import classify, spark_action
 from kappa_ingest.incremental import Selection
 from kappa_ingest.kafka_endpoint import KafkaEndpoint, endpoint_for
@@ -74,6 +78,7 @@ class Sent:
     before: dict[int, int]
     after: dict[int, int] | None  # None: Kafka did not answer after a failed job
     dead_letters: tuple[dict[int, int], dict[int, int]] | None = None  # the dead-letter topic's offsets around it
+    source: csv_source.Source | None = None  # what was sent: the source, its parser checking record sizes
 
 
 def ingest(
@@ -196,11 +201,14 @@ def _ingest(
             clock.end("setup")
             spark_metrics.warm(spark)
             task_delivery = _task_delivery(cfg, source, None, {}, skip)
+            # The producer's limit only: a dry run asks Kafka nothing.
+            source = _size_checked(cfg, source, record_size.limit(cfg.sink, cfg.producer_settings(), None))
             outcome = run_partitions(source.df, source.spec, source.parser, lambda _: Discard(), task_delivery, rate)
             clock.end("sending")
             sent = None
         else:
             sent = _send(cfg, spark, source, kafka, report, warming, rate, echo, skip)
+            source = sent.source or source  # its parser also takes out records too large for Kafka
             outcome = sent.outcome
         inherited = _inherited(outcome.stats)
         report.add_run(outcome.stats, spark_metrics.collect(spark, group), inherited)
@@ -209,14 +217,19 @@ def _ingest(
             report.add_quality_counts(outcome.stats)
         if sent is not None:
             new_entries = _account(cfg, report, source.plan, sent, inherited, earlier)
+        changed = changed_input(source, cfg.run_id)  # a file that changed while read: not all of it was sent
         if outcome.error is not None:
             if sent is not None and sent.after is not None:
                 report.add_offsets(sent.before, sent.after)
+            if changed is not None:
+                raise changed from outcome.error
             raise _with_resume_hint(classify(outcome.error), report) from outcome.error
         if sent is not None:
             _reconcile(cfg, report, sent, resumption, new_entries)
             if replay is not None:
                 _compare(cfg, report, replay, sent)
+        if changed is not None:  # after the reconciliation: the report still says what the topic holds
+            raise changed
         if report.rows_quarantined:
             path = f"{run_dir}/quarantine"
             reasons = spark_action(lambda: quarantine.write(source, path, skip))
@@ -496,6 +509,11 @@ def _send(
         dlq = cfg.dead_letter_topic
         if dlq:
             admin.ensure_topic(dlq, cfg.topic_partitions, cfg.replication_factor)
+        topic_max = record_size.topic_max(admin, cfg.topic, cfg.topic_config)
+        limit = record_size.limit(cfg.sink, settings, topic_max)
+        source = _size_checked(cfg, source, limit)
+        report.broker["max_record_bytes"] = limit.bytes
+        settings = _batches_within(settings, cfg.sink, topic_max)
         for writes_to in (cfg.topic, cfg.ledger_topic, *([dlq] if dlq else [])):
             admin.check_writable(writes_to)
         task_delivery = replace(
@@ -549,7 +567,57 @@ def _send(
         finally:
             # Its last sample is the settled offsets: commit markers follow a commit.
             report.broker_rate = sampler.stop(last=after)
-    return Sent(outcome, task_delivery, conf, before, after, dead_letters)
+    return Sent(outcome, task_delivery, conf, before, after, dead_letters, source)
+
+
+def _size_checked(cfg: IngestConfig, source: csv_source.Source, limit: record_size.Limit) -> csv_source.Source:
+    """The source, its parser taking out rows whose record is over ``limit`` (quarantined,
+    or with --strict-size failing the run)."""
+    checked = record_size.SizeChecked(source.parser, source.spec, limit, record_size.header_bytes(cfg.run_id, cfg.sink),
+                                      cfg.strict_size)  # fmt: skip
+    return replace(source, parser=checked)
+
+
+# Each client's default batch.size: a batch larger than the topic's max.message.bytes is refused whole.
+_BATCH_SIZE_DEFAULT = {"confluent": 1_000_000, "kafka-python": 16_384, "spark": 16_384}
+
+
+def _batches_within(settings: dict[str, str], sink: str, topic_max: int) -> dict[str, str]:
+    """The producer settings with batch.size within the topic's max.message.bytes: a batch
+    of small records larger than that is refused by the broker (librdkafka does not split it)."""
+    batch = int(settings.get("batch.size", _BATCH_SIZE_DEFAULT[sink]))
+    ceiling = max(1, topic_max - record_size.FRAMING_BYTES)
+    return {**settings, "batch.size": str(ceiling)} if batch > ceiling else settings
+
+
+def changed_input(source: csv_source.Source, run_id: str) -> InputError | None:
+    """The first local input file whose size or modification time is no longer the plan's
+    (or that is gone): it changed while the run read it, so what was sent of it may be
+    incomplete or mixed. Remote files are not checked."""
+    for path in source.files:
+        if urlparse(path).scheme not in ("", "file"):
+            continue
+        planned = source.plan.file(splits.canonical_file(path))
+        if planned is None:
+            continue
+        try:
+            st = os.stat(path.removeprefix("file://"))
+        except OSError:
+            what = "deleted or moved"
+        else:
+            mtime_ms = st.st_mtime_ns // 1_000_000
+            if st.st_size != planned.size:
+                what = f"size {planned.size:,} -> {st.st_size:,} bytes"
+            elif mtime_ms != planned.mtime_ms:
+                what = f"modified {mtime_ms - planned.mtime_ms:,} ms after it was planned, same size"
+            else:
+                continue
+        return InputError(
+            f"input {planned.path} changed while the run read it ({what}): its rows in the topic (run_id {run_id})"
+            " may be incomplete or mixed; send it again once nothing writes to it"
+            " (with --incremental: --on-changed resend)"
+        )
+    return None
 
 
 def _inherited(stats: list[TaskStats]) -> list[Entry]:
@@ -624,10 +692,16 @@ def _account(
 
 
 def _with_resume_hint(error: KappaError, report: RunReport) -> KappaError:
-    """A failed job's error, saying how to finish the run once the cause is gone."""
+    """A failed job's error, saying how to finish the run once the cause is gone. A bad
+    input file is fixed by replacing it, which --resume refuses (its files must not change):
+    --incremental then sends what the ledger lacks, the replaced file whole."""
     missing = len(report.ledger.get("missing") or [])
     if missing and not report.dry_run:
-        error.args = (f"{error}; once that is fixed, --resume {report.run_id} sends its {missing} missing splits",)
+        if isinstance(error, InputError):
+            error.args = (f"{error}; once the file is fixed, --incremental sends the {missing} splits"
+                          " this run did not deliver",)  # fmt: skip
+        else:
+            error.args = (f"{error}; once that is fixed, --resume {report.run_id} sends its {missing} missing splits",)
     return error
 
 

@@ -167,6 +167,17 @@ class Admin:
         entry = entries.get(name)
         return entry.value if entry is not None else None
 
+    def topic_setting(self, topic: str, name: str) -> str | None:
+        """The topic's value of ``name`` (its own, or the brokers' default it inherits), or
+        None if the topic does not exist or its configs cannot be read."""
+        try:
+            resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+            entries = self.client.describe_configs([resource])[resource].result(TIMEOUT_S)
+        except (KafkaException, ValueError):
+            return None
+        entry = entries.get(name)
+        return entry.value if entry is not None else None
+
     def close(self) -> None:
         """Release the consumer and the admin client (this AdminClient has no close(): its
         handle goes with the object)."""

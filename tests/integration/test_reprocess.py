@@ -18,7 +18,9 @@ from kappa_ingest.ingest import ingest
 from kappa_ingest.topics import Admin
 
 pytestmark = pytest.mark.integration
-T0 = datetime(2026, 11, 1, tzinfo=UTC)
+# Recent: a topic's retention (7 days here) deletes records by their timestamps, the event times,
+# so history dated before it could vanish before the test reads it back.
+T0 = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=3)
 
 
 def write_day(path, day: int, rows: int, seed: int) -> list[dict]:

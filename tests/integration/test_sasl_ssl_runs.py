@@ -95,6 +95,7 @@ def test_every_sink_over_sasl_ssl_and_no_secret_anywhere(secure, spark, tmp_path
     summary = json.loads(summary_file.read_text())
     assert summary["status"] == "succeeded" and summary["rows_sent"] == 3000, summary["error"]
     assert all(c["ok"] for c in summary["checks"]), summary["checks"]
+    assert any(c["name"].startswith("broker-side sampler") for c in summary["checks"])  # it sampled over SASL_SSL
     assert summary["config"]["kafka_opts"]["sasl.password"] == "${KI_KAFKA_PASSWORD}"
 
     # read back as the admin, over SASL_SSL, record by record

@@ -304,6 +304,17 @@ def delivered_earlier(delivery: TaskDelivery) -> dict[Unit, Entry]:
     return {e.unit: e for e in entries if e.topic == delivery.topic and e.run_id == delivery.run_id}
 
 
+def parse_at(parse: BatchParser, rows: pa.RecordBatch, unit: Unit, task_input: TaskInput) -> Parsed:
+    """``parse(rows)``, the rows of ``unit``; a record too large for Kafka under
+    ``--strict-size`` is named by its line (or record) in its file."""
+    from kappa_ingest.record_size import RecordTooLarge
+
+    try:
+        return parse(rows)
+    except RecordTooLarge as e:
+        raise e.located(unit.start, task_input.position(unit), parse.counts_lines) from None
+
+
 def ledger_entries(task_input: TaskInput, delivery: TaskDelivery, stats: TaskStats) -> list[Entry]:
     out = []
     for unit, t in task_input.tallies.items():
@@ -347,7 +358,7 @@ def run_partitions(
                                    delivery.ordered)  # fmt: skip
 
             def convert(unit: Unit, rows: pa.RecordBatch) -> tuple[Parsed, Encoded]:
-                parsed = parse(rows)
+                parsed = parse_at(parse, rows, unit, task_input)
                 enc = encode_batch(parsed.rows, spec.with_columns(parsed.columns), clock())
                 if delivery.dead_letter_topic and parsed.rejects.num_rows:
                     letters = dead_letter.records(rows, parsed, unit, task_input.position(unit), spec.run_id,

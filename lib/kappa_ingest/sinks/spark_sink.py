@@ -37,6 +37,7 @@ from kappa_ingest.sinks.partition_runner import (
     Throttle,
     converted,
     ledger_entries,
+    parse_at,
 )
 from kappa_ingest.sinks.task_input import TaskInput
 from kappa_ingest.splits import Unit
@@ -64,7 +65,7 @@ def send(
         letters: list = []
 
         def convert(unit: Unit, rows: pa.RecordBatch) -> tuple[Parsed, Encoded]:
-            parsed = parse(rows)
+            parsed = parse_at(parse, rows, unit, task_input)
             enc = encode_batch(parsed.rows, spec.with_columns(parsed.columns), clock())
             if dead_letters and parsed.rejects.num_rows:
                 letters.extend(dead_letter.records(
