@@ -27,12 +27,16 @@ call that):
 10. ``quarantine``   rejected rows with file and reason, beside the report, and with
                      ``--dead-letter-topic`` in a topic too (``dead_letter``, sent in step 6)
 
-Around it: ``native`` (the C loops that encode JSON values and feed librdkafka a batch
-per call), ``warmup`` (Python workers started while Kafka is set up), ``local_kafka`` (the
-embedded KRaft broker), ``topics`` (driver-side admin), ``kafka_settings`` (Kafka's Java
-setting names, translated per client), ``failures`` (a failed Spark job's cause, in one
-line), ``datagen`` (test data), ``spark_session`` (the one session factory) and ``cli``
-(exit codes).
+Around it: ``inputs`` (the input files, refused before Spark when they are not CSV text),
+``record_size`` (records over the topic's limit quarantined), ``native`` (the C loops that
+encode JSON values and feed librdkafka a batch per call; shipped built to executors) and
+``task_notes`` (what executors warn of, into the report), ``warmup`` (Python workers
+started while Kafka is set up), ``local_kafka`` (the embedded KRaft broker; secured by
+``kafka_security``), ``spark_cluster`` and ``pack`` (a standalone cluster and the venv for
+its executors), ``topics`` (driver-side admin and ACL checks), ``kafka_settings`` (Kafka's
+Java setting names, translated per client) and ``credentials`` (``${NAME}``/``@PATH``
+secrets, masked in all output), ``failures`` (a failed Spark job's cause, in one line),
+``datagen`` (test data), ``spark_session`` (the one session factory) and ``cli`` (exit codes).
 """
 
 __version__ = "0.1.0"
