@@ -23,8 +23,7 @@ def spark(tmp_path_factory):
         "local[2]",
         # The Delta reader too: the suite reads the metrics store with Spark as well as with deltalake.
         # The event log: the secrets test reads it for passwords.
-        # A 2 GiB heap: Spark holds a line several times over, and test_hostile_inputs reads a 100 MB one.
-        extra_conf={"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g", **SPARK_READER_CONF,
+        extra_conf={"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g", **SPARK_READER_CONF,
                     "spark.eventLog.enabled": "true", "spark.eventLog.dir": str(tmp_path_factory.mktemp("eventlog")),
                     "spark.eventLog.buffer.kb": "1k"},
     )  # fmt: skip

@@ -24,7 +24,7 @@ _CAUSES = [
      "Kafka refused or did not answer the producer: {0}: {1}"),
     (re.compile(r"(SaslAuthenticationException|AuthorizationException)[:\s]*(.*)"), KafkaUnavailable,
      "Kafka refused the producer: {0}: {1}"),
-    (re.compile(r"(org\.apache\.kafka\.common\.errors\.\w+Exception)[:\s]*(.*)"), KafkaUnavailable,
+    (re.compile(r"(org\.apache\.kafka\.common\.(?:errors\.)?\w+Exception)[:\s]*(.*)"), KafkaUnavailable,
      "Kafka refused the records: {0}: {1}"),
     (re.compile(r"(FileNotFoundException|PATH_NOT_FOUND)[:\s]*(.*)"), InputError,
      "input disappeared or is unreadable: {1}; check --input"),
