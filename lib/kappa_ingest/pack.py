@@ -2,8 +2,9 @@
 
 venv-pack refuses a venv with an editable install, which is how ``make setup`` installs
 kappa-ingest, and is no longer maintained. This packs the venv's interpreter links and
-third-party packages only: kappa-ingest itself (with its C loops built) reaches executors
-in the zip ``spark-submit.sh`` ships, and Spark's own jars come with each worker's Spark.
+third-party packages the executors use: kappa-ingest itself (with its C loops built)
+reaches executors in the zip ``spark-submit.sh`` ships, Spark's own jars come with each
+worker's Spark, and what only the driver uses stays out (``DRIVER_ONLY``).
 The interpreter is a link to the Python the venv was made from, so executors need that
 Python (the same version, at the same path) installed, as with venv-pack.
 """
@@ -16,12 +17,21 @@ from pathlib import Path
 
 from kappa_ingest.errors import UsageError
 
+SITE = "lib/python3*/site-packages/"
+# What the driver alone uses: the metrics store (deltalake), figures (matplotlib), notebooks
+# and installing. Executors run the pyspark worker and kappa-ingest's parsing, encoding and
+# producers: pyarrow, polars, numpy, orjson, the Kafka clients (and pandas, which pyspark's
+# worker may import, and Great Expectations, kept whole for what it imports).
+DRIVER_ONLY = ("deltalake", "matplotlib", "PIL", "pillow.libs", "fontTools", "IPython", "ipykernel", "jedi", "parso",
+               "debugpy", "jupyter_client", "jupyter_core", "nbclient", "nbformat", "zmq", "pyzmq.libs", "pip",
+               "setuptools")  # fmt: skip
 # Paths (relative to the venv) executors never need.
 EXCLUDE = (
     "*/__pycache__", "*.pyc",
-    "lib/python3*/site-packages/pyspark/jars",  # the workers' Spark brings its own
-    "lib/python3*/site-packages/pyspark/work",  # local-cluster executors' scratch space
-    "lib/python3*/site-packages/__editable__*",  # kappa-ingest itself travels in the --py-files zip
+    SITE + "pyspark/jars",  # the workers' Spark brings its own
+    SITE + "pyspark/work",  # local-cluster executors' scratch space
+    SITE + "__editable__*",  # kappa-ingest itself travels in the --py-files zip
+    *(SITE + name for name in DRIVER_ONLY),
 )  # fmt: skip
 
 
