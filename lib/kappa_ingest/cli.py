@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     pk = sub.add_parser("pack", help="the venv as an archive for executors (spark-submit --archives FILE#venv)")
     pk.add_argument("--out", default="build/kappa-venv.tar.gz", help=".tar, .tar.gz or .tgz")
     pk.add_argument("--venv", default=None, help="the venv to pack (default: the one running kappa-ingest)")
+    pk.add_argument("--compress-level", type=int, choices=range(10), default=1, metavar="0-9",
+                    help="gzip level (default 1; 0 stores, fastest to pack and unpack)")  # fmt: skip
     r = sub.add_parser("report", help="past runs from the Delta metrics store")
     which = r.add_mutually_exclusive_group()
     which.add_argument("--run-id", help="one run: its totals, executors and stages")
@@ -262,7 +264,7 @@ def _pack(args: argparse.Namespace) -> int:
 
     from kappa_ingest.pack import pack
 
-    out = pack(args.venv or Path(sys.prefix), args.out)
+    out = pack(args.venv or Path(sys.prefix), args.out, args.compress_level)
     print(f"wrote {out} ({out.stat().st_size / 2**20:,.0f} MiB): spark-submit --archives {out}#venv"
           " --conf spark.pyspark.python=./venv/bin/python")  # fmt: skip
     return 0

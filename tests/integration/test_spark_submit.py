@@ -23,32 +23,35 @@ ROOT = Path(__file__).resolve().parents[2]
 KI = str(ROOT / ".venv" / "bin" / "kappa-ingest")
 
 
-@pytest.fixture
-def cluster(tmp_path):
-    done = subprocess.run([KI, "cluster", "start", "--dir", str(tmp_path / "cluster"), "--workers", "2",
-                           "--worker-cores", "1", "--worker-memory", "768m"],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    running = spark_cluster.status(tmp_path / "cluster")
-    try:
-        yield running
-    finally:
-        subprocess.run([KI, "cluster", "stop", "--dir", str(tmp_path / "cluster")], timeout=60, check=True)
-        assert not any(running.alive().values())
-
-
-def test_the_readme_cluster_recipe_on_a_standalone_cluster(kafka, cluster, tmp_path):
-    assert [w["state"] for w in cluster.workers()] == ["ALIVE", "ALIVE"]
+def test_the_readme_cluster_recipe_on_a_standalone_cluster(kafka, tmp_path):
     path = datagen.generate("wide30", 30_000, tmp_path / "in.csv")
-    packed = subprocess.run([KI, "pack", "--out", str(tmp_path / "kappa-venv.tar.gz")],
-                            capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert packed.returncode == 0, packed.stderr
+    archive = tmp_path / "kappa-venv.tar.gz"
+    # Packed while the cluster starts.
+    packing = subprocess.Popen([KI, "pack", "--out", str(archive)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    started = subprocess.run([KI, "cluster", "start", "--dir", str(tmp_path / "cluster"), "--workers", "2",
+                              "--worker-cores", "1", "--worker-memory", "768m"],
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+    try:
+        assert started.returncode == 0, started.stderr
+        cluster = spark_cluster.status(tmp_path / "cluster")
+        assert [w["state"] for w in cluster.workers()] == ["ALIVE", "ALIVE"]
+        _, err = packing.communicate(timeout=300)
+        assert packing.returncode == 0, err
+        submit(kafka, cluster, path, archive, tmp_path)
+    finally:
+        packing.kill()
+        subprocess.run([KI, "cluster", "stop", "--dir", str(tmp_path / "cluster")], timeout=60, check=True)
+    assert spark_cluster.status(tmp_path / "cluster") is None
+
+
+def submit(kafka, cluster, path: Path, archive: Path, tmp_path: Path) -> None:
     no_compiler = tmp_path / "executor-cache"
     no_compiler.mkdir()
     done = subprocess.run(
         [str(ROOT / "spark-submit.sh"), "--master", cluster.master_url,
          "--total-executor-cores", "2", "--executor-cores", "1", "--executor-memory", "512m",
-         "--archives", f"{tmp_path / 'kappa-venv.tar.gz'}#venv", "--conf", "spark.pyspark.python=./venv/bin/python",
+         "--archives", f"{archive}#venv", "--conf", "spark.pyspark.python=./venv/bin/python",
          "--conf", f"spark.executorEnv.KAPPA_INGEST_CACHE={no_compiler}", "--conf", "spark.executorEnv.CC=/no/cc",
          str(ROOT / "jobs" / "ingest_csv.py"), "--input", str(path), "--topic", "on-a-cluster",
          "--bootstrap-servers", kafka.bootstrap_servers, "--partitions", "4", "--metrics-dir", str(tmp_path / "m")],
