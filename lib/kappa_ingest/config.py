@@ -19,7 +19,7 @@ import yaml
 
 from kappa_ingest import credentials, delivery
 from kappa_ingest.errors import UsageError
-from kappa_ingest.kafka_settings import DEFAULT_PRODUCER_SETTINGS, is_secret, validate_settings
+from kappa_ingest.kafka_settings import DEFAULT_PRODUCER_SETTINGS, is_secret, jaas_fields, validate_settings
 from kappa_ingest.ledger import DEFAULT_TOPIC as DEFAULT_LEDGER_TOPIC
 
 SINKS = ("confluent", "spark", "kafka-python")
@@ -105,9 +105,10 @@ def resolved_settings(opts: dict[str, str]) -> dict[str, str]:
         out[name] = credentials.resolve(f"--kafka-opt {name}", value)
         if is_secret(name):
             credentials.remember(out[name])
-            for m in re.finditer(r"password\s*=\s*\"((?:[^\"\\]|\\.)*)\"", out[name]):  # inside a JAAS line
-                credentials.remember(m[1])
-                credentials.remember(re.sub(r"\\(.)", r"\1", m[1]))
+            password = jaas_fields(out[name]).get("password")
+            if password:  # a JAAS line's, as written in it and unquoted
+                credentials.remember(password)
+                credentials.remember(password.replace("\\", "\\\\").replace('"', '\\"'))
     return out
 
 

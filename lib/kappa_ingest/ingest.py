@@ -16,7 +16,6 @@ with the run's plan, so that a killed run can be resumed), and the run's clock
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -24,7 +23,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from urllib.parse import urlparse
 
 from confluent_kafka import KafkaException
 from pyspark import SparkContext
@@ -43,7 +41,6 @@ from kappa_ingest import (
     record_size,
     sinks,
     spark_metrics,
-    splits,
     warmup,
 )
 from kappa_ingest.broker_rate import BrokerRateSampler
@@ -594,24 +591,13 @@ def changed_input(source: csv_source.Source, run_id: str) -> InputError | None:
     """The first local input file whose size or modification time is no longer the plan's
     (or that is gone): it changed while the run read it, so what was sent of it may be
     incomplete or mixed. Remote files are not checked."""
-    for path in source.files:
-        if urlparse(path).scheme not in ("", "file"):
-            continue
-        planned = source.plan.file(splits.canonical_file(path))
-        if planned is None:
-            continue
-        try:
-            st = os.stat(path.removeprefix("file://"))
-        except OSError:
+    for planned, now in source.plan.changed():
+        if now is None:
             what = "deleted or moved"
+        elif now[0] != planned.size:
+            what = f"size {planned.size:,} -> {now[0]:,} bytes"
         else:
-            mtime_ms = st.st_mtime_ns // 1_000_000
-            if st.st_size != planned.size:
-                what = f"size {planned.size:,} -> {st.st_size:,} bytes"
-            elif mtime_ms != planned.mtime_ms:
-                what = f"modified {mtime_ms - planned.mtime_ms:,} ms after it was planned, same size"
-            else:
-                continue
+            what = f"modified {now[1] - planned.mtime_ms:,} ms after it was planned, same size"
         return InputError(
             f"input {planned.path} changed while the run read it ({what}): its rows in the topic (run_id {run_id})"
             " may be incomplete or mixed; send it again once nothing writes to it"

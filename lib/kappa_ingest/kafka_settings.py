@@ -121,19 +121,23 @@ CONNECTION_KEYS = ("security.protocol", "sasl.mechanism", "sasl.username", "sasl
 _JAAS_FIELD = re.compile(r"""\b(username|password)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|'([^']*)'|([^\s;]+))""")
 
 
+def jaas_fields(jaas: str) -> dict[str, str]:
+    """The ``username`` and ``password`` a JAAS line holds, quoting undone."""
+    return {m[1]: re.sub(r"\\(.)", r"\1", m[2]) if m[2] is not None else m[3] if m[3] is not None else m[4]
+            for m in _JAAS_FIELD.finditer(jaas)}  # fmt: skip
+
+
 def _plain(settings: dict[str, str]) -> dict[str, str]:
     """The settings with a JAAS line read into sasl.username/sasl.password (the Python
     clients' form) and the truststore's type checked: those clients read a PEM file only."""
     out = {k: v for k, v in settings.items() if k not in FOLDED}
     jaas = settings.get("sasl.jaas.config")
     if jaas:
-        found = {
-            m[1]: m[2] if m[2] is not None else m[3] if m[3] is not None else m[4] for m in _JAAS_FIELD.finditer(jaas)
-        }
+        found = jaas_fields(jaas)
         if "username" not in found or "password" not in found:
             raise UsageError('--kafka-opt sasl.jaas.config: no username="..." password="..." in it (value not shown)')
-        out.setdefault("sasl.username", re.sub(r"\\(.)", r"\1", found["username"]))
-        out.setdefault("sasl.password", re.sub(r"\\(.)", r"\1", found["password"]))
+        out.setdefault("sasl.username", found["username"])
+        out.setdefault("sasl.password", found["password"])
     kind = settings.get("ssl.truststore.type", "PEM").upper()
     if kind != "PEM" and "ssl.truststore.location" in settings:
         raise UsageError(f"--kafka-opt ssl.truststore.type={kind}: this sink reads the CA as a PEM file only; export"

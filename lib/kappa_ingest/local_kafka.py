@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -23,7 +21,7 @@ import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kappa_ingest import kafka_security
+from kappa_ingest import kafka_security, processes
 from kappa_ingest.errors import KafkaUnavailable, UsageError
 from kappa_ingest.kafka_security import ADMIN, PLAINTEXT, SASL_SSL
 from kappa_ingest.paths import cache_dir, conf_dir
@@ -64,20 +62,6 @@ def _port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child still answers kill(0); it is dead for our purposes.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return True
-
-
 @dataclass(frozen=True)
 class Broker:
     node_id: int
@@ -101,37 +85,12 @@ class LocalKafka:
         return ",".join(f"127.0.0.1:{b.port}" for b in self.brokers)
 
     def alive(self) -> list[bool]:
-        return [_pid_alive(b.pid) for b in self.brokers]
+        return [processes.alive(b.pid) for b in self.brokers]
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop every broker by PID: SIGTERM, then SIGKILL after ``timeout_s``."""
-        for b in self.brokers:
-            _signal(b.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        for b in self.brokers:
-            while _pid_alive(b.pid) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if _pid_alive(b.pid):
-                _signal(b.pid, signal.SIGKILL)
-        for b in self.brokers:
-            _reap(b.pid)
+        processes.stop([b.pid for b in self.brokers], timeout_s)
         (self.state_dir / STATE_FILE).unlink(missing_ok=True)
-
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)  # the broker leads its own process group
-    except ProcessLookupError:
-        return
-    except PermissionError:
-        os.kill(pid, sig)
-
-
-def _reap(pid: int) -> None:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def _server_properties(
@@ -306,10 +265,10 @@ def restart(cluster: LocalKafka, heap: str = "512m", timeout_s: float = 90.0) ->
     classpath = f"{jars_dir()}/*"
     brokers = []
     for b in cluster.brokers:
-        if _pid_alive(b.pid):
+        if processes.alive(b.pid):
             brokers.append(b)
             continue
-        _reap(b.pid)
+        processes.reap(b.pid)
         pid = _launch(java, classpath, cluster.state_dir / f"broker-{b.node_id}", heap)
         brokers.append(Broker(b.node_id, b.port, b.controller_port, pid))
     restarted = replace(cluster, brokers=tuple(brokers))
@@ -334,7 +293,7 @@ def _wait_ready(cluster: LocalKafka, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     for b in cluster.brokers:
         while not _port_open(b.port):
-            if not _pid_alive(b.pid):
+            if not processes.alive(b.pid):
                 raise KafkaUnavailable(
                     f"local Kafka broker {b.node_id} exited at start-up; see {cluster.state_dir}/broker-{b.node_id}/logs"
                 )

@@ -199,13 +199,12 @@ class RunReport:
             groups[t.executor_id].append(t)
         out = []
         for eid, ts in sorted(groups.items()):
-            ok = [t for t in ts if t.task_id in by_task]
-            rows = sum(by_task[t.task_id].rows_sent for t in ok)
-            nbytes = sum(by_task[t.task_id].bytes_sent for t in ok)
+            stats = [by_task[t.task_id] for t in ts if t.task_id in by_task]
+            rows = sum(s.rows_sent for s in stats)
+            nbytes = sum(s.bytes_sent for s in stats)
             busy = sum(t.duration_s for t in ts)
             span = (max(t.ended_at for t in ts) - min(t.launched_at for t in ts)).total_seconds()
             host = spark.executors[eid].host if eid in spark.executors else ts[0].host
-            stats = [by_task[t.task_id] for t in ok]
             notes = list(dict.fromkeys(n for s in stats for n in json.loads(s.notes)))
             out.append(
                 {

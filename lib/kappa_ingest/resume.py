@@ -14,7 +14,6 @@ if the ledger shows it delivered to the topic, as the file is now.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,16 +133,11 @@ class Resumption:
 def _changed(plan: Plan) -> list[str]:
     """Local input files whose size or modification time differ from the plan's."""
     out = []
-    for f in plan.files:
-        if "://" in f.path:
-            continue  # a remote file is checked against the plan once Spark can list it
-        try:
-            st = os.stat(f.path)
-        except OSError as e:
-            raise InputError(f"input {f.path}: {e.strerror}; the run being resumed read it") from e
-        size, mtime = st.st_size, st.st_mtime_ns // 1_000_000
-        if (size, mtime) != (f.size, f.mtime_ms):
-            out.append(f"{f.path} (size {f.size:,} -> {size:,}, modified {f.mtime_ms} -> {mtime} ms)")
+    for f, now in plan.changed():
+        if now is None:
+            raise InputError(f"input {f.path}: no longer there; the run being resumed read it")
+        size, mtime = now
+        out.append(f"{f.path} (size {f.size:,} -> {size:,}, modified {f.mtime_ms} -> {mtime} ms)")
     return out
 
 

@@ -12,15 +12,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from kappa_ingest import processes
 from kappa_ingest.errors import UsageError
-from kappa_ingest.local_kafka import _pid_alive, _reap, _signal, free_port
+from kappa_ingest.local_kafka import free_port
 
 STATE_FILE = "spark-cluster.json"
 DAEMON_MEMORY = "256m"  # the master's and workers' own JVMs; executors get the worker's --memory
@@ -48,7 +48,7 @@ class SparkCluster:
         return f"http://127.0.0.1:{self.daemons[0].ui_port}"
 
     def alive(self) -> dict[str, bool]:
-        return {d.name: _pid_alive(d.pid) for d in self.daemons}
+        return {d.name: processes.alive(d.pid) for d in self.daemons}
 
     def workers(self) -> list[dict]:
         """The master's view of its workers (its ``/json`` page): id, state, cores, memory."""
@@ -57,15 +57,7 @@ class SparkCluster:
 
     def stop(self, timeout_s: float = 20.0) -> None:
         """Workers first (their executors with them), then the master: SIGTERM, then SIGKILL."""
-        for d in reversed(self.daemons):
-            _signal(d.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        for d in self.daemons:
-            while _pid_alive(d.pid) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if _pid_alive(d.pid):
-                _signal(d.pid, signal.SIGKILL)
-            _reap(d.pid)
+        processes.stop([d.pid for d in reversed(self.daemons)], timeout_s)
         (self.state_dir / STATE_FILE).unlink(missing_ok=True)
 
 
@@ -131,7 +123,7 @@ def start(
 def _wait_ready(cluster: SparkCluster, workers: int, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
-        dead = [d.name for d in cluster.daemons if not _pid_alive(d.pid)]
+        dead = [d.name for d in cluster.daemons if not processes.alive(d.pid)]
         if dead:
             raise UsageError(f"Spark {dead[0]} exited at start-up; see {cluster.state_dir / dead[0]}")
         try:

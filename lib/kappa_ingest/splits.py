@@ -73,6 +73,23 @@ class Plan:
     def file(self, path: str) -> InputFile | None:
         return next((f for f in self.files if f.path == path), None)
 
+    def changed(self) -> list[tuple[InputFile, tuple[int, int] | None]]:
+        """Local files whose size or modification time (ms) is no longer the plan's, with
+        what they are now (None: gone). Remote files are checked once Spark lists them."""
+        out: list[tuple[InputFile, tuple[int, int] | None]] = []
+        for f in self.files:
+            if "://" in f.path:
+                continue
+            try:
+                st = os.stat(f.path)
+            except OSError:
+                out.append((f, None))
+                continue
+            now = (st.st_size, st.st_mtime_ns // 1_000_000)
+            if now != (f.size, f.mtime_ms):
+                out.append((f, now))
+        return out
+
     def to_json(self) -> dict:
         return {"split_bytes": self.split_bytes, "parts": self.parts, "files": [asdict(f) for f in self.files]}
 

@@ -27,6 +27,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from helpers import consume_all, csv_rows, expected_rows, rows
 from kappa_ingest import config, datagen, metrics_store
+from kappa_ingest.bench.monitor import run_measured
 from kappa_ingest.errors import KappaError
 from kappa_ingest.ingest import ingest
 from kappa_ingest.preflight import preflight
@@ -132,42 +133,24 @@ def attempt(spark, kafka, tmp_path: Path, inputs: list, *, rss_rise: int = RSS_R
 def attempt_submitted(kafka, tmp_path: Path, inputs: list, submit_options: list[str], *, rss: int) -> Outcome:
     """``inputs`` ingested by ``./spark-submit.sh [submit_options] jobs/ingest_csv.py``, a JVM
     of its own, within the time bound and with the peak RSS of its whole process tree below ``rss``."""
-    import subprocess
-
     root = Path(__file__).resolve().parents[2]
     cfg = config.validate({"inputs": [str(i) for i in inputs], "topic": f"hostile-{tmp_path.name}",
                            "bootstrap_servers": kafka.bootstrap_servers, "metrics_dir": str(tmp_path / "metrics")})  # fmt: skip
     command = [str(root / "spark-submit.sh"), "--master", "local[2]", *submit_options, str(root / "jobs" / "ingest_csv.py"),
                *[a for i in cfg.inputs for a in ("--input", i)], "--topic", cfg.topic, "--run-id", cfg.run_id,
                "--bootstrap-servers", cfg.bootstrap_servers, "--metrics-dir", cfg.metrics_dir, "--quiet"]  # fmt: skip
-    started = time.monotonic()
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-    tree, peak = psutil.Process(proc.pid), 0
-    while proc.poll() is None and time.monotonic() - started < WALL_S:
-        total = 0
-        for q in [tree, *tree.children(recursive=True)]:
-            try:
-                total += q.memory_info().rss
-            except psutil.Error:
-                pass
-        peak = max(peak, total)
-        time.sleep(0.1)
-    if proc.poll() is None:
-        proc.kill()
-    _, err = proc.communicate()
-    wall = time.monotonic() - started
-    error = err.strip().splitlines()[-1] if proc.returncode else None
+    usage = run_measured(command, cwd=str(tmp_path), timeout_s=WALL_S)
+    code, wall, peak = usage.returncode, usage.wall_s, usage.peak_rss_mb * 2**20
+    error = usage.stderr.strip().splitlines()[-1] if code else None
     summary_file = Path(cfg.metrics_dir) / "runs" / cfg.run_id / "summary.json"
     summary = json.loads(summary_file.read_text()) if summary_file.exists() else None
     records = (
         consume_all(kafka.bootstrap_servers, cfg.topic) if topic_exists(kafka.bootstrap_servers, cfg.topic) else None
     )
-    print(
-        f"{tmp_path.name}: exit {proc.returncode} in {wall:.1f} s, process tree peak {peak / GIB:.2f} GiB; {error or ''}"
-    )
+    print(f"{tmp_path.name}: exit {code} in {wall:.1f} s, process tree peak {peak / GIB:.2f} GiB; {error or ''}")
     assert wall < WALL_S, f"the run took {wall:.1f} s"
     assert peak < rss, f"the job's process tree peaked at {peak / GIB:.2f} GiB"
-    return Outcome(cfg, proc.returncode, error, summary, records, wall, peak)
+    return Outcome(cfg, code, error, summary, records, wall, int(peak))
 
 
 def assert_refused(out: Outcome, *needles: str, quick: bool = True) -> None:

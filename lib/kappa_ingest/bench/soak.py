@@ -11,10 +11,8 @@ multiset. The rows' count and every row's content are therefore checked without 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -22,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-import psutil
 
 from kappa_ingest import datagen, local_kafka
+from kappa_ingest.bench.monitor import Usage, run_measured
 
 SINKS = ("confluent", "spark", "kafka-python")
 BATCH = 500_000
@@ -96,44 +94,17 @@ def topic_hashes(bootstrap: str, topic: str, columns: list[str], timeout_s: floa
     return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.uint64)
 
 
-def _tree_rss(root: psutil.Process) -> int:
-    total = 0
-    for p in [root, *root.children(recursive=True)]:
-        try:
-            total += p.memory_info().rss
-        except psutil.Error:
-            pass
-    return total
-
-
-def run_sink(sink: str, data: Path, bootstrap: str, work: Path, partitions: int) -> tuple[dict, float, float]:
-    """One ``kappa-ingest ingest`` run: its summary, command-to-exit seconds, peak tree RSS (MB)."""
+def run_sink(sink: str, data: Path, bootstrap: str, work: Path, partitions: int) -> tuple[dict, Usage]:
+    """One ``kappa-ingest ingest`` run: its summary, and its process tree's wall time and peak RSS."""
     cli = str(Path(sys.executable).parent / "kappa-ingest")
     run_id = f"soak-{sink}-{int(time.time())}"
     cmd = [cli, "ingest", "--input", str(data), "--topic", f"soak-{sink}", "--sink", sink,
            "--bootstrap-servers", bootstrap, "--master", f"local[{partitions}]", "--partitions", str(partitions),
            "--metrics-dir", str(work / "metrics"), "--run-id", run_id, "--quiet"]  # fmt: skip
-    t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    peak, done = 0, threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        root = psutil.Process(proc.pid)
-        while not done.is_set():
-            peak = max(peak, _tree_rss(root))
-            done.wait(0.25)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    out, _ = proc.communicate()
-    wall = time.monotonic() - t0
-    done.set()
-    sampler.join()
-    if proc.returncode != 0:
-        raise RuntimeError(f"the {sink} run exited {proc.returncode}: {out[-1000:]}")
-    summary = json.loads((work / "metrics" / "runs" / run_id / "summary.json").read_text())
-    return summary, wall, peak / 2**20
+    usage = run_measured(cmd)
+    if usage.returncode != 0:
+        raise RuntimeError(f"the {sink} run exited {usage.returncode}: {usage.stderr[-1000:]}")
+    return json.loads((work / "metrics" / "runs" / run_id / "summary.json").read_text()), usage
 
 
 def run_soak(rows: int, data_dir: Path, out_root: Path, sinks: list[str], partitions: int) -> Path:
@@ -151,12 +122,13 @@ def run_soak(rows: int, data_dir: Path, out_root: Path, sinks: list[str], partit
         cluster = local_kafka.start(Path(tmp) / "kafka", heap="1g")
         try:
             for sink in sinks:
-                summary, wall, peak = run_sink(sink, data, cluster.bootstrap_servers, Path(tmp), partitions)
+                summary, usage = run_sink(sink, data, cluster.bootstrap_servers, Path(tmp), partitions)
                 t0 = time.monotonic()
                 got = topic_hashes(cluster.bootstrap_servers, f"soak-{sink}", columns)
                 result = SoakResult(sink, len(expected), summary["rows_sent"], len(got),
-                                    bool(len(got) == len(expected) and np.array_equal(got, expected)), round(wall, 1),
-                                    summary["ingest_s"], summary["rows_per_s"], round(peak), round(time.monotonic() - t0, 1))  # fmt: skip
+                                    bool(len(got) == len(expected) and np.array_equal(got, expected)),
+                                    round(usage.wall_s, 1), summary["ingest_s"], summary["rows_per_s"],
+                                    round(usage.peak_rss_mb), round(time.monotonic() - t0, 1))  # fmt: skip
                 print(json.dumps(asdict(result)), flush=True)
                 results.append(result)
                 _delete_topic(cluster.bootstrap_servers, f"soak-{sink}")  # its disk back before the next sink
