@@ -9,7 +9,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
 DEMO_ROWS ?= 200000
 
-.PHONY: setup demo test unit integration lint format bench sweep scaling soak clean
+.PHONY: setup browser demo test unit integration lint format bench sweep scaling soak clean
 
 setup: $(STAMP) $(VENV)/.jars
 
@@ -32,14 +32,22 @@ demo: setup data/demo-$(DEMO_ROWS).csv
 data/demo-$(DEMO_ROWS).csv: | $(STAMP)
 	$(BIN)/kappa-ingest gen-data --layout wide30 --rows $(DEMO_ROWS) --out $@
 
-test: setup lint
+test: setup browser lint
 	$(BIN)/pytest tests
 
 unit: setup
 	$(BIN)/pytest tests/unit
 
-integration: setup
+integration: setup browser
 	$(BIN)/pytest tests/integration
+
+# Debian's Chromium, for the test that reads the report page in a real browser; where apt-get
+# cannot install it, that test skips and says why.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo -n)
+APT_CHROMIUM := DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >/dev/null
+browser:
+	@command -v chromium >/dev/null || $(SUDO) sh -c '$(APT_CHROMIUM) 2>&1 || { apt-get update -q >/dev/null && $(APT_CHROMIUM); }' \
+		|| echo "note: apt-get could not install chromium; the report page's browser test will skip"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -32,7 +32,15 @@ setup(
     package_data={"kappa_ingest": ["c/*.c", "java/kappa/ingest/*.java"]},  # built at first use
     install_requires=INSTALL_REQUIRES,
     extras_require={
-        "test": ["chispa==0.12.0", "pytest>=9,<10", "ruff>=0.8", "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29"]
+        "test": [
+            "chispa==0.12.0",
+            "pytest>=9,<10",
+            "ruff>=0.8",
+            "nbclient>=0.10",
+            "nbformat>=5.10",
+            "ipykernel>=6.29",
+            "playwright==1.65.2",
+        ]  # drives Debian's chromium (make setup installs it) for the report page's test
     },
     entry_points={"console_scripts": ["kappa-ingest=kappa_ingest.cli:main"]},
 )

@@ -23,6 +23,9 @@ from kappa_ingest.topics import Admin
 TICK_S = 5
 ALPHA = 1 - math.exp(-TICK_S / 60)
 SAMPLE_TIMEOUT_S = 2.0  # a sample that takes longer is missed, not waited for
+# The one-minute rate starts from the first tick's 5-second rate (start-up included) and
+# forgets it with a 60 s time constant: after 3 of them what is left of it is under 5%.
+WARM_S = 180
 
 
 class OneMinuteRate:
@@ -43,6 +46,12 @@ class OneMinuteRate:
     @property
     def value(self) -> float:
         return self.rate or 0.0
+
+
+def warming_up(seconds_sampled: float) -> bool:
+    """Whether a one-minute rate after ``seconds_sampled`` seconds still mostly shows its start:
+    Kafka's figure, faithful to Kafka, but not the run's rate."""
+    return seconds_sampled < WARM_S
 
 
 def one_minute_rates(offsets: list[int]) -> list[float]:

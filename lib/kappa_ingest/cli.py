@@ -61,8 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="gzip level (default 1; 0 stores, fastest to pack and unpack)")  # fmt: skip
     r = sub.add_parser("report", help="past runs from the Delta metrics store")
     which = r.add_mutually_exclusive_group()
-    which.add_argument("--run-id", help="one run: its totals, executors and stages")
-    which.add_argument("--last", type=int, default=10, help="the last N runs (default 10)")
+    which.add_argument("--run-id", help="one run: its totals, phases, rates and executors")
+    which.add_argument("--last", type=int, default=10, metavar="N", help="the last N runs, a line each (default 10)")
+    which.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"),
+                       help="two runs side by side: rows, phases, rates, checks and the settings that differ")  # fmt: skip
     r.add_argument("--metrics-dir", default="./metrics")
     r.add_argument("--html", metavar="FILE", help="with --run-id: write a self-contained HTML page with the figures")
     b = sub.add_parser("bench", help="benchmarks: the Hesse-style sweep (--sweep) or scaling (--scaling)")
@@ -273,23 +275,26 @@ def _pack(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from kappa_ingest import metrics_store, report_html
+    from kappa_ingest import metrics_store, report_html, report_text
 
     if args.html and not args.run_id:
         raise UsageError("--html needs --run-id: the page shows one run")
     if not metrics_store.exists(args.metrics_dir):
         raise UsageError(f"no metrics store at {args.metrics_dir}/delta; give --metrics-dir of your runs")
     if args.run_id:
-        run = report_html.load_run(args.metrics_dir, args.run_id)
-        print(report_html.text_table(run["runs"], report_html.RUN_COLUMNS))
-        print()
-        print(report_html.text_table(run["executors"], ["executor_id", "host", "tasks", "rows", "busy_s", "span_s",
-                                                        "rows_per_s", "mb_per_s"]))  # fmt: skip
+        run = metrics_store.run(args.metrics_dir, args.run_id)
+        print(report_text.compare(run["runs"]))
+        if run["executors"]:
+            print()
+            print(report_text.executors(run["executors"]))
         if args.html:
             Path(args.html).write_text(report_html.render_html(run))
             print(f"wrote {args.html}")
+    elif args.compare:
+        print(report_text.compare([metrics_store.run(args.metrics_dir, rid)["runs"][0] for rid in args.compare]))
     else:
-        print(report_html.text_table(report_html.last_runs(args.metrics_dir, args.last), report_html.RUN_COLUMNS))
+        runs = metrics_store.last_runs(args.metrics_dir, args.last)
+        print(report_text.last_lines(runs) if runs else f"no runs in {args.metrics_dir}/delta")
     return 0
 
 

@@ -32,6 +32,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from kappa_ingest.errors import UsageError
+
 # A Spark session that reads the store with delta-spark (its jars are among the session's packages).
 SPARK_READER_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -55,7 +57,7 @@ RUNS = _schema(
     ("time_to_first_record_s", D), ("retry_duplicates", L), ("checks_ok", B), ("settings", S), ("config_json", S),
     *((p, D) for p in PHASES),
     ("delivery_mode", S), ("transactions_committed", L), ("transactions_aborted", L), ("resumed_from", S),
-    ("splits_skipped", L), ("rows_skipped", L),
+    ("splits_skipped", L), ("rows_skipped", L), ("checks_held", L), ("checks_total", L), ("checks_json", S),
 )  # fmt: skip
 TASKS = _schema(
     ("run_id", S), ("task_id", L), ("stage_id", INT), ("partition", INT), ("attempt", INT), ("status", S),
@@ -124,12 +126,14 @@ def run_rows(summary: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     rate = (summary.get("broker") or {}).get("rate") or {}
     settings = " ".join(f"{k}={v}" for k, v in sorted((summary.get("config") or {}).get("kafka_opts", {}).items()))
     delivery = summary.get("delivery") or {}
+    checks = summary.get("checks") or []
     run = {**summary, **rate, **(summary.get("phases") or {}),
            "delivery_mode": delivery.get("mode"),
            **{k: delivery.get(k) for k in ("transactions_committed", "transactions_aborted", "resumed_from",
                                             "splits_skipped", "rows_skipped")},
            "retry_duplicates": (summary.get("duplicates") or {}).get("count", 0),
-           "checks_ok": all(c["ok"] for c in summary.get("checks", [])), "settings": settings,
+           "checks_ok": all(c["ok"] for c in checks), "checks_held": sum(c["ok"] for c in checks),
+           "checks_total": len(checks), "checks_json": json.dumps(checks, default=str), "settings": settings,
            "config_json": json.dumps(summary.get("config"), default=str)}  # fmt: skip
     return {
         "runs": [run],
@@ -211,3 +215,29 @@ def rows(metrics_dir: str | Path, name: str, run_id: str | None = None, order_by
     if order_by:
         table = table.sort_by(order_by)
     return table.to_pylist()
+
+
+def run(metrics_dir: str | Path, run_id: str) -> dict[str, list[dict[str, Any]]]:
+    """Every table's rows of one run, as dicts (read without Spark)."""
+    order = {
+        "tasks": "task_id",
+        "stages": "stage_id",
+        "broker_rate": "t",
+        "executors": "executor_id",
+        "quality": "index",
+    }
+    out = {
+        name: rows(metrics_dir, name, run_id, order.get(name))
+        if exists(metrics_dir, name)  # a store older than the table
+        else []
+        for name in RUN_TABLES
+    }
+    if not out["runs"]:
+        raise UsageError(f"run {run_id}: no such run in {metrics_dir}/delta; see 'kappa-ingest report --last 20'")
+    return out
+
+
+def last_runs(metrics_dir: str | Path, n: int) -> list[dict[str, Any]]:
+    """The ``n`` most recently started runs, newest first."""
+    runs = read(metrics_dir, "runs").sort_by([("started_at", "descending")])
+    return runs.slice(0, n).to_pylist()

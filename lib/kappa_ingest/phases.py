@@ -22,6 +22,8 @@ import time
 from datetime import UTC, datetime
 
 PHASES = ("startup", "setup", "sending", "reconcile", "recording")
+LABELS = {"startup": "start-up", "setup": "set-up", "sending": "sending", "reconcile": "reconcile",
+          "recording": "recording"}  # fmt: skip
 
 
 def started_ago(pid: int | str = "self") -> float:

@@ -1,84 +1,172 @@
 """The figures of a run and of many runs, shared by the notebook and the HTML report.
 
-Each function takes plain rows (a list of dicts, e.g. ``df.toPandas().to_dict("records")``
-or a summary.json's lists) and returns a matplotlib Figure; nothing here reads or writes.
+A run's figures take the run's tables as ``metrics_store.run(metrics_dir, run_id)`` returns
+them (``metrics_store.run_rows(summary)`` gives the same from a summary.json); the others take
+plain rows (lists of dicts). Each returns a matplotlib Figure; nothing here reads or writes.
+Every rate axis starts at zero: a bar from 117,500 makes 15% look like a factor of four.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.dates as mdates
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter
+
+from kappa_ingest.report import stage_label
 
 Rows = Sequence[dict[str, Any]]
+RunTables = dict[str, list[dict[str, Any]]]  # metrics_store.run(...) or metrics_store.run_rows(summary)
 BLUE, ORANGE, GREY = "#2b6cb0", "#d98c3a", "#777777"
+THOUSANDS = FuncFormatter(lambda v, _: f"{v:,.0f}")
+PHASE_COLOURS = ("#cbd5e0", "#e2d4b7", "#9ac3e6", "#c6e2c0", "#e0c6e2")  # start-up, set-up, sending, ...
 
 
 def _time(v: Any) -> datetime:
     if isinstance(v, datetime):
-        return v
+        return v if v.tzinfo else v.replace(tzinfo=UTC)
     return datetime.fromisoformat(str(v).replace("Z", "+00:00"))
 
 
-def executor_rates(executors: Rows) -> Figure:
-    """Rows/s per executor (over each executor's span)."""
-    fig, ax = plt.subplots(figsize=(6, 0.5 * len(executors) + 1.5))
-    names = [f"{e['executor_id']} ({e['host']})" for e in executors]
-    ax.barh(names, [e["rows_per_s"] for e in executors], color=BLUE)
+def _since(t0: datetime) -> Callable[[Any], float]:
+    """Seconds on the run's own clock: 0 is the moment the command started."""
+    return lambda v: (_time(v) - t0).total_seconds()
+
+
+def slots(tasks: Rows) -> list[int]:
+    """Each task's slot on its executor: the lowest lane free when it launched, so tasks that
+    ran side by side on one executor never share a lane (a slot is a core running a task)."""
+    ends: dict[Any, list[float]] = {}
+    out = [0] * len(tasks)
+    for i in sorted(range(len(tasks)), key=lambda i: _time(tasks[i]["launched_at"])):
+        t = tasks[i]
+        start = _time(t["launched_at"]).timestamp()
+        lanes = ends.setdefault(t["executor_id"], [])
+        # A millisecond of grace: Spark's launch times and durations are rounded to it.
+        free = next((k for k, end in enumerate(lanes) if end <= start + 0.001), len(lanes))
+        if free == len(lanes):
+            lanes.append(0.0)
+        lanes[free] = start + t["duration_s"]
+        out[i] = free
+    return out
+
+
+def _sending(run: RunTables) -> tuple[float, float] | None:
+    """The sending stage(s)' start and end on the run's clock."""
+    stages = [s for s in run["stages"] if s.get("sends") and s.get("submitted_at") and s.get("completed_at")]
+    if not stages:
+        return None
+    since = _since(_time(run["runs"][0]["started_at"]))
+    return min(since(s["submitted_at"]) for s in stages), max(since(s["completed_at"]) for s in stages)
+
+
+def executor_rates(run: RunTables) -> Figure:
+    """Rows/s per executor over its span (bars), and each of its tasks' own rows/s (dots, with
+    a min–max whisker): the spread says whether one slow task or a slow executor set the pace."""
+    executors, tasks = run["executors"], [t for t in run["tasks"] if t.get("status", "SUCCESS") == "SUCCESS"]
+    fig, ax = plt.subplots(figsize=(6.2, 0.55 * len(executors) + 1.7))
+    names = [f"executor {e['executor_id']}\n({e['host']})" for e in executors]
+    ax.barh(range(len(executors)), [e["rows_per_s"] or 0 for e in executors], color=BLUE, alpha=0.85, height=0.6,
+            label="executor: its rows over its span")  # fmt: skip
     for y, e in enumerate(executors):
-        ax.text(e["rows_per_s"], y, f" {e['rows_per_s']:,.0f} rows/s, {e['rows']:,} rows", va="center", fontsize=8)
+        rates = [t["rows_per_s"] or 0 for t in tasks if t["executor_id"] == e["executor_id"]]
+        if rates:
+            ax.plot([min(rates), max(rates)], [y, y], color="black", lw=1)
+            ax.scatter(rates, [y] * len(rates), color="white", edgecolor="black", zorder=3, s=22,
+                       label="each task's rows/s (min–max)" if y == 0 else None)  # fmt: skip
+        ax.text(e["rows_per_s"] or 0, y, f" {e['rows_per_s'] or 0:,.0f} rows/s\n {e['rows']:,} rows", va="center",
+                fontsize=8)  # fmt: skip
+    ax.set_yticks(range(len(executors)), names, fontsize=8)
+    ax.set_xlim(left=0, right=max([e["rows_per_s"] or 0 for e in executors] + [1]) * 1.4)
+    ax.xaxis.set_major_formatter(THOUSANDS)
     ax.set_xlabel("rows/s")
-    ax.set_title("per-executor ingest rate")
+    ax.set_title("rows/s per executor", fontsize=10)
     ax.invert_yaxis()
-    fig.tight_layout()
+    fig.legend(loc="lower center", ncol=2, fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     return fig
 
 
-def task_timeline(tasks: Rows) -> Figure:
-    """A Gantt chart: one lane per executor, a bar per task attempt, coloured by stage."""
-    lanes = sorted({t["executor_id"] for t in tasks})
+def task_timeline(run: RunTables) -> Figure:
+    """The sending stage's tasks: one lane per executor slot, a bar per task attempt coloured by
+    stage, failed attempts hatched; seconds on the run's clock (0 = the command started)."""
+    tasks = run["tasks"]
+    since = _since(_time(run["runs"][0]["started_at"]))
+    slot = slots(tasks)
+    lanes = sorted({(t["executor_id"], s) for t, s in zip(tasks, slot, strict=True)}, key=lambda k: (str(k[0]), k[1]))
     stages = sorted({t["stage_id"] for t in tasks})
     colours = plt.get_cmap("tab10")
-    fig, ax = plt.subplots(figsize=(9, 0.6 * len(lanes) + 1.8))
-    for t in tasks:
-        start = mdates.date2num(_time(t["launched_at"]))
-        width = t["duration_s"] / 86400
-        y = lanes.index(t["executor_id"])
+    fig, ax = plt.subplots(figsize=(6.2, 0.42 * len(lanes) + 1.9))
+    for t, s in zip(tasks, slot, strict=True):
+        start, y = since(t["launched_at"]), lanes.index((t["executor_id"], s))
         failed = t.get("status", "SUCCESS") != "SUCCESS"
-        ax.broken_barh([(start, width)], (y - 0.35, 0.7), color=colours(stages.index(t["stage_id"]) % 10),
-                       edgecolor="red" if failed else "white", hatch="//" if failed else None)  # fmt: skip
-        ax.text(start + width / 2, y, f"p{t['partition']}", ha="center", va="center", fontsize=7, color="white")
-    ax.set_yticks(range(len(lanes)), [f"executor {e}" for e in lanes])
-    ax.xaxis_date()
-    ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S"))
-    ax.set_title("task timeline (colour: stage; hatched: failed attempt)")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=colours(i % 10)) for i in range(len(stages))]
-    ax.legend(handles, [f"stage {s}" for s in stages], loc="upper right", fontsize=8)
-    fig.tight_layout()
+        ax.barh(y, t["duration_s"], left=start, height=0.7, color=colours(stages.index(t["stage_id"]) % 10),
+                edgecolor="#b00000" if failed else "white", hatch="////" if failed else None,
+                alpha=0.55 if failed else 1.0)  # fmt: skip
+        label = f"p{t['partition']}" + (f" try {t['attempt'] + 1}" if t.get("attempt") else f", {t['rows']:,} rows")
+        ax.text(start + t["duration_s"] / 2, y, label, ha="center", va="center", fontsize=7, clip_on=True,
+                color="black" if failed else "white")  # fmt: skip
+    ax.set_yticks(range(len(lanes)), [f"executor {e} · slot {s + 1}" for e, s in lanes], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds since the command started")
+    ax.set_title("sending tasks, one lane per executor slot", fontsize=10)
+    names = {s["stage_id"]: stage_label(s, run["runs"][0].get("sink") or "?") for s in run["stages"]}
+    handles = [Patch(color=colours(i % 10), label=names.get(sid, f"stage {sid}")) for i, sid in enumerate(stages)]
+    if any(t.get("status", "SUCCESS") != "SUCCESS" for t in tasks):
+        handles.append(Patch(facecolor="white", edgecolor="#b00000", hatch="////", label="failed attempt"))
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     return fig
 
 
-def broker_curve(points: Rows, title: str = "broker-side ingest rate") -> Figure:
-    """Messages/s each second at the broker, with Kafka's one-minute rate over it (the
-    figure of Hesse et al.)."""
-    fig, ax = plt.subplots(figsize=(9, 3.6))
-    t0 = _time(points[0]["t"]) if points else None
-    xs = [(_time(p["t"]) - t0).total_seconds() for p in points] if t0 else []
-    ax.plot(xs, [p["messages_per_s"] for p in points], color=BLUE, lw=1.2, label="messages/s (1 s samples)")
-    ax.plot(xs, [p["one_minute_rate"] for p in points], color=ORANGE, lw=2, label="one-minute rate (MessagesInPerSec)")
-    ax.set_xlabel("seconds since the first sample")
+def broker_curve(run: RunTables, title: str = "messages/s arriving at the broker") -> Figure:
+    """Messages/s each second at the broker on the run's clock, with the sending stage's start
+    and end marked and the run's phases as a band; Kafka's one-minute rate over it (the figure
+    of Hesse et al.), drawn faint and labelled warming up on runs too short for it to mean much."""
+    from kappa_ingest.broker_rate import WARM_S, warming_up
+    from kappa_ingest.phases import LABELS, PHASES
+
+    r, points = run["runs"][0], run["broker_rate"]
+    since = _since(_time(r["started_at"]))
+    xs = [since(p["t"]) for p in points]
+    fig, ax = plt.subplots(figsize=(6.2, 3.9))
+    ax.plot(xs, [p["messages_per_s"] for p in points], color=BLUE, lw=1.4, label="messages/s (1 s samples)")
+    sampled = max(len(points) - 1, 0)
+    if warming_up(sampled):
+        ax.plot(xs, [p["one_minute_rate"] for p in points], color=GREY, lw=1, ls="--",
+                label=f"Kafka one-minute rate, warming up ({sampled} s of the {WARM_S} s it needs)")  # fmt: skip
+    else:
+        ax.plot(xs, [p["one_minute_rate"] for p in points], color=ORANGE, lw=2, label="Kafka one-minute rate")
+    top = max([p["messages_per_s"] for p in points] + [1]) * 1.3
+    ax.set_ylim(0, top)
+    ax.yaxis.set_major_formatter(THOUSANDS)
+    sending = _sending(run)
+    if sending:
+        for x, word in zip(sending, ("sending starts", "ends"), strict=True):
+            ax.axvline(x, color="black", lw=0.8, ls=":")
+            ax.text(x, top * 0.86, f" {word}", fontsize=7, va="top", rotation=90)
+    # The phases as a band along the top: where the command's time went, on the same clock.
+    start = 0.0
+    for i, phase in enumerate(PHASES):
+        seconds = r.get(f"{phase}_s") or 0.0
+        if seconds > 0:
+            ax.axvspan(start, start + seconds, ymin=0.93, ymax=1.0, color=PHASE_COLOURS[i], lw=0)
+            if seconds >= 0.06 * (r.get("wall_s") or 1):
+                ax.text(start + seconds / 2, top * 0.965, LABELS[phase], ha="center", va="center", fontsize=7)
+        start += seconds
+    ax.set_xlim(0, max(start, xs[-1] if xs else 0, 1))
+    ax.set_xlabel("seconds since the command started (band: phases of the run)")
     ax.set_ylabel("messages/s")
-    ax.set_ylim(bottom=0)
-    ax.set_title(title)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
+    ax.set_title(title, fontsize=10)
+    fig.legend(loc="lower center", ncol=1, fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     return fig
 
 
@@ -89,6 +177,8 @@ def runs_compared(runs: Rows) -> Figure:
     colours = {"confluent": BLUE, "spark": ORANGE, "kafka-python": GREY}
     ax.barh(labels, [r["rows_per_s"] or 0 for r in runs], color=[colours.get(r["sink"], GREY) for r in runs])
     ax.invert_yaxis()
+    ax.set_xlim(left=0)
+    ax.xaxis.set_major_formatter(THOUSANDS)
     ax.set_xlabel("rows/s")
     ax.set_title("runs compared (colour: sink)")
     ax.tick_params(axis="y", labelsize=7)
@@ -112,6 +202,7 @@ def bench_results(summary: Rows) -> Figure:
         ax.barh(names, med, xerr=err, color=colour)
         ax.invert_yaxis()
         ax.set_xlim(left=0)
+        ax.xaxis.set_major_formatter(THOUSANDS)
         ax.set_xlabel("rows/s (median, min–max)")
         ax.set_title(f"{layout}, {row_set:,} input rows: sending rate")
         for y, m in enumerate(med):
@@ -144,6 +235,55 @@ def sweep_heatmap(cells: Rows) -> Figure:
             ax.text(j, i, f"{v / 1000:.0f}K", ha="center", va="center", color="white", fontsize=8)
     fig.colorbar(im, label="rows/s")
     ax.set_title("rows/s by producer settings")
+    fig.tight_layout()
+    return fig
+
+
+def configured_vs_achieved(runs: Rows) -> Figure:
+    """The sweep's throttle: each configured rate (tick) against the broker's steady rate (bar)."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    labels = [f"{r['configured'] / 1000:.0f}K" if r["configured"] else "unthrottled" for r in runs]
+    ax.bar(labels, [r["achieved"] for r in runs], color=BLUE, label="achieved (broker, steady)")
+    ax.scatter(labels, [r["configured"] or float("nan") for r in runs], color="black", marker="_", s=600,
+               label="configured", zorder=3)  # fmt: skip
+    ax.set_ylim(bottom=0)
+    ax.yaxis.set_major_formatter(THOUSANDS)
+    ax.set_ylabel("messages/s")
+    ax.set_title("configured vs achieved input rate")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def scaling(result: dict[str, Any]) -> Figure:
+    """`make scaling`: rows/s against partitions, and rows/s and peak memory against input size."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
+    bp = result["by_partitions"]
+    a.plot([r["partitions"] for r in bp], [r["rows_per_s"] for r in bp], "o-", color=BLUE)
+    for r in bp:
+        a.annotate(f"{r['rows_per_s']:,.0f}", (r["partitions"], r["rows_per_s"]), textcoords="offset points",
+                   xytext=(0, 6), ha="center", fontsize=8)  # fmt: skip
+    a.set_xlabel("partitions (= concurrent producers, local[N])")
+    a.set_ylabel("rows/s")
+    a.yaxis.set_major_formatter(THOUSANDS)
+    a.set_xticks([r["partitions"] for r in bp])
+    a.set_ylim(0, max(r["rows_per_s"] for r in bp) * 1.2)
+    a.margins(x=0.12)
+    a.set_title(f"{bp[0]['rows']:,} rows")
+    bs = result["by_size"]
+    b.semilogx([r["rows"] for r in bs], [r["rows_per_s"] for r in bs], "o-", color=BLUE, label="rows/s (run)")
+    b.semilogx([r["rows"] for r in bs], [r["steady_rows_per_s"] for r in bs], "^:", color=BLUE,
+               label="rows/s (broker, steady)")  # fmt: skip
+    b.legend(loc="lower right", fontsize=8)
+    b.set_xlabel("input rows")
+    b.set_ylabel("rows/s")
+    b.yaxis.set_major_formatter(THOUSANDS)
+    b.set_ylim(0, max(max(r["rows_per_s"], r["steady_rows_per_s"]) for r in bs) * 1.2)
+    twin = b.twinx()
+    twin.semilogx([r["rows"] for r in bs], [r["peak_rss_mb"] for r in bs], "s--", color=ORANGE, label="peak MB")
+    twin.set_ylabel("peak memory, MB (dashed)")
+    twin.set_ylim(0, max(r["peak_rss_mb"] for r in bs) * 1.2)
+    b.set_title("2 partitions")
     fig.tight_layout()
     return fig
 

@@ -17,7 +17,7 @@ from helpers import consume_all, run
 from kappa_ingest import config, datagen, metrics_store
 from kappa_ingest.errors import KappaError
 from kappa_ingest.ingest import ingest
-from kappa_ingest.report_html import load_run, render_html
+from kappa_ingest.report_html import render_html
 from kappa_ingest.splits import Plan
 
 pytestmark = pytest.mark.integration
@@ -93,7 +93,7 @@ def test_an_older_table_gains_new_columns_on_append(tmp_path, store):
 
 def test_stage_and_task_times_lie_inside_the_run(store):
     metrics, summary, _ = store
-    run_row = load_run(metrics, summary["run_id"])
+    run_row = metrics_store.run(metrics, summary["run_id"])
     start, end = run_row["runs"][0]["started_at"], run_row["runs"][0]["finished_at"]
     for s in run_row["stages"]:
         assert start <= s["submitted_at"] <= s["completed_at"] <= end
@@ -108,9 +108,37 @@ def test_stage_and_task_times_lie_inside_the_run(store):
 
 def test_html_page_is_self_contained_with_figures(store):
     metrics, summary, _ = store
-    page = render_html(load_run(metrics, summary["run_id"]))
+    page = render_html(metrics_store.run(metrics, summary["run_id"]))
     assert page.count("data:image/png;base64,") == 3 and "<script" not in page and "http" not in page
     assert summary["run_id"] in page and "Executors" in page
+
+
+def test_report_page_reads_at_a_glance_in_chromium(store):
+    """The page of a real run in headless Chromium at a laptop's 1300 px: nothing wider than
+    the window, every figure loaded, the headline above the fold; the screenshot is kept in
+    build/test-artifacts/."""
+    import page_view
+
+    if page_view.chromium() is None:
+        pytest.skip("Debian's chromium is not installed: make setup installs it with apt-get, which failed here")
+    metrics, summary, failed_id = store
+    artifacts = ROOT / "build" / "test-artifacts"
+    artifacts.mkdir(parents=True, exist_ok=True)
+    seen = {}
+    for rid, figures in ((summary["run_id"], 3), (failed_id, 0)):
+        page = artifacts / f"report-{rid}.html"
+        page.write_text(render_html(metrics_store.run(metrics, rid)))
+        seen[rid] = page_view.view(page, artifacts / f"report-{rid}.png")
+        shown = seen[rid]
+        assert shown.scroll_width <= shown.inner_width == 1300, f"{page}: {shown.scroll_width} px wide"
+        assert len(shown.images) == figures and all(i["loaded"] and i["width"] > 300 for i in shown.images)
+        assert shown.headline_bottom <= shown.inner_height, f"{page}: headline ends at {shown.headline_bottom} px"
+    # The first screen of the good run answers: how many rows, how long, how fast, all checks.
+    rows, end_to_end, rate, checks = (t.lower() for t in seen[summary["run_id"]].headline)
+    assert rows.startswith(f"rows delivered {summary['rows_sent']:,} of {summary['rows_read']:,} read")
+    assert end_to_end.startswith(f"end to end {summary['wall_s']:.1f} s")
+    assert rate.startswith(f"sending rate {summary['rows_per_s']:,.0f} rows/s")
+    assert checks.startswith(f"checks {len(summary['checks'])} of {len(summary['checks'])} hold")
 
 
 def test_report_command_prints_runs_and_writes_html(store, tmp_path):
@@ -120,7 +148,7 @@ def test_report_command_prints_runs_and_writes_html(store, tmp_path):
     done = subprocess.run([cli, "report", "--metrics-dir", str(metrics), "--run-id", summary["run_id"],
                            "--html", str(tmp_path / "run.html")], capture_output=True, text=True, env=env, timeout=180)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    assert summary["run_id"] in done.stdout and "rows_per_s" in done.stdout
+    assert summary["run_id"] in done.stdout and "rows/s (sending)" in done.stdout and "  start-up" in done.stdout
     assert (tmp_path / "run.html").read_text().count("data:image/png;base64,") == 3
 
 

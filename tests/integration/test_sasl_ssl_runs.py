@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from helpers import csv_rows
-from kappa_ingest import config, datagen, kafka_security, local_kafka
+from kappa_ingest import config, datagen, kafka_security, local_kafka, metrics_store
 from kappa_ingest.errors import KafkaUnavailable
 from kappa_ingest.ingest import ingest
 from kappa_ingest.ledger import DEFAULT_TOPIC
@@ -125,7 +125,7 @@ def test_every_sink_over_sasl_ssl_and_no_secret_anywhere(secure, spark, tmp_path
 
     places = {"stdout": out, "stderr": err, "summary.json": summary_file.read_text(),
               "ps": "\n".join(ps.seen),
-              "html": report_html.render_html(report_html.load_run(tmp_path / "metrics", cfg.run_id))}  # fmt: skip
+              "html": report_html.render_html(metrics_store.run(tmp_path / "metrics", cfg.run_id))}  # fmt: skip
     for table in RUN_TABLES:
         if Path(table_path(tmp_path / "metrics", table)).exists():
             places[f"delta {table}"] = (

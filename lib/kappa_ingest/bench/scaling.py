@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kappa_ingest import datagen, local_kafka
+from kappa_ingest import datagen, local_kafka, plots
 from kappa_ingest.bench.monitor import run_measured
 from kappa_ingest.topics import Admin
 
@@ -78,39 +78,7 @@ def run_scaling(out_root: Path, data_dir: Path, sizes: list[int] = SIZES, partit
     }
     result = {"started_at": stamp, "by_partitions": by_partitions, "by_size": by_size, "checks": checks}
     (out / "scaling.json").write_text(json.dumps(result, indent=2) + "\n")
-    plot(result, out / "scaling.png")
+    (out / "scaling.png").write_bytes(plots.png(plots.scaling(result)))
     print(json.dumps(checks, indent=2))
     print(f"results: {out}")
-    return out
-
-
-def plot(result: dict[str, Any], out: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
-    bp = result["by_partitions"]
-    a.plot([r["partitions"] for r in bp], [r["rows_per_s"] for r in bp], "o-", color="#2b6cb0")
-    a.set_xlabel("partitions (= concurrent producers, local[N])")
-    a.set_ylabel("rows/s")
-    a.set_xticks([r["partitions"] for r in bp])
-    a.set_title(f"{bp[0]['rows']:,} rows")
-    bs = result["by_size"]
-    b.semilogx([r["rows"] for r in bs], [r["rows_per_s"] for r in bs], "o-", color="#2b6cb0", label="rows/s (run)")
-    b.semilogx([r["rows"] for r in bs], [r["steady_rows_per_s"] for r in bs], "^:", color="#2b6cb0",
-               label="rows/s (broker, steady)")  # fmt: skip
-    b.legend(loc="lower right", fontsize=8)
-    b.set_xlabel("input rows")
-    b.set_ylabel("rows/s")
-    b.set_ylim(bottom=0)
-    twin = b.twinx()
-    twin.semilogx([r["rows"] for r in bs], [r["peak_rss_mb"] for r in bs], "s--", color="#d98c3a", label="peak MB")
-    twin.set_ylabel("peak memory, MB")
-    twin.set_ylim(bottom=0)
-    b.set_title("2 partitions")
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
     return out

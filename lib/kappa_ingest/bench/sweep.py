@@ -118,7 +118,7 @@ def run_sweep(rows: int, out_root: Path, data_dir: Path, quick: bool = False) ->
     (out / "sweep.json").write_text(json.dumps(result, indent=2) + "\n")
     (out / "sweep.md").write_text(sweep_markdown(result))
     (out / "heatmap.png").write_bytes(plots.png(plots.sweep_heatmap(cells)))
-    rate_chart(rate_runs, out / "configured_vs_achieved.png")
+    (out / "configured_vs_achieved.png").write_bytes(plots.png(plots.configured_vs_achieved(rate_runs)))
     print(sweep_markdown(result))
     print(f"results: {out}")
     return out
@@ -152,26 +152,6 @@ def sweep_markdown(result: dict[str, Any]) -> str:
     rec = result["recommended"]
     lines += ["", f"Recommended (durable, acks=all): {rec['durable']}", f"Fastest overall: {rec['fastest']}"]
     return "\n".join(lines) + "\n"
-
-
-def rate_chart(runs: list[dict[str, Any]], out: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    labels = [f"{r['configured'] / 1000:.0f}K" if r["configured"] else "unthrottled" for r in runs]
-    ax.bar(labels, [r["achieved"] for r in runs], color="#2b6cb0", label="achieved (broker, steady)")
-    ax.scatter(labels, [r["configured"] or float("nan") for r in runs], color="black", marker="_", s=600,
-               label="configured", zorder=3)  # fmt: skip
-    ax.set_ylabel("messages/s")
-    ax.set_title("configured vs achieved input rate")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
 
 
 def steady_rate_error(runs: list[dict[str, Any]]) -> float | None:
