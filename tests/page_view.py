@@ -6,12 +6,14 @@ Playwright) in a laptop-sized window, measured, and photographed.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 WINDOW = {"width": 1300, "height": 850}
+ARTIFACTS = Path(__file__).resolve().parents[1] / "build" / "test-artifacts"
 # As root Chromium needs --no-sandbox; the rest keep it from calling Google's hosts, which
 # this machine's closed network refuses, many at a time.
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -62,6 +64,44 @@ def view(
             browser.close()
     return PageView(seen["scrollWidth"], seen["innerWidth"], seen["innerHeight"], seen["images"],
                     seen["headlineBottom"], seen["headline"])  # fmt: skip
+
+
+def lanes(tasks: list[dict]) -> dict[tuple, list[tuple[float, float]]]:
+    """The timeline's lanes, (executor, slot), each with its tasks' (start, end) in epoch seconds."""
+    from kappa_ingest import plots
+
+    out: dict[tuple, list[tuple[float, float]]] = {}
+    for t, slot in zip(tasks, plots.slots(tasks), strict=True):
+        start = plots._time(t["launched_at"]).timestamp()
+        out.setdefault((t["executor_id"], slot), []).append((start, start + t["duration_s"]))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def overlaps(tasks: list[dict]) -> list[tuple]:
+    """Pairs of tasks drawn over each other in one lane (a millisecond of rounding allowed)."""
+    return [(k, a, b) for k, spans in lanes(tasks).items() for a, b in itertools.pairwise(spans) if a[1] > b[0] + 0.001]
+
+
+def check_run_page(run: dict, figures: int) -> PageView:
+    """A run's page (``metrics_store.run``'s tables) as a reader meets it: nothing wider than a
+    1300 px window, every figure loaded, the headline on the first screen, no two tasks in one
+    lane of the timeline. Page and screenshot are kept in build/test-artifacts/."""
+    import pytest
+
+    from kappa_ingest.report_html import render_html
+
+    if chromium() is None:
+        pytest.skip("Debian's chromium is not installed: make setup installs it with apt-get, which failed here")
+    rid = run["runs"][0]["run_id"]
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page = ARTIFACTS / f"report-{rid}.html"
+    page.write_text(render_html(run))
+    seen = view(page, ARTIFACTS / f"report-{rid}.png")
+    assert seen.scroll_width <= seen.inner_width == WINDOW["width"], f"{page}: {seen.scroll_width} px wide"
+    assert len(seen.images) == figures and all(i["loaded"] and i["width"] > 300 for i in seen.images), seen.images
+    assert seen.headline_bottom <= seen.inner_height, f"{page}: the headline ends at {seen.headline_bottom} px"
+    assert not overlaps(run["tasks"]), overlaps(run["tasks"])
+    return seen
 
 
 if __name__ == "__main__":

@@ -81,10 +81,11 @@ def executor_rates(run: RunTables) -> Figure:
             ax.plot([min(rates), max(rates)], [y, y], color="black", lw=1)
             ax.scatter(rates, [y] * len(rates), color="white", edgecolor="black", zorder=3, s=22,
                        label="each task's rows/s (min–max)" if y == 0 else None)  # fmt: skip
-        ax.text(e["rows_per_s"] or 0, y, f" {e['rows_per_s'] or 0:,.0f} rows/s\n {e['rows']:,} rows", va="center",
+        ax.text(max([e["rows_per_s"] or 0, *rates]), y, f" {e['rows_per_s'] or 0:,.0f} rows/s\n {e['rows']:,} rows", va="center",
                 fontsize=8)  # fmt: skip
     ax.set_yticks(range(len(executors)), names, fontsize=8)
-    ax.set_xlim(left=0, right=max([e["rows_per_s"] or 0 for e in executors] + [1]) * 1.4)
+    ax.set_xlim(left=0, right=max([e["rows_per_s"] or 0 for e in executors] + [t["rows_per_s"] or 0 for t in tasks]
+                                  + [1]) * 1.4)  # fmt: skip
     ax.xaxis.set_major_formatter(THOUSANDS)
     ax.set_xlabel("rows/s")
     ax.set_title("rows/s per executor", fontsize=10)
@@ -104,13 +105,17 @@ def task_timeline(run: RunTables) -> Figure:
     stages = sorted({t["stage_id"] for t in tasks})
     colours = plt.get_cmap("tab10")
     fig, ax = plt.subplots(figsize=(6.2, 0.42 * len(lanes) + 1.9))
+    starts = [since(t["launched_at"]) for t in tasks]
+    span = max(s + t["duration_s"] for s, t in zip(starts, tasks, strict=True)) - min(starts) if tasks else 1.0
     for t, s in zip(tasks, slot, strict=True):
         start, y = since(t["launched_at"]), lanes.index((t["executor_id"], s))
         failed = t.get("status", "SUCCESS") != "SUCCESS"
         ax.barh(y, t["duration_s"], left=start, height=0.7, color=colours(stages.index(t["stage_id"]) % 10),
                 edgecolor="#b00000" if failed else "white", hatch="////" if failed else None,
                 alpha=0.55 if failed else 1.0)  # fmt: skip
-        label = f"p{t['partition']}" + (f" try {t['attempt'] + 1}" if t.get("attempt") else f", {t['rows']:,} rows")
+        wide = t["duration_s"] >= 0.2 * span  # room for the rows beside the partition
+        label = f"p{t['partition']}" + (f" try {t['attempt'] + 1}" if t.get("attempt") else "")
+        label += f", {t['rows']:,} rows" if wide and not t.get("attempt") and not failed else ""
         ax.text(start + t["duration_s"] / 2, y, label, ha="center", va="center", fontsize=7, clip_on=True,
                 color="black" if failed else "white")  # fmt: skip
     ax.set_yticks(range(len(lanes)), [f"executor {e} · slot {s + 1}" for e, s in lanes], fontsize=8)

@@ -19,12 +19,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import page_view
 import psutil
 import pytest
 from confluent_kafka.admin import AdminClient
 
 from helpers import consume_all, expected_rows, high_watermarks, rows
-from kappa_ingest import config, datagen, ledger, local_kafka
+from kappa_ingest import config, datagen, ledger, local_kafka, metrics_store, plots
 from kappa_ingest.topics import Admin
 
 pytestmark = pytest.mark.integration
@@ -134,6 +135,12 @@ def test_an_executor_killed_mid_send_is_retried_on_the_other(kafka, tmp_path, da
         assert report["delivery"]["transactions_aborted"] >= 1
     assert report["rows_sent"] == ROWS and all(c["ok"] for c in report["checks"]), report["checks"]
     assert_delivered(consume_all(kafka.bootstrap_servers, topic), expected, report, mode)
+    if sink == "confluent":  # the page of a run on two executors with a failed attempt, as a reader sees it
+        run = metrics_store.run(metrics, run_id)
+        page_view.check_run_page(run, figures=3)
+        failed = [t for t in run["tasks"] if t["status"] != "SUCCESS"]
+        hatched = [p for p in plots.task_timeline(run).axes[0].patches if p.get_hatch()]
+        assert failed and len(hatched) == len(failed)
 
 
 def committed(bootstrap: str, run_id: str) -> list:

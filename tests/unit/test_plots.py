@@ -3,10 +3,10 @@ Kafka's one-minute rate called warming up where it is."""
 
 from __future__ import annotations
 
-import itertools
 import random
 from datetime import UTC, datetime, timedelta
 
+import page_view
 import pytest
 
 from kappa_ingest import plots
@@ -48,18 +48,12 @@ def test_tasks_side_by_side_on_one_executor_get_their_own_slots():
 def test_no_two_tasks_overlap_in_a_lane():
     rng = random.Random(7)
     tasks = [task(i, rng.uniform(0, 30), rng.uniform(0.1, 8), executor=str(rng.randrange(3))) for i in range(200)]
-    lanes: dict[tuple, list[tuple[float, float]]] = {}
-    for t, s in zip(tasks, plots.slots(tasks), strict=True):
-        start = (t["launched_at"] - T0).total_seconds()
-        lanes.setdefault((t["executor_id"], s), []).append((start, start + t["duration_s"]))
-    for spans in lanes.values():
-        spans.sort()
-        assert all(a[1] <= b[0] + 0.001 for a, b in itertools.pairwise(spans))
+    assert not page_view.overlaps(tasks)
     # Never more lanes than tasks that really ran at once on that executor.
     for e in {t["executor_id"] for t in tasks}:
         mine = [((t["launched_at"] - T0).total_seconds(), t["duration_s"]) for t in tasks if t["executor_id"] == e]
         most = max(sum(1 for s, d in mine if s <= x < s + d) for x, _ in mine)
-        assert len([k for k in lanes if k[0] == e]) == most
+        assert len([k for k in page_view.lanes(tasks) if k[0] == e]) == most
 
 
 def test_timeline_is_on_the_run_clock_with_failed_attempts_hatched():
