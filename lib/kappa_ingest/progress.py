@@ -46,6 +46,7 @@ class Progress:
         self.stream = stream or sys.stderr
         self.expected = expected_rows
         self.bar = None
+        self.samples = 0  # one a second: how long Kafka's one-minute rate has had to settle
         self.last_log = time.monotonic()
         if not quiet and self.stream.isatty():
             from tqdm import tqdm
@@ -54,11 +55,14 @@ class Progress:
                             file=self.stream, desc="acknowledged", smoothing=0.3)  # fmt: skip
 
     def update(self, rows: int, rate: float, one_minute_rate: float) -> None:
+        self.samples += 1
         if self.bar is not None:
             if self.expected is not None and rows > self.expected:
                 self.bar.total = self.expected = rows
             self.bar.n = rows
-            self.bar.set_postfix_str(f"{rate:,.0f}/s now, 1-min {one_minute_rate:,.0f}/s", refresh=False)
+            self.bar.set_postfix_str(
+                f"{rate:,.0f}/s now, 1-min {one_minute_rate:,.0f}/s{self._warming()}", refresh=False
+            )
             self.bar.refresh()
             return
         now = time.monotonic()
@@ -74,7 +78,12 @@ class Progress:
             if rate > 0 and rows < self.expected:
                 eta = f", about {(self.expected - rows) / rate:,.0f} s left"
         return (f"kappa-ingest: {rows:,}{of} rows acknowledged, {rate:,.0f} rows/s now,"
-                f" one-minute rate {one_minute_rate:,.0f}{eta}")  # fmt: skip
+                f" one-minute rate {one_minute_rate:,.0f}{self._warming()}{eta}")  # fmt: skip
+
+    def _warming(self) -> str:
+        from kappa_ingest.broker_rate import warming_up
+
+        return " (warming up)" if warming_up(self.samples) else ""
 
     def close(self) -> None:
         if self.bar is not None:
