@@ -37,6 +37,10 @@ its executors), ``topics`` (driver-side admin and ACL checks), ``kafka_settings`
 Java setting names, translated per client) and ``credentials`` (``${NAME}``/``@PATH``
 secrets, masked in all output), ``failures`` (a failed Spark job's cause, in one line),
 ``datagen`` (test data), ``spark_session`` (the one session factory) and ``cli`` (exit codes).
+
+Reading runs afterwards, without Spark: ``metrics_store`` (the Delta tables), ``report_text``
+(``kappa-ingest report --last N`` / ``--compare A B``), ``report_html`` (one run's page) and
+``plots`` (its figures, shared with ``notebooks/ingest_rates.ipynb``).
 """
 
 __version__ = "0.1.0"
