@@ -24,6 +24,9 @@ from datetime import UTC, datetime
 PHASES = ("startup", "setup", "sending", "reconcile", "recording")
 LABELS = {"startup": "start-up", "setup": "set-up", "sending": "sending", "reconcile": "reconcile",
           "recording": "recording"}  # fmt: skip
+# One colour per phase, the same in the page's phase bar and in the broker figure's band.
+COLOURS = {"startup": "#cbd5e0", "setup": "#e2d4b7", "sending": "#9ac3e6", "reconcile": "#c6e2c0",
+           "recording": "#e0c6e2"}  # fmt: skip
 
 
 def started_ago(pid: int | str = "self") -> float:

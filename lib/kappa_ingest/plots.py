@@ -26,7 +26,6 @@ Rows = Sequence[dict[str, Any]]
 RunTables = dict[str, list[dict[str, Any]]]  # metrics_store.run(...) or metrics_store.run_rows(summary)
 BLUE, ORANGE, GREY = "#2b6cb0", "#d98c3a", "#777777"
 THOUSANDS = FuncFormatter(lambda v, _: f"{v:,.0f}")
-PHASE_COLOURS = ("#cbd5e0", "#e2d4b7", "#9ac3e6", "#c6e2c0", "#e0c6e2")  # start-up, set-up, sending, ...
 
 
 def _time(v: Any) -> datetime:
@@ -136,7 +135,7 @@ def broker_curve(run: RunTables, title: str = "messages/s arriving at the broker
     and end marked and the run's phases as a band; Kafka's one-minute rate over it (the figure
     of Hesse et al.), drawn faint and labelled warming up on runs too short for it to mean much."""
     from kappa_ingest.broker_rate import WARM_S, warming_up
-    from kappa_ingest.phases import LABELS, PHASES
+    from kappa_ingest.phases import COLOURS, LABELS, PHASES
 
     r, points = run["runs"][0], run["broker_rate"]
     since = _since(_time(r["started_at"]))
@@ -159,10 +158,10 @@ def broker_curve(run: RunTables, title: str = "messages/s arriving at the broker
             ax.text(x, top * 0.86, f" {word}", fontsize=7, va="top", rotation=90)
     # The phases as a band along the top: where the command's time went, on the same clock.
     start = 0.0
-    for i, phase in enumerate(PHASES):
+    for phase in PHASES:
         seconds = r.get(f"{phase}_s") or 0.0
         if seconds > 0:
-            ax.axvspan(start, start + seconds, ymin=0.93, ymax=1.0, color=PHASE_COLOURS[i], lw=0)
+            ax.axvspan(start, start + seconds, ymin=0.93, ymax=1.0, color=COLOURS[phase], lw=0)
             if seconds >= 0.06 * (r.get("wall_s") or 1):
                 ax.text(start + seconds / 2, top * 0.965, LABELS[phase], ha="center", va="center", fontsize=7)
         start += seconds

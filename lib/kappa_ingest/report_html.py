@@ -14,7 +14,7 @@ import html
 import json
 from typing import Any
 
-from kappa_ingest.phases import LABELS, PHASES
+from kappa_ingest.phases import COLOURS, LABELS, PHASES
 from kappa_ingest.report import stage_label
 from kappa_ingest.report_text import number
 
@@ -55,7 +55,6 @@ td.text, th.text { text-align: left; white-space: normal; overflow-wrap: anywher
 .details span:last-child { text-align: right; overflow-wrap: anywhere; font-variant-numeric: tabular-nums; }
 .ok, .notok { text-align: left; } .ok { color: #2f855a; } .notok { color: #c53030; font-weight: 600; }
 """
-PHASE_COLOURS = dict(zip(PHASES, ("#cbd5e0", "#e2d4b7", "#9ac3e6", "#c6e2c0", "#e0c6e2"), strict=True))
 
 
 def _esc(v: Any) -> str:
@@ -147,7 +146,7 @@ def phase_bar(r: Row) -> str:
     if not wall or any(v is None for _, v in parts):
         return ""
     cells = "".join(
-        f'<div style="width:{100 * v / wall:.2f}%;background:{PHASE_COLOURS[p]}" title="{LABELS[p]} {v:.2f} s">'
+        f'<div style="width:{100 * v / wall:.2f}%;background:{COLOURS[p]}" title="{LABELS[p]} {v:.2f} s">'
         + (f"{LABELS[p]} {v:.1f} s" if v / wall >= 0.09 else "")
         + "</div>"
         for p, v in parts
