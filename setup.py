@@ -40,7 +40,7 @@ setup(
             "nbformat>=5.10",
             "ipykernel>=6.29",
             "playwright==1.65.2",
-        ]  # drives Debian's chromium (make setup installs it) for the report page's test
+        ]  # drives Debian's chromium (`make browser` installs it) for the report page's test
     },
     entry_points={"console_scripts": ["kappa-ingest=kappa_ingest.cli:main"]},
 )

@@ -66,20 +66,26 @@ def view(
                     seen["headlineBottom"], seen["headline"])  # fmt: skip
 
 
-def lanes(tasks: list[dict]) -> dict[tuple, list[tuple[float, float]]]:
-    """The timeline's lanes, (executor, slot), each with its tasks' (start, end) in epoch seconds."""
+def drawn_lanes(run: dict) -> dict[str, list[tuple[float, float]]]:
+    """The task timeline as drawn: each lane's label with its bars' (start, end), in seconds."""
     from kappa_ingest import plots
 
-    out: dict[tuple, list[tuple[float, float]]] = {}
-    for t, slot in zip(tasks, plots.slots(tasks), strict=True):
-        start = plots._time(t["launched_at"]).timestamp()
-        out.setdefault((t["executor_id"], slot), []).append((start, start + t["duration_s"]))
+    ax = plots.task_timeline(run).axes[0]
+    names = {round(y): label.get_text() for y, label in zip(ax.get_yticks(), ax.get_yticklabels(), strict=True)}
+    out: dict[str, list[tuple[float, float]]] = {}
+    for bar in ax.patches:
+        if bar.get_width() > 0:
+            out.setdefault(names[round(bar.get_y() + bar.get_height() / 2)], []).append(
+                (bar.get_x(), bar.get_x() + bar.get_width())
+            )
     return {k: sorted(v) for k, v in out.items()}
 
 
-def overlaps(tasks: list[dict]) -> list[tuple]:
-    """Pairs of tasks drawn over each other in one lane (a millisecond of rounding allowed)."""
-    return [(k, a, b) for k, spans in lanes(tasks).items() for a, b in itertools.pairwise(spans) if a[1] > b[0] + 0.001]
+def overlaps(run: dict) -> list[tuple]:
+    """Bars drawn over each other in one lane of the timeline (a millisecond of rounding allowed)."""
+    return [
+        (k, a, b) for k, bars in drawn_lanes(run).items() for a, b in itertools.pairwise(bars) if a[1] > b[0] + 0.001
+    ]
 
 
 def check_run_page(run: dict, figures: int) -> PageView:
@@ -91,7 +97,10 @@ def check_run_page(run: dict, figures: int) -> PageView:
     from kappa_ingest.report_html import render_html
 
     if chromium() is None:
-        pytest.skip("Debian's chromium is not installed: make setup installs it with apt-get, which failed here")
+        pytest.skip(
+            "no chromium on PATH: `make browser` (which `make test` runs) installs Debian's with apt-get;"
+            " it could not here"
+        )
     rid = run["runs"][0]["run_id"]
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page = ARTIFACTS / f"report-{rid}.html"
@@ -100,7 +109,7 @@ def check_run_page(run: dict, figures: int) -> PageView:
     assert seen.scroll_width <= seen.inner_width == WINDOW["width"], f"{page}: {seen.scroll_width} px wide"
     assert len(seen.images) == figures and all(i["loaded"] and i["width"] > 300 for i in seen.images), seen.images
     assert seen.headline_bottom <= seen.inner_height, f"{page}: the headline ends at {seen.headline_bottom} px"
-    assert not overlaps(run["tasks"]), overlaps(run["tasks"])
+    assert not overlaps(run), overlaps(run)
     return seen
 
 

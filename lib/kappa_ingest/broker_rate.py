@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from kappa_ingest.topics import Admin
@@ -46,6 +47,17 @@ class OneMinuteRate:
     @property
     def value(self) -> float:
         return self.rate or 0.0
+
+
+def seconds_sampled(points: list[dict[str, Any]]) -> float:
+    """The span of a run's broker samples (``t``: datetimes or ISO strings), first to last:
+    a missed sample leaves a gap in the curve, not a shorter clock."""
+    if len(points) < 2:
+        return 0.0
+    first, last = (p["t"] for p in (points[0], points[-1]))
+    if isinstance(first, str):
+        first, last = (datetime.fromisoformat(v.replace("Z", "+00:00")) for v in (first, last))
+    return (last - first).total_seconds()
 
 
 def warming_up(seconds_sampled: float) -> bool:

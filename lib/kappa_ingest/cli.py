@@ -277,6 +277,8 @@ def _report(args: argparse.Namespace) -> int:
 
     from kappa_ingest import metrics_store, report_html, report_text
 
+    if args.last < 1:
+        raise UsageError(f"--last {args.last}: give the number of runs to show, 1 or more")
     if args.html and not args.run_id:
         raise UsageError("--html needs --run-id: the page shows one run")
     if not metrics_store.exists(args.metrics_dir):
@@ -291,7 +293,8 @@ def _report(args: argparse.Namespace) -> int:
             Path(args.html).write_text(report_html.render_html(run))
             print(f"wrote {args.html}")
     elif args.compare:
-        print(report_text.compare([metrics_store.run(args.metrics_dir, rid)["runs"][0] for rid in args.compare]))
+        runs = [metrics_store.run(args.metrics_dir, rid, tables=("runs",))["runs"][0] for rid in args.compare]
+        print(report_text.compare(runs))
     else:
         runs = metrics_store.last_runs(args.metrics_dir, args.last)
         print(report_text.last_lines(runs) if runs else f"no runs in {args.metrics_dir}/delta")

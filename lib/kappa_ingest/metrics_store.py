@@ -132,7 +132,7 @@ def run_rows(summary: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
            **{k: delivery.get(k) for k in ("transactions_committed", "transactions_aborted", "resumed_from",
                                             "splits_skipped", "rows_skipped")},
            "retry_duplicates": (summary.get("duplicates") or {}).get("count", 0),
-           "checks_ok": all(c["ok"] for c in checks), "checks_held": sum(c["ok"] for c in checks),
+           "checks_ok": all(c["ok"] for c in checks) if checks else None, "checks_held": sum(c["ok"] for c in checks),
            "checks_total": len(checks), "checks_json": json.dumps(checks, default=str), "settings": settings,
            "config_json": json.dumps(summary.get("config"), default=str)}  # fmt: skip
     return {
@@ -217,8 +217,8 @@ def rows(metrics_dir: str | Path, name: str, run_id: str | None = None, order_by
     return table.to_pylist()
 
 
-def run(metrics_dir: str | Path, run_id: str) -> dict[str, list[dict[str, Any]]]:
-    """Every table's rows of one run, as dicts (read without Spark)."""
+def run(metrics_dir: str | Path, run_id: str, tables: tuple[str, ...] = RUN_TABLES) -> dict[str, list[dict[str, Any]]]:
+    """Every table's rows of one run (or those of ``tables``), as dicts (read without Spark)."""
     order = {
         "tasks": "task_id",
         "stages": "stage_id",
@@ -230,7 +230,7 @@ def run(metrics_dir: str | Path, run_id: str) -> dict[str, list[dict[str, Any]]]
         name: rows(metrics_dir, name, run_id, order.get(name))
         if exists(metrics_dir, name)  # a store older than the table
         else []
-        for name in RUN_TABLES
+        for name in tables
     }
     if not out["runs"]:
         raise UsageError(f"run {run_id}: no such run in {metrics_dir}/delta; see 'kappa-ingest report --last 20'")

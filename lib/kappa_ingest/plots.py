@@ -39,6 +39,12 @@ def _since(t0: datetime) -> Callable[[Any], float]:
     return lambda v: (_time(v) - t0).total_seconds()
 
 
+def _executor_order(executor_id: Any) -> tuple[int, int, str]:
+    """Executors by number (2 before 10), the driver's local one first."""
+    e = str(executor_id)
+    return (1, int(e), e) if e.isdigit() else (0, 0, e)
+
+
 def slots(tasks: Rows) -> list[int]:
     """Each task's slot on its executor: the lowest lane free when it launched, so tasks that
     ran side by side on one executor never share a lane (a slot is a core running a task)."""
@@ -69,7 +75,8 @@ def _sending(run: RunTables) -> tuple[float, float] | None:
 def executor_rates(run: RunTables) -> Figure:
     """Rows/s per executor over its span (bars), and each of its tasks' own rows/s (dots, with
     a min–max whisker): the spread says whether one slow task or a slow executor set the pace."""
-    executors, tasks = run["executors"], [t for t in run["tasks"] if t.get("status", "SUCCESS") == "SUCCESS"]
+    executors = sorted(run["executors"], key=lambda e: _executor_order(e["executor_id"]))
+    tasks = [t for t in run["tasks"] if t.get("status", "SUCCESS") == "SUCCESS"]
     fig, ax = plt.subplots(figsize=(6.2, 0.55 * len(executors) + 1.7))
     names = [f"executor {e['executor_id']}\n({e['host']})" for e in executors]
     ax.barh(range(len(executors)), [e["rows_per_s"] or 0 for e in executors], color=BLUE, alpha=0.85, height=0.6,
@@ -100,7 +107,9 @@ def task_timeline(run: RunTables) -> Figure:
     tasks = run["tasks"]
     since = _since(_time(run["runs"][0]["started_at"]))
     slot = slots(tasks)
-    lanes = sorted({(t["executor_id"], s) for t, s in zip(tasks, slot, strict=True)}, key=lambda k: (str(k[0]), k[1]))
+    lanes = sorted(
+        {(t["executor_id"], s) for t, s in zip(tasks, slot, strict=True)}, key=lambda k: (_executor_order(k[0]), k[1])
+    )
     stages = sorted({t["stage_id"] for t in tasks})
     colours = plt.get_cmap("tab10")
     fig, ax = plt.subplots(figsize=(6.2, 0.42 * len(lanes) + 1.9))
@@ -134,7 +143,7 @@ def broker_curve(run: RunTables, title: str = "messages/s arriving at the broker
     """Messages/s each second at the broker on the run's clock, with the sending stage's start
     and end marked and the run's phases as a band; Kafka's one-minute rate over it (the figure
     of Hesse et al.), drawn faint and labelled warming up on runs too short for it to mean much."""
-    from kappa_ingest.broker_rate import WARM_S, warming_up
+    from kappa_ingest.broker_rate import WARM_S, seconds_sampled, warming_up
     from kappa_ingest.phases import COLOURS, LABELS, PHASES
 
     r, points = run["runs"][0], run["broker_rate"]
@@ -142,7 +151,7 @@ def broker_curve(run: RunTables, title: str = "messages/s arriving at the broker
     xs = [since(p["t"]) for p in points]
     fig, ax = plt.subplots(figsize=(6.2, 3.9))
     ax.plot(xs, [p["messages_per_s"] for p in points], color=BLUE, lw=1.4, label="messages/s (1 s samples)")
-    sampled = max(len(points) - 1, 0)
+    sampled = round(seconds_sampled(points))
     if warming_up(sampled):
         ax.plot(xs, [p["one_minute_rate"] for p in points], color=GREY, lw=1, ls="--",
                 label=f"Kafka one-minute rate, warming up ({sampled} s of the {WARM_S} s it needs)")  # fmt: skip

@@ -46,7 +46,8 @@ class Progress:
         self.stream = stream or sys.stderr
         self.expected = expected_rows
         self.bar = None
-        self.samples = 0  # one a second: how long Kafka's one-minute rate has had to settle
+        self.first_update: float | None = None
+        self.settled_s = 0.0  # how long Kafka's one-minute rate has had to settle
         self.last_log = time.monotonic()
         if not quiet and self.stream.isatty():
             from tqdm import tqdm
@@ -55,7 +56,10 @@ class Progress:
                             file=self.stream, desc="acknowledged", smoothing=0.3)  # fmt: skip
 
     def update(self, rows: int, rate: float, one_minute_rate: float) -> None:
-        self.samples += 1
+        now = time.monotonic()
+        if self.first_update is None:
+            self.first_update = now
+        self.settled_s = now - self.first_update
         if self.bar is not None:
             if self.expected is not None and rows > self.expected:
                 self.bar.total = self.expected = rows
@@ -65,7 +69,6 @@ class Progress:
             )
             self.bar.refresh()
             return
-        now = time.monotonic()
         if now - self.last_log >= LOG_EVERY_S:
             self.last_log = now
             print(self.line(rows, rate, one_minute_rate), file=self.stream, flush=True)
@@ -83,7 +86,7 @@ class Progress:
     def _warming(self) -> str:
         from kappa_ingest.broker_rate import warming_up
 
-        return " (warming up)" if warming_up(self.samples) else ""
+        return " (warming up)" if warming_up(self.settled_s) else ""
 
     def close(self) -> None:
         if self.bar is not None:

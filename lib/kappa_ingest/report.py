@@ -363,9 +363,9 @@ def stage_label(stage: dict[str, Any], sink: str) -> str:
 def one_minute_note(points: Sequence[dict[str, Any]]) -> str:
     """Kafka's one-minute rate at the end of a run, said to be warming up when the run was too
     short for it to mean the run's rate (1,881 msg/s after a 12 s run at 40,000)."""
-    from kappa_ingest.broker_rate import WARM_S, warming_up
+    from kappa_ingest.broker_rate import WARM_S, seconds_sampled, warming_up
 
-    seconds = max(len(points) - 1, 0)  # one sample a second
+    seconds = round(seconds_sampled(points))
     value = f"Kafka's one-minute rate at end {points[-1]['one_minute_rate']:,.0f}" if points else ""
     if not points or not warming_up(seconds):
         return value

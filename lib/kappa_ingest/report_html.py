@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 from typing import Any
 
 from kappa_ingest.phases import COLOURS, LABELS, PHASES
-from kappa_ingest.report import stage_label
-from kappa_ingest.report_text import number
+from kappa_ingest.report import MB, stage_label
+from kappa_ingest.report_text import checks, checks_verdict, number, when
 
 Row = dict[str, Any]
-MB = 1_000_000
 
 CSS = """
 *, *::before, *::after { box-sizing: border-box; }
@@ -87,11 +85,6 @@ def _img(png: bytes, alt: str, caption: str) -> str:
     )
 
 
-def checks(r: Row) -> list[Row]:
-    """The run's checks as recorded ({name, ok, expected, actual}); none for a store older than them."""
-    return json.loads(r["checks_json"]) if r.get("checks_json") else []
-
-
 def _tile(label: str, value: str, note: str, bad: bool = False) -> str:
     return (
         f'<div class="tile{" bad" if bad else ""}"><div class="label">{html.escape(label)}</div>'
@@ -103,13 +96,7 @@ def headline(r: Row) -> str:
     """Rows, end-to-end time, sending rate and checks: what the first glance is for."""
     lost = (r.get("rows_read") or 0) - (r.get("rows_sent") or 0) - (r.get("rows_quarantined") or 0)
     rows_note = f"of {_num(r.get('rows_read'))} read; {_num(r.get('rows_quarantined'))} quarantined"
-    held, total = r.get("checks_held"), r.get("checks_total")
-    if total:
-        checks_value, checks_bad = f"{held} of {total} hold", held != total
-    elif total is None and r.get("checks_ok") is not None:  # a store older than the counts
-        checks_value, checks_bad = ("all hold", False) if r["checks_ok"] else ("failed", True)
-    else:  # the run failed before its checks
-        checks_value, checks_bad = "none ran", r.get("status") != "succeeded"
+    checks_value, _, checks_bad = checks_verdict(r)
     sending_note = (
         f"{_num(r.get('mb_per_s'), 1)} MB/s over the {_num(r.get('ingest_s'), 1)} s sending stage"
         if r.get("ingest_s")
@@ -163,7 +150,7 @@ def _details(r: Row) -> str:
     items = [
         ("sink", r.get("sink")), ("topic", r.get("topic")), ("bootstrap servers", r.get("bootstrap_servers")),
         ("Spark master", r.get("spark_master")), ("read path", r.get("read_path")),
-        ("started (UTC)", r["started_at"].strftime("%Y-%m-%d %H:%M:%S") if r.get("started_at") else None),
+        ("started (UTC)", when(r.get("started_at"))),
         ("rows read", r.get("rows_read")), ("rows sent", r.get("rows_sent")),
         ("rows quarantined", r.get("rows_quarantined")),
         ("MB sent", None if r.get("bytes_sent") is None else r["bytes_sent"] / MB),
@@ -234,10 +221,10 @@ def render_html(run: dict[str, list[Row]]) -> str:
     context = (
         f"sink <b>{_esc(sink)}</b> → topic <b>{_esc(r.get('topic'))}</b> at {_esc(r.get('bootstrap_servers'))}; "
         f"Spark {_esc(r.get('spark_master'))}"
-        + (f"; started {r['started_at']:%Y-%m-%d %H:%M:%S} UTC" if r.get("started_at") else "")
+        + (f"; started {when(r['started_at'])} UTC" if r.get("started_at") else "")
     )
     error = f'<p class="error">error: {_esc(r["error"])}</p>' if r.get("error") else ""
-    stages = [{**s, "what": stage_label(s, sink), "stage": f"{s['stage_id']}.{s['attempt']}",
+    stages = [{**s, "what": stage_label(s, sink), "stage": f"{s['stage_id']}" + (f" (attempt {s['attempt'] + 1})" if s.get("attempt") else ""),
                "input_mb": (s.get("input_bytes") or 0) / MB} for s in run["stages"]]  # fmt: skip
     executors = [{**e, "mb": (e.get("bytes") or 0) / MB} for e in run["executors"]]
     failed_checks = "".join(

@@ -7,9 +7,9 @@ import json
 from typing import Any
 
 from kappa_ingest.phases import LABELS, PHASES
+from kappa_ingest.report import MB
 
 Row = dict[str, Any]
-MB = 1_000_000
 # Settings that differ from run to run by design: comparing them says nothing.
 PER_RUN = {"run_id", "lineage"}
 
@@ -31,12 +31,28 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _checks(r: Row) -> str:
-    if r.get("checks_total"):
-        return f"{r['checks_held']}/{r['checks_total']}"
-    if r.get("checks_total") is None and r.get("checks_ok") is not None:  # a store older than the counts
-        return "ok" if r["checks_ok"] else "FAILED"
-    return "-"
+def checks(r: Row) -> list[Row]:
+    """The run's checks as recorded ({name, ok, expected, actual}); none for a store older than them."""
+    return json.loads(r["checks_json"]) if r.get("checks_json") else []
+
+
+def checks_verdict(r: Row) -> tuple[str, str, bool]:
+    """(``7 of 7 hold``, ``7/7``, whether to alarm): from the counts, or for a run recorded
+    before them from checks_ok, trusted only for a run that succeeded (a failed one may
+    have stopped before any check)."""
+    held, total = r.get("checks_held"), r.get("checks_total")
+    if total:
+        return f"{held} of {total} hold", f"{held}/{total}", held != total
+    if total is None and r.get("checks_ok") is not None and r.get("status") == "succeeded":
+        return ("all hold", "ok", False) if r["checks_ok"] else ("failed", "FAILED", True)
+    if total is None:
+        return "not recorded", "?", r.get("status") != "succeeded"
+    return "none ran", "-", r.get("status") != "succeeded"
+
+
+def when(t: Any) -> str | None:
+    """A run's UTC start as people read it, to the second."""
+    return t.strftime("%Y-%m-%d %H:%M:%S") if t else None
 
 
 def _align(rows: list[list[str]], left: set[int]) -> list[str]:
@@ -57,7 +73,7 @@ def last_lines(runs: list[Row]) -> str:
     body = [
         [
             r["run_id"],
-            r["started_at"].strftime("%Y-%m-%d %H:%M:%S") if r.get("started_at") else "-",
+            when(r.get("started_at")) or "-",
             str(r.get("status") or "-"),
             str(r.get("sink") or "-"),
             number(r.get("rows_sent")),
@@ -65,7 +81,7 @@ def last_lines(runs: list[Row]) -> str:
             number(r.get("rows_per_s")) if r.get("ingest_s") else "-",
             number(r.get("mb_per_s")) if r.get("ingest_s") else "-",
             number(r.get("ingest_s")) if r.get("ingest_s") else "-",
-            _checks(r),
+            checks_verdict(r)[1],
             _cut(str(r.get("topic") or "-"), 30),
         ]
         for r in runs
@@ -122,8 +138,8 @@ def compare(runs: list[Row], width: int = 30) -> str:
         ("checks", [("held", "checks")]),
     ]  # fmt: skip
     derived = [
-        {**r, "mb_sent": None if r.get("bytes_sent") is None else r["bytes_sent"] / MB, "checks": _checks(r),
-         "started_at": r["started_at"].strftime("%Y-%m-%d %H:%M:%S") if r.get("started_at") else None}
+        {**r, "mb_sent": None if r.get("bytes_sent") is None else r["bytes_sent"] / MB, "checks": checks_verdict(r)[1],
+         "started_at": when(r.get("started_at"))}
         for r in runs
     ]  # fmt: skip
     two = len(runs) == 2
@@ -141,7 +157,7 @@ def compare(runs: list[Row], width: int = 30) -> str:
         if r.get("error"):
             lines.append(f"error of {r['run_id']}: {_cut(r['error'], 200)}")
     for r in runs:
-        failed = [c["name"] for c in json.loads(r.get("checks_json") or "[]") if not c["ok"]]
+        failed = [c["name"] for c in checks(r) if not c["ok"]]
         if failed:
             lines.append(f"checks failed in {r['run_id']}: {'; '.join(failed)}")
     if len(runs) > 1:

@@ -47,3 +47,11 @@ def test_curve_and_figures():
     assert f["peak_messages_per_s"] == 2000
     assert f["time_to_first_record_s"] == 2.0
     assert f["steady_messages_per_s"] == 2000  # median of the sending seconds 1000, 2000 x4, 1000
+
+
+def test_seconds_sampled_is_the_span_of_the_samples_not_their_count():
+    """A sample missed on a busy broker leaves a gap, not a shorter clock: four samples over 9 s."""
+    from kappa_ingest.broker_rate import seconds_sampled
+
+    points = [{"t": f"2026-11-23T12:00:{s:02d}.000Z"} for s in (0, 1, 5, 9)]
+    assert seconds_sampled(points) == 9.0 and seconds_sampled(points[:1]) == 0.0

@@ -12,13 +12,13 @@ from kappa_ingest.progress import Progress, estimate_rows
 
 def test_log_line_names_rows_rates_and_time_left():
     p = Progress(1_000_000, quiet=True, stream=io.StringIO())
-    p.samples = 180  # three minutes of one-second samples: Kafka's one-minute rate has settled
+    p.settled_s = 180.0  # three minutes since the first sample: Kafka's one-minute rate has settled
     assert p.line(250_000, 50_000, 40_000) == (
         "kappa-ingest: 250,000 of ~1,000,000 (25%) rows acknowledged, 50,000 rows/s now,"
         " one-minute rate 40,000, about 15 s left"
     )
     assert p.line(10, 0, 0) == "kappa-ingest: 10 of ~1,000,000 (0%) rows acknowledged, 0 rows/s now, one-minute rate 0"
-    p.samples = 12
+    p.settled_s = 12.0
     assert p.line(10, 0, 1_881) == (
         "kappa-ingest: 10 of ~1,000,000 (0%) rows acknowledged, 0 rows/s now, one-minute rate 1,881 (warming up)"
     )

@@ -114,3 +114,17 @@ def test_checks_recorded_by_name_and_count(store):
     r = metrics_store.run(store, "r3-failed")["runs"][0]
     assert (r["checks_held"], r["checks_total"], r["checks_ok"]) == (0, 1, False)
     assert json.loads(r["checks_json"])[0]["actual"] == 3
+
+
+def test_checks_of_a_run_recorded_before_their_counts():
+    """checks_ok alone, from an older store: trusted for a run that succeeded, not for one that
+    failed (it may have stopped before any check, and all([]) is True)."""
+    old = {"checks_held": None, "checks_total": None, "checks_ok": True}
+    assert report_text.checks_verdict({**old, "status": "succeeded"}) == ("all hold", "ok", False)
+    assert report_text.checks_verdict({**old, "status": "failed"}) == ("not recorded", "?", True)
+    assert report_text.checks_verdict({"checks_held": 0, "checks_total": 0, "status": "failed"})[0] == "none ran"
+
+
+def test_last_needs_at_least_one_run(store, monkeypatch, capsys):
+    code, out, err = run_cli(["--metrics-dir", str(store), "--last", "0"], monkeypatch, capsys)
+    assert code != 0 and out == "" and "--last 0" in err
