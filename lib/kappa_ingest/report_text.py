@@ -4,6 +4,7 @@ by side (``--compare A B``, and ``--run-id`` for one), from rows of the Delta ``
 from __future__ import annotations
 
 import json
+import textwrap
 from typing import Any
 
 from kappa_ingest.phases import LABELS, PHASES
@@ -29,6 +30,12 @@ def number(v: Any, digits: int = 1, whole_from: float = 1000) -> str:
 
 def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _wrapped(text: str, width: int = 100, max_lines: int = 3) -> list[str]:
+    # A long error (a Java exception's message, a path) would otherwise be one line wider than
+    # the table above it; past a few lines the run's summary.json has the whole of it.
+    return textwrap.wrap(" ".join(text.split()), width, subsequent_indent="  ", max_lines=max_lines, placeholder=" …")
 
 
 def checks(r: Row) -> list[Row]:
@@ -155,11 +162,11 @@ def compare(runs: list[Row], width: int = 30) -> str:
     lines = _align(table, left={0})
     for r in runs:
         if r.get("error"):
-            lines.append(f"error of {r['run_id']}: {_cut(r['error'], 200)}")
+            lines += _wrapped(f"error of {r['run_id']}: {r['error']}")
     for r in runs:
         failed = [c["name"] for c in checks(r) if not c["ok"]]
         if failed:
-            lines.append(f"checks failed in {r['run_id']}: {'; '.join(failed)}")
+            lines += _wrapped(f"checks failed in {r['run_id']}: {'; '.join(failed)}")
     if len(runs) > 1:
         differ = settings_that_differ(runs)
         lines += ["", "settings that differ" + ("" if differ else ": none")]

@@ -87,6 +87,19 @@ def test_compare_says_when_no_setting_differs_and_shows_failed_checks(store):
     assert same.rstrip().endswith("settings that differ: none")
 
 
+def test_a_long_error_is_wrapped_to_the_width_of_the_table(store):
+    long = summary("r4-long", "2026-11-23T10:00:00.000Z", rows=0, wall_s=7.5, ingest_s=0.0, status="failed")
+    long["error"] = "KafkaException: " + "Broker: Topic authorization failed for topic orders " * 10 + "\nat line 2"
+    metrics_store.record_run(store, long)
+    runs = [metrics_store.run(store, rid)["runs"][0] for rid in ("r1-old", "r4-long")]
+    lines = report_text.compare(runs).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("error of r4-long: KafkaException: Broker"))
+    error = lines[start : lines.index("", start)]
+    # Three lines at most, the later ones indented; the rest, its own newline too, cut.
+    assert [line[:2] for line in error] == ["er", "  ", "  "] and error[2].endswith(" …")
+    assert max(len(line) for line in lines) <= 110
+
+
 def test_a_run_missing_from_the_store_is_a_usage_error(store):
     with pytest.raises(UsageError, match="run nope: no such run"):
         metrics_store.run(store, "nope")
