@@ -16,7 +16,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from kappa_ingest.topics import Admin
@@ -54,10 +53,9 @@ def seconds_sampled(points: list[dict[str, Any]]) -> float:
     a missed sample leaves a gap in the curve, not a shorter clock."""
     if len(points) < 2:
         return 0.0
-    first, last = (p["t"] for p in (points[0], points[-1]))
-    if isinstance(first, str):
-        first, last = (datetime.fromisoformat(v.replace("Z", "+00:00")) for v in (first, last))
-    return (last - first).total_seconds()
+    from kappa_ingest.report import parse_time
+
+    return (parse_time(points[-1]["t"]) - parse_time(points[0]["t"])).total_seconds()
 
 
 def warming_up(seconds_sampled: float) -> bool:

@@ -33,6 +33,7 @@ from typing import Any
 import pyarrow as pa
 
 from kappa_ingest.errors import UsageError
+from kappa_ingest.report import parse_time
 
 # A Spark session that reads the store with delta-spark (its jars are among the session's packages).
 SPARK_READER_CONF = {
@@ -99,15 +100,11 @@ def table_path(metrics_dir: str | Path, name: str) -> str:
     return str(Path(metrics_dir).resolve() / "delta" / name)
 
 
-def _ts(v: Any) -> datetime | None:
-    return datetime.fromisoformat(v.replace("Z", "+00:00")) if isinstance(v, str) else v
-
-
 def _value(kind: pa.DataType, v: Any) -> Any:
     if v is None:
         return None
     if pa.types.is_timestamp(kind):
-        return _ts(v)
+        return parse_time(v)
     if pa.types.is_floating(kind):
         return float(v)
     if pa.types.is_integer(kind):

@@ -9,7 +9,7 @@ Every rate axis starts at zero: a bar from 117,500 makes 15% look like a factor 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import matplotlib
@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
-from kappa_ingest.report import stage_label
+from kappa_ingest.report import parse_time, stage_label
 
 Rows = Sequence[dict[str, Any]]
 RunTables = dict[str, list[dict[str, Any]]]  # metrics_store.run(...) or metrics_store.run_rows(summary)
@@ -28,15 +28,13 @@ BLUE, ORANGE, GREY = "#2b6cb0", "#d98c3a", "#777777"
 THOUSANDS = FuncFormatter(lambda v, _: f"{v:,.0f}")
 
 
-def _time(v: Any) -> datetime:
-    if isinstance(v, datetime):
-        return v if v.tzinfo else v.replace(tzinfo=UTC)
-    return datetime.fromisoformat(str(v).replace("Z", "+00:00"))
-
-
 def _since(t0: datetime) -> Callable[[Any], float]:
     """Seconds on the run's own clock: 0 is the moment the command started."""
-    return lambda v: (_time(v) - t0).total_seconds()
+    return lambda v: (parse_time(v) - t0).total_seconds()
+
+
+def _failed(task: dict[str, Any]) -> bool:
+    return task.get("status", "SUCCESS") != "SUCCESS"
 
 
 def _executor_order(executor_id: Any) -> tuple[int, int, str]:
@@ -50,9 +48,9 @@ def slots(tasks: Rows) -> list[int]:
     ran side by side on one executor never share a lane (a slot is a core running a task)."""
     ends: dict[Any, list[float]] = {}
     out = [0] * len(tasks)
-    for i in sorted(range(len(tasks)), key=lambda i: _time(tasks[i]["launched_at"])):
+    for i in sorted(range(len(tasks)), key=lambda i: parse_time(tasks[i]["launched_at"])):
         t = tasks[i]
-        start = _time(t["launched_at"]).timestamp()
+        start = parse_time(t["launched_at"]).timestamp()
         lanes = ends.setdefault(t["executor_id"], [])
         # A millisecond of grace: Spark's launch times and durations are rounded to it.
         free = next((k for k, end in enumerate(lanes) if end <= start + 0.001), len(lanes))
@@ -68,7 +66,7 @@ def _sending(run: RunTables) -> tuple[float, float] | None:
     stages = [s for s in run["stages"] if s.get("sends") and s.get("submitted_at") and s.get("completed_at")]
     if not stages:
         return None
-    since = _since(_time(run["runs"][0]["started_at"]))
+    since = _since(parse_time(run["runs"][0]["started_at"]))
     return min(since(s["submitted_at"]) for s in stages), max(since(s["completed_at"]) for s in stages)
 
 
@@ -76,7 +74,7 @@ def executor_rates(run: RunTables) -> Figure:
     """Rows/s per executor over its span (bars), and each of its tasks' own rows/s (dots, with
     a min–max whisker): the spread says whether one slow task or a slow executor set the pace."""
     executors = sorted(run["executors"], key=lambda e: _executor_order(e["executor_id"]))
-    tasks = [t for t in run["tasks"] if t.get("status", "SUCCESS") == "SUCCESS"]
+    tasks = [t for t in run["tasks"] if not _failed(t)]
     fig, ax = plt.subplots(figsize=(6.2, 0.55 * len(executors) + 1.7))
     names = [f"executor {e['executor_id']}\n({e['host']})" for e in executors]
     ax.barh(range(len(executors)), [e["rows_per_s"] or 0 for e in executors], color=BLUE, alpha=0.85, height=0.6,
@@ -105,7 +103,7 @@ def task_timeline(run: RunTables) -> Figure:
     """The sending stage's tasks: one lane per executor slot, a bar per task attempt coloured by
     stage, failed attempts hatched; seconds on the run's clock (0 = the command started)."""
     tasks = run["tasks"]
-    since = _since(_time(run["runs"][0]["started_at"]))
+    since = _since(parse_time(run["runs"][0]["started_at"]))
     slot = slots(tasks)
     lanes = sorted(
         {(t["executor_id"], s) for t, s in zip(tasks, slot, strict=True)}, key=lambda k: (_executor_order(k[0]), k[1])
@@ -115,9 +113,8 @@ def task_timeline(run: RunTables) -> Figure:
     fig, ax = plt.subplots(figsize=(6.2, 0.42 * len(lanes) + 1.9))
     starts = [since(t["launched_at"]) for t in tasks]
     span = max(s + t["duration_s"] for s, t in zip(starts, tasks, strict=True)) - min(starts) if tasks else 1.0
-    for t, s in zip(tasks, slot, strict=True):
-        start, y = since(t["launched_at"]), lanes.index((t["executor_id"], s))
-        failed = t.get("status", "SUCCESS") != "SUCCESS"
+    for t, s, start in zip(tasks, slot, starts, strict=True):
+        y, failed = lanes.index((t["executor_id"], s)), _failed(t)
         ax.barh(y, t["duration_s"], left=start, height=0.7, color=colours(stages.index(t["stage_id"]) % 10),
                 edgecolor="#b00000" if failed else "white", hatch="////" if failed else None,
                 alpha=0.55 if failed else 1.0)  # fmt: skip
@@ -132,7 +129,7 @@ def task_timeline(run: RunTables) -> Figure:
     ax.set_title("sending tasks, one lane per executor slot", fontsize=10)
     names = {s["stage_id"]: stage_label(s, run["runs"][0].get("sink") or "?") for s in run["stages"]}
     handles = [Patch(color=colours(i % 10), label=names.get(sid, f"stage {sid}")) for i, sid in enumerate(stages)]
-    if any(t.get("status", "SUCCESS") != "SUCCESS" for t in tasks):
+    if any(_failed(t) for t in tasks):
         handles.append(Patch(facecolor="white", edgecolor="#b00000", hatch="////", label="failed attempt"))
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=7, frameon=False)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
@@ -147,7 +144,7 @@ def broker_curve(run: RunTables, title: str = "messages/s arriving at the broker
     from kappa_ingest.phases import COLOURS, LABELS, PHASES
 
     r, points = run["runs"][0], run["broker_rate"]
-    since = _since(_time(r["started_at"]))
+    since = _since(parse_time(r["started_at"]))
     xs = [since(p["t"]) for p in points]
     fig, ax = plt.subplots(figsize=(6.2, 3.9))
     ax.plot(xs, [p["messages_per_s"] for p in points], color=BLUE, lw=1.4, label="messages/s (1 s samples)")

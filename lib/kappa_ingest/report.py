@@ -30,6 +30,14 @@ def iso(dt: datetime | None) -> str | None:
     return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
 
 
+def parse_time(v: str | datetime | None) -> datetime | None:
+    """A time as the report holds it (:func:`iso`'s text, or a datetime read back from the
+    Delta tables) as an aware UTC datetime."""
+    if v is None or isinstance(v, datetime):
+        return v if v is None or v.tzinfo else v.replace(tzinfo=UTC)
+    return datetime.fromisoformat(v.replace("Z", "+00:00"))
+
+
 def _rate(n: float, seconds: float | None) -> float:
     return round(n / seconds, 1) if seconds else 0.0
 

@@ -14,7 +14,7 @@ import html
 from typing import Any
 
 from kappa_ingest.phases import COLOURS, LABELS, PHASES
-from kappa_ingest.report import MB, stage_label
+from kappa_ingest.report import MB, render_phases, stage_label
 from kappa_ingest.report_text import checks, checks_verdict, number, when
 
 Row = dict[str, Any]
@@ -139,10 +139,10 @@ def phase_bar(r: Row) -> str:
         for p, v in parts
         if v > 0
     )
-    legend = " + ".join(f"{LABELS[p]} {v:.1f} s" for p, v in parts)
+    legend = render_phases({f"{p}_s": v for p, v in parts}, wall)
     return (
         f'<div class="phases" role="img" aria-label="phases">{cells}</div>'
-        f'<div class="phase-legend">{html.escape(legend)} = {wall:.1f} s, command start to exit</div>'
+        f'<div class="phase-legend">{html.escape(legend)}</div>'
     )
 
 

@@ -160,18 +160,18 @@ class Admin:
         (no DESCRIBE_CONFIGS permission, say)."""
         try:
             broker = min(self.client.list_topics(timeout=TIMEOUT_S).brokers)
-            resource = ConfigResource(ConfigResource.Type.BROKER, str(broker))
-            entries = self.client.describe_configs([resource])[resource].result(TIMEOUT_S)
         except (KafkaException, ValueError):
             return None
-        entry = entries.get(name)
-        return entry.value if entry is not None else None
+        return self._setting(ConfigResource.Type.BROKER, str(broker), name)
 
     def topic_setting(self, topic: str, name: str) -> str | None:
         """The topic's value of ``name`` (its own, or the brokers' default it inherits), or
         None if the topic does not exist or its configs cannot be read."""
+        return self._setting(ConfigResource.Type.TOPIC, topic, name)
+
+    def _setting(self, kind: ConfigResource.Type, resource_name: str, name: str) -> str | None:
         try:
-            resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+            resource = ConfigResource(kind, resource_name)
             entries = self.client.describe_configs([resource])[resource].result(TIMEOUT_S)
         except (KafkaException, ValueError):
             return None
