@@ -8,3 +8,4 @@ CORRUPT_COL = "__kappa_corrupt"  # a malformed row's raw text (Spark's corrupt-r
 LINE_COL = "__kappa_line"  # a raw line (the fast path reads lines)
 BLOCK_COL = "__kappa_block"  # the byte offset of the row's split: 0 for a file's first split
 BLOCK_LEN_COL = "__kappa_block_len"  # the length of the line's split (its ledger unit)
+ROW_HASH_COL = "__kappa_row_hash"  # a row's hash over its own file's columns, in that file's order (a shuffle's key)

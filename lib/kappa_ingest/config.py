@@ -62,6 +62,8 @@ class IngestConfig:
     resume: str | None = None  # the run this one resumes
     lineage: str = ""  # the first run of a resumed chain (this run's id if it resumes none)
     ledger_topic: str = DEFAULT_LEDGER_TOPIC
+    lock: bool = True  # one run at a time per topic (saves work; delivery does not rest on it)
+    lock_lease_s: float = 60.0  # how long a claim unrenewed by the broker's clock stays alive
     incremental: bool = False  # send only units the ledger does not show delivered to the topic
     on_changed: str = "refuse"  # a delivered file that changed since: refuse | resend
     max_files: int | None = None  # bounds of one incremental run, oldest files first
@@ -196,6 +198,10 @@ def add_ingest_arguments(p: argparse.ArgumentParser, target: str = "--topic") ->
     a("--replay-speed", metavar="X|max", help="event-time pacing: X times real time (e.g. 60), or max (unpaced)")
     a("--dead-letter-topic", metavar="NAME", help="quarantined rows also go to this topic (raw text, context headers)")
     a("--ledger-topic", metavar="NAME", help=f"the delivery ledger's compacted topic (default {DEFAULT_LEDGER_TOPIC})")
+    a("--no-lock", dest="lock", action="store_const", const=False,
+      help="do not take the topic's lock (a scheduler already runs one at a time); delivery stays exactly once")  # fmt: skip
+    a("--lock-lease", dest="lock_lease_s", type=float, metavar="SECONDS",
+      help="a run on another host whose lock the broker has not seen renewed for this long is dead (default 60)")  # fmt: skip
     a("--quiet", action="store_const", const=True, help="no progress display")
     a("--master", dest="spark_master", metavar="URL", help="Spark master for `kappa-ingest ingest` (default local[*])")
 
@@ -264,7 +270,7 @@ def default_config() -> Any:
 
 
 _FIELD_NAMES = {f.name for f in fields(IngestConfig)}
-_YAML_ALIASES = {"input": "inputs", "kafka_opt": "kafka_opts", "master": "spark_master"}
+_YAML_ALIASES = {"input": "inputs", "kafka_opt": "kafka_opts", "master": "spark_master", "lock_lease": "lock_lease_s"}
 _NOT_IN_YAML = {"config_file", "lineage", "topic_config", "from_topic", "runs", "since", "until"}
 
 
@@ -454,9 +460,16 @@ def validate(values: dict[str, Any]) -> IngestConfig:
         raise UsageError("--event-time-format needs --event-time-column")
     if v.get("max_bytes") is not None:
         v["max_bytes"] = parse_size(v["max_bytes"])
+    if v.get("lock_lease_s") is not None:
+        try:
+            v["lock_lease_s"] = float(v["lock_lease_s"])
+        except (TypeError, ValueError) as e:
+            raise UsageError(f"--lock-lease {v['lock_lease_s']!r}: expected seconds") from e
+        if v["lock_lease_s"] < 1:
+            raise UsageError(f"--lock-lease {v['lock_lease_s']}: at least 1 second")
     _check_incremental(v)
     for name in ("header", "multiline", "strict_header", "strict_size", "dry_run", "quiet", "incremental",
-                 "order_by_event_time"):  # fmt: skip
+                 "order_by_event_time", "lock"):  # fmt: skip
         if name in v and not isinstance(v[name], bool):
             raise UsageError(f"'{name.replace('_', '-')}': expected true or false, got {v[name]!r}")
     v["kafka_opts"] = {str(k): str(value) for k, value in (v.get("kafka_opts") or {}).items()}

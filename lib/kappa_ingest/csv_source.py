@@ -17,7 +17,9 @@ not fit ``--schema``, bytes not valid in the encoding, an unparseable event time
 Every row carries its file and split (start and length), the unit the delivery ledger
 records; the split size is fixed by the run (:mod:`kappa_ingest.splits`), so a resumed
 run reads the same splits. A shuffle (more producers than splits) hash-partitions each
-row by its content, so the same rows land in the same task in every run.
+row by its own values in its own file's column order, so a unit (a part of a split) is
+the same rows whichever other files a run reads beside it, and in whatever order their
+columns come (an ordered shuffle partitions by the key's value alike).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from kappa_ingest.columns import (
     FILE_COL,
     LINE_COL,
     REJECT_COL,
+    ROW_HASH_COL,
 )
 from kappa_ingest.config import IngestConfig
 from kappa_ingest.errors import InputError, UsageError
@@ -66,6 +69,7 @@ class Source:
     tasks: int  # Spark partitions of df (asking df itself would run a shuffle's map stage)
     headers: tuple[Header, ...] = ()  # the distinct headers of the files read, first file's first
     ordered: bool = False  # each task's rows sorted by event time (--order-by-event-time, --replay-speed)
+    shuffled: bool = False  # rows repartitioned: each task holds one part of many splits
 
 
 def reader_options(cfg: IngestConfig) -> dict[str, str]:
@@ -108,6 +112,8 @@ def read(spark: SparkSession, cfg: IngestConfig, pinned: Plan | None = None, pat
     plan = pinned or make_plan(spark, cfg, paths)
     read_bytes = sum(f.size for f in plan.files if f.path in {splits.canonical_file(p) for p in paths})
     open_cost = 0 if cfg.partitions else splits.OPEN_COST_BYTES
+    if _split_per_task(cfg):  # no two splits in one task, where a task's rows are sorted but not shuffled
+        open_cost = plan.split_bytes
     for key, value in splits.spark_conf(plan.split_bytes, open_cost).items():
         spark.conf.set(key, value)
     layouts = file_layouts(spark, cfg, paths)
@@ -121,7 +127,7 @@ def read(spark: SparkSession, cfg: IngestConfig, pinned: Plan | None = None, pat
     spec = RecordSpec(first, cfg.run_id, cfg.key_column, cfg.event_time_column is not None)
     # Without drift the parsers need no per-file lookup.
     by_file = {splits.canonical_file(p): lay for p, lay in layouts.items()} if len(set(layouts.values())) > 1 else {}
-    if _lines_possible(cfg) and plan.parts == 1:
+    if _lines_possible(cfg) and plan.parts == 1:  # (the lines path never shuffles: an incremental run's never does)
         lines = spark.read.text(paths).select(
             F.col("value").alias(LINE_COL),
             F.col("_metadata.file_path").alias(FILE_COL),
@@ -129,18 +135,24 @@ def read(spark: SparkSession, cfg: IngestConfig, pinned: Plan | None = None, pat
             F.col("_metadata.file_block_length").alias(BLOCK_LEN_COL),
         )
         splits_read = lines.rdd.getNumPartitions()
-        if pinned is not None or cfg.partitions is None or cfg.partitions <= splits_read:
+        if pinned is not None or cfg.incremental or cfg.partitions is None or cfg.partitions <= splits_read:
             head = layouts[paths[0]]
             parser = LineParser(head.columns, cfg.delimiter, cfg.quote, head.header_line, by_file)
             tasks = min(splits_read, cfg.partitions or splits_read)
             df = lines.coalesce(tasks) if tasks < splits_read else lines
             return Source(df, spec, parser, "lines", tuple(paths), read_bytes, plan, tasks, headers)
     groups = [([p for p in paths if layouts[p].columns == h.columns], schemas[h.columns]) for h in headers]
-    df, parts, tasks = _spark_csv(spark, cfg, groups, plan.parts if pinned is not None else None)
+    df, parts, tasks, shuffled = _spark_csv(spark, cfg, groups, plan.parts if pinned is not None else None)
     plan = Plan(plan.files, plan.split_bytes, parts)
     parser = RowParser(first, cfg.delimiter, cfg.quote, by_file)
     ordered = bool(cfg.event_time_column and (cfg.order_by_event_time or cfg.replay_speed))
-    return Source(df, spec, parser, "spark-csv", tuple(paths), read_bytes, plan, tasks, headers, ordered)
+    return Source(df, spec, parser, "spark-csv", tuple(paths), read_bytes, plan, tasks, headers, ordered, shuffled)
+
+
+def _split_per_task(cfg: IngestConfig) -> bool:
+    """Paced without an ordering by key, each task's rows are sorted by event time as they
+    are, unshuffled: a task must then hold one split (its transaction, one unit)."""
+    return bool(cfg.replay_speed and not (cfg.order_by_event_time and cfg.key_column))
 
 
 @dataclass(frozen=True)
@@ -232,6 +244,8 @@ def make_plan(spark: SparkSession, cfg: IngestConfig, paths: list[str]) -> Plan:
     split_bytes, _ = splits.default_split_bytes(
         (f.size for f in files), cfg.partitions, spark.sparkContext.defaultParallelism
     )
+    if cfg.incremental:  # every scheduled run splits a file alike, whatever else it reads
+        split_bytes = splits.INCREMENTAL_SPLIT_BYTES
     return Plan(tuple(files), split_bytes)
 
 
@@ -374,10 +388,11 @@ def _check_columns(cfg: IngestConfig, headers: tuple[Header, ...], declared: Str
 
 def _spark_csv(
     spark: SparkSession, cfg: IngestConfig, groups: list[tuple[list[str], StructType]], parts: int | None
-) -> tuple[DataFrame, int, int]:
+) -> tuple[DataFrame, int, int, bool]:
     """Spark's CSV reader, one read per distinct header (each file's columns named by its
     own header) united by column name, repartitioned to ``--partitions``; with the parts
-    per split (``parts`` fixed: a resumed run keeps its original's) and the number of tasks."""
+    per split (``parts`` fixed: a resumed run keeps its original's), the number of tasks
+    and whether the rows were shuffled."""
     options = {**reader_options(cfg), "enforceSchema": "true"}  # each read's schema is its files' header
     frames = []
     for paths, schema in groups:
@@ -391,6 +406,8 @@ def _spark_csv(
                 F.col("_metadata.file_path").alias(FILE_COL),
                 F.col("_metadata.file_block_start").alias(BLOCK_COL),
                 F.col("_metadata.file_block_length").alias(BLOCK_LEN_COL),
+                # Before the union: over these files' own columns in their own order.
+                F.hash(*[F.col(f.name) for f in schema.fields], F.col(CORRUPT_COL)).alias(ROW_HASH_COL),
             )
         )
     df = frames[0]
@@ -408,11 +425,12 @@ def _spark_csv(
         # shuffle), sorted by event time: its partition gets them in that order.
         parts = parts or cfg.partitions or spark.sparkContext.defaultParallelism
         df = df.repartition(parts, F.col(cfg.key_column)).sortWithinPartitions(*by_event_time)
-        return df, parts, parts
-    df, parts, tasks = _repartition(df, cfg.partitions, parts)
+        return df.drop(ROW_HASH_COL), parts, parts, True
+    partitions = None if cfg.incremental or _split_per_task(cfg) else cfg.partitions
+    df, parts, tasks = _repartition(df, partitions, parts)
     if cfg.replay_speed:  # paced by event time: each task's rows in that order
         df = df.sortWithinPartitions(*by_event_time)
-    return df, parts, tasks
+    return df.drop(ROW_HASH_COL), parts, tasks, parts > 1
 
 
 def reject_reason(schema: StructType, cfg: IngestConfig) -> Column:
@@ -433,13 +451,14 @@ def reject_reason(schema: StructType, cfg: IngestConfig) -> Column:
 def _repartition(df: DataFrame, partitions: int | None, parts: int | None) -> tuple[DataFrame, int, int]:
     """Exactly ``partitions`` producers: coalesce when the scan splits finer, shuffle only
     when it cannot split as fine (gzip and multiline files are one split each). The
-    shuffle hashes each whole row (Spark's murmur3, as ``F.hash``), so a row lands in the
-    same part in every run; ``parts``, when given, is kept whatever the scan's split."""
+    shuffle hashes each row over its own file's columns (ROW_HASH_COL), so a row lands in
+    the same part in every run, whatever files are read beside it; ``parts``, when given,
+    is kept whatever the scan's split."""
     current = df.rdd.getNumPartitions()
     if parts is None:
         parts = partitions if partitions is not None and current < partitions else 1
     if parts > 1:
-        return df.repartition(parts, *[F.col(c) for c in df.columns]), parts, parts
+        return df.repartition(parts, F.col(ROW_HASH_COL)), parts, parts
     if partitions is not None and current > partitions:
         return df.coalesce(partitions), 1, partitions
     return df, 1, current

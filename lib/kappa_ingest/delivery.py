@@ -1,33 +1,50 @@
 """Delivery guarantees: ``at-least-once`` and ``exactly-once``, and what each needs.
 
-Exactly-once (the ``confluent`` and ``kafka-python`` sinks): every task writes its records
-and its ledger entries in one Kafka transaction, with a ``transactional.id`` that is the
-same for every attempt of that task (``kappa-ingest.<lineage>.<partition>``). A new attempt
-therefore fences the old one (its open transaction is aborted, a commit it may still try
-fails), and then reads the ledger: a unit an earlier attempt did commit (a task that
-committed and died before Spark heard of it) is not sent again. A task ends only after
-its commit returned. Spark's own Kafka sink writes no transactions (SPARK-28908); it is
-at-least-once only.
+Exactly-once (the ``confluent`` and ``kafka-python`` sinks) rests on two things only:
+Kafka's fencing of transactional ids, and the ledger. Every unit of input (one split of
+one file, or one part of it after a shuffle) is written in a Kafka transaction together
+with its ledger entry, under a ``transactional.id`` that is a function of the unit and of
+the run's *scope*, never of the run or the task (Kafka Connect ties its ids to the input,
+KIP-618, and Flink's KafkaSink to its subtasks): so whoever else writes the same unit,
+an earlier attempt, a zombie, a second run over the same files, uses the same id. A writer
+initialises the id (which ends every earlier holder's transaction: committed, or aborted
+and fenced so that it can commit nothing more), then reads the ledger, and sends the unit
+only if no entry of it is there. Of two writers of a unit, whichever initialises later
+either sees the other's commit or has fenced it. No clock, lease or lock takes part.
 
-At-least-once: a task's records are acknowledged (``acks=all``, idempotent producers)
-before its ledger entries are written; a retried task re-sends what a failed attempt
-had sent, minus units the ledger already shows.
+The scope says whose entries count as delivered: ``--incremental`` runs share their
+topic's (any run's delivery of a unit counts: a topic fed by scheduled runs holds every
+row once, whatever they overlap); any other run has its lineage's (the run and the runs
+resuming it: a plain run sends all it is given, the second plain run of a file sends it
+again, as asked). Over shuffled input (more producers than splits, or ordered by key)
+a task holds one part of many units and writes them in one transaction, under an id of
+its part; its units are only ever written by that part.
 
-Whoever resumes a run, or ends one that failed, first fences the transactional ids the
-run (and the runs it resumes) used, so that no transaction is left open: an open
-transaction holds every ``read_committed`` consumer of its partitions at its first
-record until it ends or ``transaction.timeout.ms`` passes.
+A task whose unit was taken over (fenced) by another writer sends no more of it; the
+unit counts as delivered once the other writer's entry is in the ledger, else the run
+ends with exit 6. At-least-once: a task's records are acknowledged (``acks=all``,
+idempotent producers) before its ledger entries are written; a retried task re-sends
+what a failed attempt had sent, minus units the ledger already shows.
+
+Open transactions hold every ``read_committed`` consumer of their partitions at their
+first record until they end or ``transaction.timeout.ms`` passes: a run ends, at its
+start, every transaction a failed or dead run left open on its topic
+(:func:`end_lingering`), and ends its own after a failed job if Kafka answers.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from kappa_ingest.errors import UsageError
+from kappa_ingest.ledger import Entry
 from kappa_ingest.splits import Unit
 
 AT_LEAST_ONCE = "at-least-once"
@@ -93,9 +110,25 @@ def check_spark(mode: str, speculation: str | None) -> None:
         )
 
 
-def transactional_id(lineage: str, partition: int) -> str:
-    """The same for every attempt of a task, in the run and in the runs that resume it."""
-    return f"kappa-ingest.{lineage}.{partition}"
+ID_PREFIX = "kappa-ingest."  # every transactional id of the job (an ACL's prefix)
+
+
+def scope_prefix(topic: str, lineage: str, incremental: bool) -> str:
+    """The transactional ids' prefix of a run's scope: its topic's for incremental runs,
+    its lineage's for any other. ':' appears in no topic name or run id, so no scope's
+    prefix is another's."""
+    return f"{ID_PREFIX}topic:{topic}:" if incremental else f"{ID_PREFIX}run:{lineage}:"
+
+
+def unit_id(prefix: str, unit: Unit) -> str:
+    """The transactional id of ``unit``: the same for every writer of it in the scope."""
+    key = json.dumps([unit.file, unit.start, unit.length, unit.part, unit.parts], separators=(",", ":"))
+    return f"{prefix}u:{hashlib.sha256(key.encode()).hexdigest()[:24]}"
+
+
+def part_id(prefix: str, part: int, parts: int) -> str:
+    """The transactional id of a task over shuffled input: part ``part`` of ``parts`` of every unit."""
+    return f"{prefix}p:{parts}:{part}"
 
 
 def transaction_timeout_ms(
@@ -140,7 +173,7 @@ class TaskDelivery:
     lineage: str
     topic: str
     ledger_topic: str | None  # None: no ledger (dry run)
-    ledger_conf: dict[str, Any]  # librdkafka settings to read the ledger (retried attempts)
+    ledger_conf: dict[str, Any]  # librdkafka settings to read the ledger
     files: dict[str, tuple[int, int]]  # canonical file -> (size, mtime_ms)
     parts: int = 1
     split_bytes: int = 0
@@ -148,16 +181,24 @@ class TaskDelivery:
     transaction_timeout_s: float = 60.0
     kafka_timeout_s: float = DEFAULT_DELIVERY_TIMEOUT_MS / 1000  # see kafka_timeout_s()
     skip: frozenset[Unit] = field(default_factory=frozenset)  # delivered before this run
-    ledger_start: dict[int, int] = field(default_factory=dict)  # the ledger's end offsets when the run began
+    ledger_start: dict[int, int] = field(default_factory=dict)  # where the run's reading of the ledger ended
     ordered: bool = False  # rows come sorted by event time: sent in that order, not unit by unit
     pace: tuple[int, float, int] | None = None  # (first event ms, speed, wall ms it is sent at): --replay-speed
+    scope: str = ""  # scope_prefix(): the transactional ids' prefix
+    incremental: bool = False  # any run's entry of a unit counts as delivered, not only the lineage's
+    shuffled: bool = False  # a task holds one part of many units: one transaction per task, not per unit
 
     @property
     def transactional(self) -> bool:
         return self.mode == EXACTLY_ONCE
 
-    def transactional_id(self, partition: int) -> str | None:
-        return transactional_id(self.lineage, partition) if self.transactional else None
+    def delivered(self, entry: Entry | None) -> bool:
+        """Whether a ledger entry of a unit shows it delivered, for this run: of the file as it
+        is now, and by a run of the scope (any run for an incremental run, else the lineage)."""
+        if entry is None:
+            return False
+        size, mtime = self.files.get(entry.unit.file, (-1, -1))
+        return entry.matches(size, mtime) and (self.incremental or entry.lineage == self.lineage)
 
 
 def kafka_timeout_s(settings: dict[str, str]) -> float:
@@ -165,9 +206,10 @@ def kafka_timeout_s(settings: dict[str, str]) -> float:
     return int(settings.get("delivery.timeout.ms", DEFAULT_DELIVERY_TIMEOUT_MS)) / 1000
 
 
-def fence(conf: dict[str, Any], ids: list[str], timeout_s: float = INIT_TIMEOUT_S) -> list[str]:
-    """Initialise a transactional producer for each id, aborting any transaction an earlier
-    holder of the id left open; returns the ids that could not be fenced, with why."""
+def fence(conf: dict[str, Any], ids: list[str], timeout_s: float = INIT_TIMEOUT_S) -> dict[str, str]:
+    """Initialise a transactional producer for each id, ending any transaction an earlier
+    holder of the id left open (aborted, unless its commit had begun) and fencing that
+    holder; returns the ids that could not be fenced, with why."""
     from confluent_kafka import KafkaException, Producer
 
     from kappa_ingest.topics import LOG
@@ -175,10 +217,11 @@ def fence(conf: dict[str, Any], ids: list[str], timeout_s: float = INIT_TIMEOUT_
     def one(txid: str) -> str | None:
         producer = Producer({**conf, "transactional.id": txid, "logger": LOG})
         try:
+            producer.list_topics(timeout=min(5.0, timeout_s))  # connected first: see WARM_UP in the sinks
             producer.init_transactions(timeout_s)
             return None
         except KafkaException as e:
-            return f"{txid}: {e.args[0].str()}"
+            return e.args[0].str()
         finally:
             try:
                 producer.purge()
@@ -187,12 +230,12 @@ def fence(conf: dict[str, Any], ids: list[str], timeout_s: float = INIT_TIMEOUT_
                 pass
 
     if not ids:
-        return []
+        return {}
     with ThreadPoolExecutor(max_workers=min(8, len(ids)), thread_name_prefix="fence") as pool:
-        return [failure for failure in pool.map(one, ids) if failure is not None]
+        return {txid: why for txid, why in zip(ids, pool.map(one, ids), strict=True) if why is not None}
 
 
-def warm_coordinator(conf: dict[str, Any], lineage: str) -> threading.Thread:
+def warm_coordinator(conf: dict[str, Any], prefix: str) -> threading.Thread:
     """Bring the cluster's transaction coordinator up on a background thread: on a cluster
     that never ran a transaction (an embedded broker's every run), the first
     ``init_transactions`` creates Kafka's transaction log and takes ~1 s, which the tasks
@@ -200,10 +243,86 @@ def warm_coordinator(conf: dict[str, Any], lineage: str) -> threading.Thread:
 
     def warm() -> None:
         try:
-            fence(conf, [f"kappa-ingest.{lineage}.coordinator"], timeout_s=INIT_TIMEOUT_S)
+            fence(conf, [f"{prefix}coordinator"], timeout_s=INIT_TIMEOUT_S)
         except Exception:  # noqa: BLE001 - see above
             pass
 
     thread = threading.Thread(target=warm, name="transaction-coordinator", daemon=True)
     thread.start()
     return thread
+
+
+# Transaction states in which a producer of the id may still write or commit (Kafka's
+# TransactionState names); ids of completed transactions are never used again by the job.
+OPEN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
+LIVE_STATES = ("Empty", *OPEN_STATES)  # Empty: initialised, its producer may yet begin one
+
+
+@dataclass
+class Lingering:
+    """What :func:`end_lingering` found and did."""
+
+    fenced: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    error: str | None = None  # the transactions could not be listed (an old broker, no permission)
+
+
+def end_lingering(
+    conf: dict[str, Any], admin_conf: dict[str, Any], topic: str, prefixes: list[str], timeout_s: float = INIT_TIMEOUT_S
+) -> Lingering:
+    """End the job's transactions that could still write to ``topic`` and were left by
+    runs that are over (failed, killed, taken over): every id under ``prefixes`` (the
+    run's own scope, and those of runs it took over) that a producer may still use, and
+    any other id of the job with a transaction open on ``topic``. Fencing aborts an open
+    transaction and makes its producer's next call fail; ids in use by a live run of the
+    scope are fenced too, which costs that run a retry, never a row.
+
+    ``admin_conf``: kafka-python settings (it lists transactions, KIP-664, which
+    confluent-kafka cannot). A cluster that cannot list them (brokers before 3.0, no
+    DESCRIBE on the ids) is reported, not an error: correctness never rested on this."""
+    try:
+        listed = _list_transactions(admin_conf, timeout_s)
+    except Exception as e:  # noqa: BLE001 - see above; the run says what happened
+        return Lingering(error=f"{type(e).__name__}: {e}"[:300])
+    ours = [t for t, state in listed if any(t.startswith(p) for p in prefixes) and state in LIVE_STATES]
+    others = [t for t, state in listed if t not in ours and state in OPEN_STATES]
+    if others:
+        ours += _writing_to(admin_conf, others, topic)
+    failures = fence(conf, ours, timeout_s)
+    return Lingering([t for t in ours if t not in failures], [f"{t}: {why}" for t, why in failures.items()])
+
+
+def _admin(admin_conf: dict[str, Any], timeout_s: float) -> Any:
+    from kafka.admin import KafkaAdminClient
+
+    accepted = KafkaAdminClient.DEFAULT_CONFIG
+    conf = {k: v for k, v in admin_conf.items() if k in accepted}
+    return KafkaAdminClient(**conf, request_timeout_ms=int(timeout_s * 1000))
+
+
+def _list_transactions(admin_conf: dict[str, Any], timeout_s: float) -> list[tuple[str, str]]:
+    """``(transactional id, state)`` of the job's ids the coordinators know."""
+    from kafka.errors import UnsupportedVersionError
+
+    admin = _admin(admin_conf, timeout_s)
+    try:
+        try:  # filtered by the brokers (Kafka 4.1, KIP-1152); older ones list every id
+            found = admin.list_transactions(transactional_id_pattern=re.escape(ID_PREFIX) + ".*")
+        except (UnsupportedVersionError, ValueError):
+            found = admin.list_transactions()
+    finally:
+        admin.close()
+    return [(t.transactional_id, t.state.value if hasattr(t.state, "value") else str(t.state))
+            for listing in found.values() for t in listing if t.transactional_id.startswith(ID_PREFIX)]  # fmt: skip
+
+
+def _writing_to(admin_conf: dict[str, Any], ids: list[str], topic: str) -> list[str]:
+    """Those of ``ids`` whose open transaction has written to ``topic``."""
+    admin = _admin(admin_conf, INIT_TIMEOUT_S)
+    try:
+        described = admin.describe_transactions(ids)
+    except Exception:  # noqa: BLE001 - one of them ended meanwhile (unknown id): none is lingering for sure
+        return []
+    finally:
+        admin.close()
+    return [t for t, d in described.items() if any(tp.topic == topic for tp in d.topic_partitions)]

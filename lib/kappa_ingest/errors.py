@@ -39,3 +39,10 @@ class LockHeld(KappaError):
     """Another run holds the topic's ledger lock (exit 6)."""
 
     exit_code = 6
+
+
+class LockLost(KappaError):
+    """Another run took this run's topic over, or its units, while it ran (exit 6): what
+    it sent is in the topic once, the rest is the other run's (or the next run's)."""
+
+    exit_code = 6

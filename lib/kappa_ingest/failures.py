@@ -4,19 +4,22 @@ Spark names its own errors with error conditions (``PATH_NOT_FOUND``,
 ``FAILED_READ_FILE.NO_HINT``, ...): where the exception or one of its causes carries one,
 that decides. A task's own error reaches the driver as text (a Python worker's traceback
 inside a Java exception); the names of kappa-ingest's task errors (``DeliveryFailed``,
-``TransactionFailed``, ``HeaderMismatch``, ``RecordTooLarge``) and of Kafka's are matched there.
+``TransactionFailed``, ``Fenced``, ``RunSuperseded``, ``HeaderMismatch``, ``RecordTooLarge``)
+and of Kafka's are matched there.
 """
 
 from __future__ import annotations
 
 import re
 
-from kappa_ingest.errors import InputError, KafkaUnavailable, KappaError
+from kappa_ingest.errors import InputError, KafkaUnavailable, KappaError, LockLost
 from kappa_ingest.splits import canonical_file
 
 # What a failed Spark job's message means, for the one line people get.
 _CAUSES = [
+    (re.compile(r"RunSuperseded: (.*)"), LockLost, "{0}"),
     (re.compile(r"TransactionFailed: (.*)"), KafkaUnavailable, "{0}"),
+    (re.compile(r"Fenced: (.*)"), KafkaUnavailable, "{0}"),
     (re.compile(r"DeliveryFailed: (.*)"), KafkaUnavailable, "{0}"),
     (re.compile(r"HeaderMismatch: (.*)"), InputError, "{0}"),
     (re.compile(r"RecordTooLarge: (.*)"), InputError, "{0}"),
@@ -90,7 +93,7 @@ def classify(e: BaseException) -> KappaError:
     if isinstance(e, KappaError):
         return e
     text = str(e)
-    ours = re.search(r"(TransactionFailed|DeliveryFailed|HeaderMismatch|RecordTooLarge): ", text)
+    ours = re.search(r"(RunSuperseded|TransactionFailed|DeliveryFailed|Fenced|HeaderMismatch|RecordTooLarge): ", text)
     if not ours:  # a Python task's own error wins over the job failure Spark wraps it in
         named = _by_condition(e)
         if named is not None:

@@ -6,21 +6,27 @@ which of its units are in the topic. A file they cover is skipped without being 
 file with some units delivered (a run that failed half-way) is read with the split size
 and parts of those entries, and only its missing units are sent; a new file is sent
 whole. A file delivered before that has since changed is refused (exit 3, naming it) or,
-with ``--on-changed resend``, sent whole again as a new version. ``--max-files`` and
+with ``--on-changed resend``, sent whole again as a new version.
+
+Every incremental run cuts a new file into the same units (``INCREMENTAL_SPLIT_BYTES``,
+no shuffle but by key), whatever else it reads: two scheduled runs over one file write its
+units under the same transactional ids, and so never both commit one
+(:mod:`kappa_ingest.delivery`). A run that completes half-delivered files split otherwise
+(by a plain run, or an earlier version) sends only those, and new files in the next run. ``--max-files`` and
 ``--max-bytes`` bound one run, oldest files first (half-delivered ones before them): a
 backlog drains over several runs, and the report says what is left.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kappa_ingest import ledger
 from kappa_ingest.errors import InputError, UsageError
 from kappa_ingest.inputs import resolve_inputs
 from kappa_ingest.ledger import Entry
-from kappa_ingest.splits import InputFile, Plan, Unit, local_file
+from kappa_ingest.splits import INCREMENTAL_SPLIT_BYTES, InputFile, Plan, Unit, local_file
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,7 @@ class Selection:
     plan: Plan | None
     delivered: dict[Unit, Entry]
     summary: dict[str, Any]
+    ledger_end: dict[int, int] = field(default_factory=dict)  # where the reading of the ledger ended
 
     @property
     def nothing_left(self) -> bool:
@@ -105,7 +112,11 @@ def select(backlog: Backlog, on_changed: str, max_files: int | None, max_bytes: 
             queue.append(f)
         else:  # split differently by another run: its turn comes in a later run
             deferred.append(f)
-    queue += sorted([*backlog.new, *(f for f, _ in backlog.changed)], key=lambda f: (f.mtime_ms, f.path))
+    fresh = sorted([*backlog.new, *(f for f, _ in backlog.changed)], key=lambda f: (f.mtime_ms, f.path))
+    if pinned is not None and pinned.split_bytes != INCREMENTAL_SPLIT_BYTES:
+        deferred += fresh  # read with the pinned split size they would be cut unlike any other run's
+    else:
+        queue += fresh
     taken: list[InputFile] = []
     total, stopped = 0, False
     for f in queue:
@@ -144,5 +155,6 @@ def prepare(cfg: Any, conf: dict[str, Any]) -> Selection:
     if remote:
         raise UsageError(f"--incremental: local files only for now ({remote[0]}); list remote inputs explicitly")
     files = [local_file(p, cfg.multiline) for p in paths]
-    backlog = classify(files, ledger.read(conf, cfg.ledger_topic), cfg.topic)
-    return select(backlog, cfg.on_changed, cfg.max_files, cfg.max_bytes)
+    entries, ledger_end = ledger.snapshot(conf, cfg.ledger_topic)
+    selection = select(classify(files, entries, cfg.topic), cfg.on_changed, cfg.max_files, cfg.max_bytes)
+    return replace(selection, ledger_end=ledger_end)

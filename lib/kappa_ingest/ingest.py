@@ -45,7 +45,7 @@ from kappa_ingest import (
 )
 from kappa_ingest.broker_rate import BrokerRateSampler
 from kappa_ingest.config import IngestConfig
-from kappa_ingest.errors import InputError, KafkaUnavailable, KappaError, QualityGateFailed, UsageError
+from kappa_ingest.errors import InputError, KafkaUnavailable, KappaError, LockLost, QualityGateFailed, UsageError
 from kappa_ingest.failures import classify, spark_action
 from kappa_ingest.incremental import Selection
 from kappa_ingest.kafka_endpoint import KafkaEndpoint, endpoint_for
@@ -58,7 +58,8 @@ from kappa_ingest.records import wall_clock_ms
 from kappa_ingest.report import RunReport, render
 from kappa_ingest.reprocess import Replay
 from kappa_ingest.resume import Resumption
-from kappa_ingest.sinks.partition_runner import Discard, SendOutcome, TaskStats, run_partitions
+from kappa_ingest.sinks.partition_runner import SendOutcome, TaskStats, run_partitions
+from kappa_ingest.sinks.producer import Discard
 from kappa_ingest.splits import Plan, Unit
 from kappa_ingest.topics import Admin
 
@@ -183,11 +184,11 @@ def _ingest(
         else:
             source = csv_source.read(spark, cfg)
         report.read_path = source.mode
-        if held is not None:
-            held.set_tasks(source.tasks)  # whoever takes over from a killed run fences this many ids
         report.plan = source.plan.to_json()
         sc = spark.sparkContext
         group = _job_group(cfg)
+        if held is not None:  # another run took the topic over: stop sending at once (exit 6 below)
+            held.on_lost(lambda _reason: sc.cancelJobGroup(group))
         rate = _rate_per_task(cfg, spark, source)
         earlier = resumption or selection  # what was delivered before, and the files to read
         skip = frozenset(earlier.delivered) if earlier else frozenset()
@@ -204,17 +205,25 @@ def _ingest(
             clock.end("sending")
             sent = None
         else:
-            sent = _send(cfg, spark, source, kafka, report, warming, rate, echo, skip)
+            sent = _send(
+                cfg, spark, source, kafka, report, warming, rate, echo, skip, earlier.ledger_end if earlier else None
+            )
             source = sent.source or source  # its parser also takes out records too large for Kafka
             outcome = sent.outcome
-        inherited = _inherited(outcome.stats)
+        inherited, elsewhere = _inherited(cfg.run_id, outcome.stats)
         report.add_run(outcome.stats, spark_metrics.collect(spark, group), inherited)
         report.add_headers(source.headers, outcome.stats, inherited)
+        if elsewhere:  # found committed by another run of the scope while this one ran: not sent by it
+            report.delivery["delivered_by_other_runs"] = {"units": len(elsewhere), "rows": sum(e.rows_sent for e in elsewhere),
+                                                          "runs": sorted({e.run_id for e in elsewhere})}  # fmt: skip
         if report.quality and report.quality["gate"] == "quarantine":
             report.add_quality_counts(outcome.stats)
         if sent is not None:
-            new_entries = _account(cfg, report, source.plan, sent, inherited, earlier)
+            new_entries = _account(cfg, report, source.plan, sent, inherited, elsewhere, earlier)
         changed = changed_input(source, cfg.run_id)  # a file that changed while read: not all of it was sent
+        if held is not None and held.lost is not None:
+            raise LockLost(f"{held.lost}; what it committed is in the topic once, and the other run (or the next"
+                           " --incremental run) sends the rest")  # fmt: skip
         if outcome.error is not None:
             if sent is not None and sent.after is not None:
                 report.add_offsets(sent.before, sent.after)
@@ -227,6 +236,14 @@ def _ingest(
                 _compare(cfg, report, replay, sent)
         if changed is not None:  # after the reconciliation: the report still says what the topic holds
             raise changed
+        taken = [u for st in outcome.stats for u in st.taken_units()]
+        if taken:
+            raise LockLost(
+                f"{len(taken)} split(s) of this run were taken over by another run writing to {cfg.topic} (its"
+                f" transactions fenced this run's: {taken[0].label()}{' ...' if len(taken) > 1 else ''}) and not"
+                " committed by it within a minute; nothing of them was sent twice: run again with --incremental,"
+                " or --resume, once the other run is over"
+            )
         if report.rows_quarantined:
             path = f"{run_dir}/quarantine"
             reasons = spark_action(lambda: quarantine.write(source, path, skip))
@@ -253,6 +270,7 @@ def _ingest(
         clock.end("reconcile")  # a failed run's last phase takes its time up to here
         if held is not None:
             held.release()  # while Kafka is still there: an embedded broker stops next
+            report.delivery["lock"] = held.summary()
         releasing = threading.Thread(target=_release, args=(release, kafka if owns_kafka else None), name="release")
         releasing.start()  # Spark and Kafka stop while the store is written
         path = _record(cfg, report, releasing, new_entries)
@@ -270,8 +288,8 @@ def new_report(cfg: IngestConfig, clock: RunClock, held: Lock | None = None) -> 
     report.delivery = {"mode": cfg.delivery, "lineage": cfg.lineage, "resumed_from": cfg.resume,
                        "splits_skipped": 0, "rows_skipped": 0, "transactions_committed": 0,
                        "transactions_aborted": 0}  # fmt: skip
-    if held is not None and held.taken_over:
-        report.delivery["lock_taken_over_from"] = held.taken_over
+    if held is not None:
+        report.delivery["lock"] = held.summary()
     return report
 
 
@@ -321,8 +339,7 @@ def nothing_new(
 
 
 def add_resumption(report: RunReport, r: Resumption) -> None:
-    report.delivery.update(resumed_from=r.resumed_from, splits_skipped=len(r.delivered), rows_skipped=r.rows_skipped,
-                           fenced_transactional_ids=r.fenced)  # fmt: skip
+    report.delivery.update(resumed_from=r.resumed_from, splits_skipped=len(r.delivered), rows_skipped=r.rows_skipped)
 
 
 def nothing_to_send(
@@ -350,7 +367,8 @@ def _task_delivery(
     cfg: IngestConfig, source: csv_source.Source, admin: Admin | None, conf: dict, skip: frozenset[Unit], rate=None
 ) -> delivery.TaskDelivery:
     """What the tasks need to deliver; for exactly-once, with a transaction timeout sized
-    to the longest task and checked against the brokers' maximum."""
+    to the longest transaction (a unit's, or over shuffled input a task's) and checked
+    against the brokers' maximum."""
     files = {f.path: (f.size, f.mtime_ms) for f in source.plan.files}
     mode = cfg.delivery if admin is not None else delivery.AT_LEAST_ONCE  # a dry run has no transactions
     timeout_s = 60.0
@@ -358,7 +376,9 @@ def _task_delivery(
         broker_max = admin.broker_setting("transaction.max.timeout.ms")
         tasks = max(1, source.tasks)
         largest = max((f.size for f in source.plan.files), default=0)
-        task_bytes = max(min(largest, source.plan.split_bytes), -(-source.input_bytes // tasks))
+        task_bytes = min(largest, source.plan.split_bytes)
+        if source.shuffled:
+            task_bytes = max(task_bytes, -(-source.input_bytes // tasks))
         rows = estimate_rows(list(source.files), cfg.header) or 0
         requested = cfg.producer_settings().get("transaction.timeout.ms")
         timeout_s = (
@@ -386,6 +406,9 @@ def _task_delivery(
         transaction_timeout_s=timeout_s,
         kafka_timeout_s=delivery.kafka_timeout_s(cfg.producer_settings()),
         skip=skip,
+        scope=delivery.scope_prefix(cfg.topic, cfg.lineage, cfg.incremental),
+        incremental=cfg.incremental,
+        shuffled=source.shuffled,
     )
 
 
@@ -490,19 +513,20 @@ def _send(
     rate: float | None,
     echo: bool,
     skip: frozenset[Unit],
+    ledger_start: dict[int, int] | None,
 ) -> Sent:
-    """Set up the topics, write the run's plan, send, and read the settled end offsets."""
+    """Set up the topics, write the run's plan, send, and read the settled end offsets.
+    ``ledger_start``: where the run's reading of the ledger ended (its tasks read on from
+    there); None: from its end now."""
     servers = kafka.servers()
     report.bootstrap_servers = servers
     report.broker["embedded"] = kafka.embedded
     settings = cfg.producer_settings()
     conf = connection_conf(settings, servers)
     with Admin(servers, settings) as admin:
-        brokers = admin.check_reachable()
-        if admin.ensure_topic(cfg.topic, cfg.topic_partitions, cfg.replication_factor, cfg.topic_config):
-            report.broker["topic_created"] = True
-        replicas, ledger_config = ledger.topic_config(brokers)
-        admin.ensure_topic(cfg.ledger_topic, 1, replicas, ledger_config)
+        admin.check_reachable()
+        _data_topic(cfg, admin, report)
+        ledger.ensure(admin, cfg.ledger_topic, report.broker["topic_replication"])
         dlq = cfg.dead_letter_topic
         if dlq:
             admin.ensure_topic(dlq, cfg.topic_partitions, cfg.replication_factor)
@@ -515,7 +539,7 @@ def _send(
             admin.check_writable(writes_to)
         task_delivery = replace(
             _task_delivery(cfg, source, admin, conf, skip, rate),
-            ledger_start=ledger.end_offsets(conf, cfg.ledger_topic),
+            ledger_start=ledger_start if ledger_start is not None else admin.end_offsets(cfg.ledger_topic),
             dead_letter_topic=dlq,
         )
         pace_from = 0
@@ -524,12 +548,13 @@ def _send(
             task_delivery = _paced(task_delivery, span_ms / cfg.replay_speed / 1000, admin)
         if task_delivery.transactional:
             settings = {**settings, "transaction.timeout.ms": str(int(task_delivery.transaction_timeout_s * 1000))}
-            warming_coordinator = delivery.warm_coordinator(conf, cfg.lineage)
+            warming_coordinator = delivery.warm_coordinator(conf, task_delivery.scope)
         tasks = source.tasks
         report.delivery.update(tasks=tasks, ledger_topic=cfg.ledger_topic)
         if task_delivery.transactional:
+            per = "p:<parts>:<part>" if task_delivery.shuffled else "u:<unit digest>"
             report.delivery.update(
-                transactional_ids=f"{delivery.transactional_id(cfg.lineage, 0)[:-1]}<partition>",
+                transactional_ids=f"{task_delivery.scope}{per}",
                 transaction_timeout_ms=int(task_delivery.transaction_timeout_s * 1000),
             )
         before = admin.end_offsets(cfg.topic)
@@ -565,6 +590,22 @@ def _send(
             # Its last sample is the settled offsets: commit markers follow a commit.
             report.broker_rate = sampler.stop(last=after)
     return Sent(outcome, task_delivery, conf, before, after, dead_letters, source)
+
+
+def _data_topic(cfg: IngestConfig, admin: Admin, report: RunReport) -> None:
+    """Create the topic as asked, or say how the existing one differs from what was asked."""
+    if admin.ensure_topic(cfg.topic, cfg.topic_partitions, cfg.replication_factor, cfg.topic_config):
+        report.broker["topic_created"] = True
+    shape = admin.describe(cfg.topic)
+    assert shape is not None, f"topic {cfg.topic} exists"
+    report.broker.update(topic_partitions=shape.partitions, topic_replication=shape.replication)
+    if not report.broker.get("topic_created") and (shape.partitions, shape.replication) != (
+        cfg.topic_partitions, cfg.replication_factor,
+    ):  # fmt: skip
+        report.broker["topic_note"] = (
+            f"topic {cfg.topic} existed with {shape.partitions} partitions and replication {shape.replication}:"
+            " --topic-partitions and --replication-factor apply to a topic the run creates"
+        )
 
 
 def _size_checked(cfg: IngestConfig, source: csv_source.Source, limit: record_size.Limit) -> csv_source.Source:
@@ -606,13 +647,15 @@ def changed_input(source: csv_source.Source, run_id: str) -> InputError | None:
     return None
 
 
-def _inherited(stats: list[TaskStats]) -> list[Entry]:
-    """Units committed by attempts Spark counted as failed (found by their retries), once each."""
+def _inherited(run_id: str, stats: list[TaskStats]) -> tuple[list[Entry], list[Entry]]:
+    """Units tasks found committed when they came to send them, once each: by attempts of
+    this run Spark counted as failed (their rows are this run's), and by other runs."""
     out: dict[Unit, Entry] = {}
     for s in stats:
         for e in s.inherited_entries():
             out.setdefault(e.unit, e)
-    return list(out.values())
+    own = [e for e in out.values() if e.run_id == run_id]
+    return own, [e for e in out.values() if e.run_id != run_id]
 
 
 def _account(
@@ -621,6 +664,7 @@ def _account(
     plan: Plan,
     sent: Sent,
     inherited: list[Entry],
+    elsewhere: list[Entry],
     earlier: Resumption | Selection | None,
 ) -> list[Entry]:
     """Which units this run delivered and which are missing; the ledger entries the driver
@@ -628,7 +672,8 @@ def _account(
     Returns this run's entries, for the ledger's Delta copy."""
     outcome = sent.outcome
     entries = [e for s in outcome.stats for e in s.entries()]
-    seen = {e.unit for e in entries} | {e.unit for e in inherited}
+    seen = {e.unit for e in entries} | {e.unit for e in inherited} | {e.unit for e in elsewhere}
+    taken = {u for s in outcome.stats for u in s.taken_units()}  # rows in them, another writer's to commit
     before = earlier.delivered if earlier else {}
     planned = plan.units()
     unplanned = sorted(seen - set(planned))
@@ -649,7 +694,7 @@ def _account(
                 split_bytes=plan.split_bytes,
             )
             for u in planned
-            if u.file in read_files and u not in seen and u not in before
+            if u.file in read_files and u not in seen and u not in before and u not in taken
         ]
         report.ledger["units_without_rows"] = len(empty)
     # Spark's writer has no place for the spark sink's entries: written once their tasks succeeded.
@@ -670,10 +715,10 @@ def _account(
         missing=[u.label() for u in missing],
     )
     if outcome.error is not None and cfg.delivery == delivery.EXACTLY_ONCE:
-        if sent.after is None:  # Kafka did not answer: fencing cannot either; --resume fences
+        if sent.after is None:  # Kafka did not answer: fencing cannot either; the next run ends them at its start
             report.delivery["fenced_after_failure"] = 0
         else:
-            _end_open_transactions(report, sent)
+            _end_open_transactions(cfg, report, sent)
     return [*entries, *inherited, *empty]
 
 
@@ -691,14 +736,19 @@ def _with_resume_hint(error: KappaError, report: RunReport) -> KappaError:
     return error
 
 
-def _end_open_transactions(report: RunReport, sent: Sent) -> None:
-    """After a failed job, fence every task's transactional id, so that no transaction of
-    the run stays open (Spark kills the tasks it abandons without their abort)."""
-    ids = [sent.task_delivery.transactional_id(p) for p in range(report.delivery.get("tasks", 0))]
-    failures = delivery.fence(sent.conf, [i for i in ids if i], timeout_s=delivery.ABORT_TIMEOUT_S)
-    report.delivery["fenced_after_failure"] = len(ids) - len(failures)
-    if failures:
-        report.delivery["not_fenced"] = failures[:5]
+def _end_open_transactions(cfg: IngestConfig, report: RunReport, sent: Sent) -> None:
+    """After a failed job, end every transaction of the run's scope still open on its topic
+    (Spark kills the tasks it abandons without their abort), so that no consumer waits
+    for them until transaction.timeout.ms. Where Kafka cannot be asked now, the next run
+    of the topic ends them at its start."""
+    from kappa_ingest.kafka_settings import kafka_python_connection
+
+    admin_conf = kafka_python_connection(cfg.producer_settings(), sent.conf["bootstrap.servers"])
+    ended = delivery.end_lingering(sent.conf, admin_conf, cfg.topic, [sent.task_delivery.scope],
+                                   timeout_s=delivery.ABORT_TIMEOUT_S)  # fmt: skip
+    report.delivery["fenced_after_failure"] = len(ended.fenced)
+    if ended.failures or ended.error:
+        report.delivery["not_fenced"] = ended.failures[:5] or [ended.error]
 
 
 def _reconcile(

@@ -146,13 +146,32 @@ def _plain(settings: dict[str, str]) -> dict[str, str]:
     return out
 
 
+# A metadata request that names a topic lets a broker with auto.create.topics.enable (Kafka's
+# own default) create it, with the broker's partitions and cleanup policy, before the run
+# creates it as asked: no client of a run may ask so (librdkafka allows it by default for
+# producers and admin clients, kafka-python for every client).
+NO_AUTO_CREATE = {"allow.auto.create.topics": False}
+
+
 def connection_conf(settings: dict[str, str] | None, bootstrap_servers: str) -> dict[str, Any]:
     """librdkafka settings to connect to the cluster (for the driver's admin, consumers and fencing)."""
-    conf: dict[str, Any] = {"bootstrap.servers": bootstrap_servers}
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, **NO_AUTO_CREATE}
     plain = _plain(settings or {})
     for key in CONNECTION_KEYS:
         if key in plain:
             target, convert = TABLE[key][0]  # type: ignore[misc]
+            conf[target] = convert(plain[key])
+    return conf
+
+
+def kafka_python_connection(settings: dict[str, str] | None, bootstrap_servers: str) -> dict[str, Any]:
+    """kafka-python settings to connect to the cluster (the driver's admin client: it lists
+    transactions, which confluent-kafka cannot)."""
+    conf: dict[str, Any] = {"bootstrap_servers": bootstrap_servers.split(",")}
+    plain = _plain(settings or {})
+    for key in CONNECTION_KEYS:
+        if key in plain:
+            target, convert = TABLE[key][1]  # type: ignore[misc]
             conf[target] = convert(plain[key])
     return conf
 
@@ -187,7 +206,7 @@ def for_confluent(settings: dict[str, str], bootstrap_servers: str) -> dict[str,
     # librdkafka's own default partitions keys by CRC32; Java's clients (Spark's sink, Kafka
     # Streams) and kafka-python by murmur2: with it a key lands in the same partition whichever
     # client wrote it, so topics stay co-partitioned with what other producers write.
-    conf: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "partitioner": "murmur2_random"}
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "partitioner": "murmur2_random", **NO_AUTO_CREATE}
     for name, value in _plain(settings).items():
         target, convert = TABLE[name][0]  # type: ignore[misc]
         conf[target] = convert(value)
@@ -196,7 +215,7 @@ def for_confluent(settings: dict[str, str], bootstrap_servers: str) -> dict[str,
 
 def for_kafka_python(settings: dict[str, str], bootstrap_servers: str) -> dict[str, Any]:
     """Keyword arguments for kafka-python's KafkaProducer."""
-    conf: dict[str, Any] = {"bootstrap_servers": bootstrap_servers.split(",")}
+    conf: dict[str, Any] = {"bootstrap_servers": bootstrap_servers.split(","), "allow_auto_create_topics": False}
     for name, value in _plain(settings).items():
         target, convert = TABLE[name][1]  # type: ignore[misc]
         conf[target] = convert(value)

@@ -66,6 +66,7 @@ _SIGNATURES = {
     "kp_produce_one": (_c.c_int, [_P, _c.c_char_p, _c.c_char_p, _c.c_size_t, _c.c_char_p, _c.c_size_t]),
     "kp_produce_with_headers": (_c.c_int, [_P, _c.c_char_p, _c.c_char_p, _c.c_size_t, _c.c_int, _CHARS, _CHARS, _I64S]),
     "kp_flush": (_c.c_int, [_P, _c.c_int]),
+    "kp_warm": (_c.c_int, [_P, _c.c_int]),
     "kp_txn_init": (_c.c_int, [_P, _c.c_int]),
     "kp_txn_begin": (_c.c_int, [_P]),
     "kp_txn_commit": (_c.c_int, [_P, _c.c_int]),

@@ -5,9 +5,11 @@ A resumed run is a run of its own (its own run id and report) that continues ano
 it takes that run's settings and planned input (files, sizes, modification times, split
 size) from its ``summary.json``, which every run writes before it sends anything, with
 whatever the command line overrides; it refuses input files that changed since. Before
-reading the ledger it fences the transactional ids of the runs it continues (Flink's
-KafkaSink does the same on recovery): a transaction a killed run left open is aborted,
-and a task of it still alive somewhere can commit nothing more. Then a unit is skipped
+it reads the ledger, taking the topic's lock ends what the runs it continues left open
+(Flink's KafkaSink aborts lingering transactions on recovery likewise:
+:func:`kappa_ingest.delivery.end_lingering`), and a task of theirs still alive somewhere
+shares its units' transactional ids with this run's (the same lineage): whichever of the
+two initialises a unit later sees the other's commit or has fenced it. A unit is skipped
 if the ledger shows it delivered to the topic, as the file is now.
 """
 
@@ -18,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kappa_ingest import delivery, ledger
-from kappa_ingest.errors import InputError, KafkaUnavailable, UsageError
+from kappa_ingest import ledger
+from kappa_ingest.errors import InputError, UsageError
 from kappa_ingest.ledger import Entry
 from kappa_ingest.splits import Plan, Unit
 
@@ -113,7 +115,7 @@ class Resumption:
     plan: Plan
     delivered: dict[Unit, Entry]  # units of the plan the ledger shows delivered
     paths: list[str]  # files with at least one unit still to send
-    fenced: int = 0
+    ledger_end: dict[int, int] = field(default_factory=dict)  # where the reading of the ledger ended
     lineage_runs: frozenset[str] = frozenset()
     root_offsets_before: dict[int, int] = field(default_factory=dict)
 
@@ -142,10 +144,10 @@ def _changed(plan: Plan) -> list[str]:
 
 
 def prepare(cfg: Any, conf: dict[str, Any]) -> Resumption:
-    """Check the resumed run's files, fence its transactions, read the ledger.
+    """Check the resumed run's files and read the ledger (the topic's lock is held).
 
     ``cfg`` is the resumed run's IngestConfig, ``conf`` librdkafka settings for its Kafka.
-    UsageError if an input file changed; KafkaUnavailable if Kafka cannot be fenced or read."""
+    UsageError if an input file changed; KafkaUnavailable if Kafka cannot be read."""
     original = find(cfg.metrics_dir, cfg.resume)
     plan = Plan.from_json(original["plan"])
     changed = _changed(plan)
@@ -156,16 +158,8 @@ def prepare(cfg: Any, conf: dict[str, Any]) -> Resumption:
         )
     runs = [s for s in _summaries(cfg.metrics_dir) if (s.get("config") or {}).get("lineage") == cfg.lineage]
     root = next((s for s in runs if s["run_id"] == cfg.lineage), original)
-    tasks = max([(s.get("delivery") or {}).get("tasks") or 0 for s in runs] + [0])
-    transactional = any((s.get("delivery") or {}).get("mode") == delivery.EXACTLY_ONCE for s in runs)
-    ids = [delivery.transactional_id(cfg.lineage, p) for p in range(tasks)] if transactional else []
-    failures = delivery.fence(conf, ids)
-    if failures:
-        raise KafkaUnavailable(
-            f"--resume {cfg.resume}: could not fence {len(failures)} transactional ids of the runs it continues"
-            f" ({failures[0]}); their open transactions would hold consumers back"
-        )
-    latest = ledger.latest(ledger.read(conf, cfg.ledger_topic))
+    entries, ledger_end = ledger.snapshot(conf, cfg.ledger_topic)
+    latest = ledger.latest(entries)
     delivered: dict[Unit, Entry] = {}
     for unit in plan.units():
         entry = latest.get((cfg.topic, unit))
@@ -181,7 +175,7 @@ def prepare(cfg: Any, conf: dict[str, Any]) -> Resumption:
         plan=plan,
         delivered=delivered,
         paths=[f.path for f in plan.files if f.path in left],
-        fenced=len(ids),
+        ledger_end=ledger_end,
         lineage_runs=frozenset(lineage_runs | {cfg.run_id}),
         root_offsets_before={int(p): int(o) for p, o in before.items()},
     )

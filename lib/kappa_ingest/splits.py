@@ -22,6 +22,10 @@ from urllib.parse import unquote, urlparse
 # Spark's own default for spark.sql.files.maxPartitionBytes / openCostInBytes.
 MAX_SPLIT_BYTES = 128 << 20
 OPEN_COST_BYTES = 4 << 20
+# The split size of --incremental runs: a function of nothing a run chooses, so that two
+# scheduled runs over one new file cut it into the same units (and, writing a unit under the
+# same transactional id, never both commit it). About a second of sending per unit here.
+INCREMENTAL_SPLIT_BYTES = 64 << 20
 
 
 @dataclass(frozen=True, order=True)

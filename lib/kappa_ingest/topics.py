@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -31,6 +32,12 @@ LOG.propagate = False
 _SETTLING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART,
              KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._UNKNOWN_PARTITION}  # fmt: skip
 QUERY_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True)
+class TopicShape:
+    partitions: int
+    replication: int  # the least replicated partition's replicas
 
 
 class Admin:
@@ -71,15 +78,23 @@ class Admin:
                 if time.monotonic() >= deadline or any(x.code() == KafkaError._AUTHENTICATION for x in self.errors):
                     raise self._unavailable("no metadata", e.args[0]) from e
 
-    def partitions(self, topic: str) -> int | None:
+    def describe(self, topic: str) -> TopicShape | None:
+        """The topic's partitions and replication, or None if it does not exist (or this user
+        may not see it). A describe request, never a metadata request naming the topic: on a
+        broker with auto.create.topics.enable that would create it with the broker's defaults."""
+        from confluent_kafka import TopicCollection
+
         try:
-            md = self.client.list_topics(topic=topic, timeout=self.timeout_s)
+            found = self.client.describe_topics(TopicCollection([topic]))[topic].result(self.timeout_s)
         except KafkaException as e:
+            if e.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.TOPIC_AUTHORIZATION_FAILED):
+                return None
             raise self._unavailable(f"no metadata for topic {topic}", e.args[0]) from e
-        t = md.topics.get(topic)
-        if t is None or t.error is not None:
-            return None
-        return len(t.partitions)
+        return TopicShape(len(found.partitions), min((len(p.replicas) for p in found.partitions), default=0))
+
+    def partitions(self, topic: str) -> int | None:
+        shape = self.describe(topic)
+        return None if shape is None else shape.partitions
 
     def ensure_topic(
         self, topic: str, partitions: int, replication_factor: int, config: dict[str, str] | None = None
@@ -133,11 +148,17 @@ class Admin:
 
     def _wait_for_leaders(self, topic: str) -> None:
         """A new topic is usable once every partition has a leader (bounded wait)."""
+        from confluent_kafka import TopicCollection
+
         deadline = time.monotonic() + TIMEOUT_S
         while time.monotonic() < deadline:
-            t = self.client.list_topics(topic=topic, timeout=TIMEOUT_S).topics.get(topic)
-            if t is not None and t.error is None and t.partitions and all(p.leader >= 0 for p in t.partitions.values()):
-                return
+            try:
+                t = self.client.describe_topics(TopicCollection([topic]))[topic].result(TIMEOUT_S)
+                if t.partitions and all(p.leader is not None for p in t.partitions):
+                    return
+            except KafkaException as e:
+                if e.args[0].code() not in _SETTLING:
+                    raise self._unavailable(f"topic {topic} created, no metadata", e.args[0]) from e
             time.sleep(0.1)
         raise KafkaUnavailable(f"topic {topic!r} was created but its partitions got no leader in {TIMEOUT_S:.0f} s")
 
@@ -154,6 +175,21 @@ class Admin:
 
     def brokers(self) -> int:
         return len(self.client.list_topics(timeout=TIMEOUT_S).brokers)
+
+    def broker_ids(self) -> list[int]:
+        return sorted(self.client.list_topics(timeout=TIMEOUT_S).brokers)
+
+    def set_topic_config(self, topic: str, name: str, value: str) -> bool:
+        """Set one config of an existing topic; False if Kafka refused (no ALTER_CONFIGS, say)."""
+        from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic,
+                                  incremental_configs=[ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)])  # fmt: skip
+        try:
+            self.client.incremental_alter_configs([resource])[resource].result(TIMEOUT_S)
+        except KafkaException:
+            return False
+        return True
 
     def broker_setting(self, name: str) -> str | None:
         """A broker's value of ``name`` (the first broker's), or None if it cannot be read

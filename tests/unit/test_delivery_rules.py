@@ -4,6 +4,7 @@ their refusals, the transaction timeout, and a task's input by unit."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pyarrow as pa
 import pytest
@@ -13,7 +14,7 @@ from kappa_ingest.columns import BLOCK_COL, BLOCK_LEN_COL, FILE_COL, LINE_COL
 from kappa_ingest.errors import UsageError
 from kappa_ingest.report import RunReport
 from kappa_ingest.sinks.partition_runner import TaskStats
-from kappa_ingest.sinks.task_input import TaskInput, segments
+from kappa_ingest.sinks.task_input import DROP, TaskInput, segments
 from kappa_ingest.spark_metrics import SparkRunMetrics, StageInfo, TaskInfo
 from kappa_ingest.splits import InputFile, Plan, Unit
 
@@ -66,7 +67,37 @@ def test_the_modes_each_sink_keeps_and_what_rules_exactly_once_out():
     with pytest.raises(UsageError, match=r"spark\.speculation=true"):
         delivery.check_spark("exactly-once", "true")
     delivery.check_spark("at-least-once", "true")
-    assert delivery.transactional_id("run-1", 3) == "kappa-ingest.run-1.3"
+
+
+def test_a_units_transactional_id_is_a_function_of_the_unit_and_the_scope_alone():
+    topic_a, topic_ab = delivery.scope_prefix("a", "r1", True), delivery.scope_prefix("a.b", "r1", True)
+    lineage = delivery.scope_prefix("a", "r1", False)
+    assert topic_a == "kappa-ingest.topic:a:" and lineage == "kappa-ingest.run:r1:"
+    assert not topic_ab.startswith(topic_a)  # listing one scope's ids never takes another's
+    # Every run of a topic's incremental scope names a unit alike, whichever run it is.
+    assert delivery.scope_prefix("a", "r2", True) == topic_a
+    u = Unit("/in/x.csv", 0, 64 << 20)
+    assert delivery.unit_id(topic_a, u) == delivery.unit_id(topic_a, Unit("/in/x.csv", 0, 64 << 20))
+    others = [
+        Unit("/in/x.csv", 64 << 20, 64 << 20),
+        Unit("/in/y.csv", 0, 64 << 20),
+        Unit("/in/x.csv", 0, 64 << 20, 1, 2),
+    ]
+    ids = {delivery.unit_id(topic_a, v) for v in [u, *others]} | {delivery.unit_id(lineage, u)}
+    assert len(ids) == 5 and all(i.startswith("kappa-ingest.") for i in ids)
+    assert delivery.part_id(topic_a, 1, 4) == "kappa-ingest.topic:a:p:4:1"
+
+
+def test_which_entries_count_as_delivered_depends_on_the_scope_and_the_files_version():
+    unit = Unit("/in/x.csv", 0, 10)
+    task = delivery.TaskDelivery("exactly-once", "r2", "r1", "t", "_l", {}, {"/in/x.csv": (10, 5)})
+    same_lineage = ledger.Entry("t", unit, 10, 5, "r1", "r1", "exactly-once")
+    other_run = ledger.Entry("t", unit, 10, 5, "other", "other", "exactly-once")
+    older_file = ledger.Entry("t", unit, 9, 4, "r1", "r1", "exactly-once")
+    assert task.delivered(same_lineage) and not task.delivered(other_run) and not task.delivered(older_file)
+    incremental = replace(task, incremental=True)
+    assert incremental.delivered(other_run) and not incremental.delivered(older_file)
+    assert not task.delivered(None)
 
 
 def test_the_transaction_timeout_covers_the_longest_task_within_the_brokers_maximum():
@@ -102,14 +133,21 @@ def test_a_batch_is_cut_where_the_split_changes_and_sorted_first_when_shuffled()
     ]  # where each row was
 
 
-def test_a_task_drops_units_delivered_before_and_names_those_an_earlier_attempt_committed():
-    done = Unit("/a.csv", 10, 5)
-    earlier = Unit("/b.csv", 0, 7)
+def test_a_task_drops_units_delivered_before_found_delivered_or_taken_over():
+    done, earlier, taken = Unit("/a.csv", 10, 5), Unit("/b.csv", 0, 7), Unit("/c.csv", 0, 3)
     entry = ledger.Entry("t", earlier, 7, 1, "run", "run", "exactly-once", rows_sent=1)
-    task = TaskInput(0, skip=frozenset({done}), earlier={earlier: entry})
-    batch = lines([("file:/a.csv", 0, 10)] * 3 + [("file:/a.csv", 10, 5)] * 2 + [("file:/b.csv", 0, 7)])
+    asked: list[Unit] = []
+
+    def admit(unit: Unit):
+        asked.append(unit)
+        return {earlier: entry, taken: DROP}.get(unit)
+
+    task = TaskInput(0, skip=frozenset({done}), admit=admit)
+    batch = lines([("file:/a.csv", 0, 10)] * 3 + [("file:/a.csv", 10, 5)] * 2 + [("file:/b.csv", 0, 7)]
+                  + [("file:/c.csv", 0, 3)] * 2)  # fmt: skip
     assert [(u, b.num_rows) for u, b in task.units(iter([batch]))] == [(Unit("/a.csv", 0, 10), 3)]
-    assert task.lines_dropped == 3 and task.inherited == {earlier: entry}
+    assert asked == [Unit("/a.csv", 0, 10), earlier, taken]  # a unit delivered before is not asked about
+    assert task.lines_dropped == 5 and task.inherited == {earlier: entry} and task.dropped == {taken}
 
 
 def test_rows_committed_by_an_attempt_spark_saw_fail_count_as_sent_once():

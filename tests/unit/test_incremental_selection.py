@@ -7,7 +7,7 @@ import pytest
 from kappa_ingest.errors import InputError
 from kappa_ingest.incremental import classify, select
 from kappa_ingest.ledger import Entry
-from kappa_ingest.splits import InputFile, Plan, Unit
+from kappa_ingest.splits import INCREMENTAL_SPLIT_BYTES, InputFile, Plan, Unit
 
 
 def _entry(f: InputFile, start: int, length: int, split: int, topic: str = "t", size: int | None = None) -> Entry:
@@ -27,9 +27,20 @@ def test_files_are_sorted_by_what_the_ledger_shows_for_this_topic():
     assert b.done == [OLD] and b.new == [NEW] and [f for f, _ in b.partial] == [HALF]
     plan = dict(b.partial)[HALF]  # split as the run that half-delivered it did, not as this run would
     assert plan.split_bytes == 400 and set(b.delivered) == {Unit(HALF.path, 400, 400)}
+    # Read with the half-delivered file's split size, the new file would be cut unlike any
+    # other incremental run cuts it: it waits for the next run.
     chosen = select(b, "refuse", None, None)
-    assert chosen.paths == [HALF.path, NEW.path] and chosen.plan == Plan((HALF, NEW), 400, 1)
-    assert chosen.summary["files_completed"] == 1 and chosen.summary["files_new"] == 1
+    assert chosen.paths == [HALF.path] and chosen.plan == Plan((HALF,), 400, 1)
+    assert chosen.summary["files_completed"] == 1 and chosen.summary["files_new"] == 0
+    assert chosen.summary["files_left"] == 1
+
+
+def test_a_half_delivered_file_cut_as_every_incremental_run_cuts_goes_with_the_new_ones():
+    canonical = INCREMENTAL_SPLIT_BYTES
+    big = InputFile("/in/big.csv", 3 * canonical, 2, True)
+    b = classify([NEW, big], [_entry(big, canonical, canonical, canonical)], "t")
+    chosen = select(b, "refuse", None, None)
+    assert chosen.paths == [big.path, NEW.path] and chosen.plan == Plan((big, NEW), canonical, 1)
 
 
 def test_a_changed_file_is_refused_or_resent_whole():

@@ -15,14 +15,14 @@ SETTINGS = {"acks": "all", "enable.idempotence": "true", "linger.ms": "20", "bat
 
 def test_librdkafka_names_and_types():
     conf = ks.for_confluent(SETTINGS, "h:1")
-    assert conf == {"bootstrap.servers": "h:1", "partitioner": "murmur2_random", "acks": "all", "enable.idempotence": True, "linger.ms": 20,
+    assert conf == {"bootstrap.servers": "h:1", "partitioner": "murmur2_random", "allow.auto.create.topics": False, "acks": "all", "enable.idempotence": True, "linger.ms": 20,
                     "batch.size": 1048576, "compression.type": "lz4", "queue.buffering.max.kbytes": 65536,
                     "message.max.bytes": 2097152}  # fmt: skip
 
 
 def test_kafka_python_names_and_types():
     conf = ks.for_kafka_python({**SETTINGS, "acks": "1", "compression.type": "none"}, "h:1,h:2")
-    assert conf == {"bootstrap_servers": ["h:1", "h:2"], "acks": 1, "enable_idempotence": True, "linger_ms": 20,
+    assert conf == {"bootstrap_servers": ["h:1", "h:2"], "allow_auto_create_topics": False, "acks": 1, "enable_idempotence": True, "linger_ms": 20,
                     "batch_size": 1048576, "compression_type": None, "buffer_memory": 67108864,
                     "max_request_size": 2097152}  # fmt: skip
 

@@ -82,6 +82,9 @@ int rd_kafka_error_is_fatal(const rd_kafka_error_t *);
 int rd_kafka_error_is_retriable(const rd_kafka_error_t *);
 int rd_kafka_error_txn_requires_abort(const rd_kafka_error_t *);
 void rd_kafka_error_destroy(rd_kafka_error_t *);
+struct rd_kafka_metadata;
+int rd_kafka_metadata(rd_kafka_t *, int, rd_kafka_topic_t *, const struct rd_kafka_metadata **, int);
+void rd_kafka_metadata_destroy(const struct rd_kafka_metadata *);
 rd_kafka_headers_t *rd_kafka_headers_new(size_t);
 int rd_kafka_header_add(rd_kafka_headers_t *, const char *, ssize_t, const void *, ssize_t);
 void rd_kafka_headers_destroy(rd_kafka_headers_t *);
@@ -253,10 +256,27 @@ int kp_produce_with_headers(kp_producer *p, const char *topic, const void *value
     }
 }
 
-/* Wait for every record's delivery report; returns how many are still in flight. */
+/*
+ * Wait for every record's delivery report: 0 when rd_kafka_flush says all were served,
+ * else how many are still queued or in flight (at least 1). rd_kafka_outq_len alone counts
+ * pending callbacks and requests too, so it may be above 0 after a complete flush.
+ */
 int kp_flush(kp_producer *p, int timeout_ms) {
-    rd_kafka_flush(p->rk, timeout_ms);
-    return rd_kafka_outq_len(p->rk);
+    if (rd_kafka_flush(p->rk, timeout_ms) == 0) return 0;
+    int left = rd_kafka_outq_len(p->rk);
+    return left > 0 ? left : 1;
+}
+
+/*
+ * Connect before the first call that needs a broker: a metadata request for no topic
+ * (brokers only). librdkafka drops its bootstrap connection once it learns the brokers,
+ * and an init_transactions made before it connects again waits for a 500 ms timer.
+ */
+int kp_warm(kp_producer *p, int timeout_ms) {
+    const struct rd_kafka_metadata *md = NULL;
+    int e = rd_kafka_metadata(p->rk, 0, NULL, &md, timeout_ms);
+    if (md) rd_kafka_metadata_destroy(md);
+    return e;
 }
 
 static int txn_result(kp_producer *p, rd_kafka_error_t *e) {

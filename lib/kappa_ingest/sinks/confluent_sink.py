@@ -24,7 +24,7 @@ import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from kappa_ingest.records import Encoded
-from kappa_ingest.sinks.partition_runner import DeliveryFailed, TransactionFailed, headers_by_file
+from kappa_ingest.sinks.producer import DeliveryFailed, Fenced, TransactionFailed, headers_by_file
 
 FLUSH_TIMEOUT_S = 120.0
 # librdkafka's fatal errors only: the report says what went wrong, and a broker that dies
@@ -36,6 +36,15 @@ FATAL_CODES = {
     KafkaError.CLUSTER_AUTHORIZATION_FAILED,
     KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
 }
+# A newer producer initialised this one's transactional id: it may write nothing more.
+FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+# librdkafka drops its bootstrap connection once it knows the brokers; a producer that asks
+# for its producer id before it has connected again waits for a 500 ms timer (seen here:
+# 510 ms for init_transactions, 10 ms once connected). A metadata request connects it, the
+# sooner with a short first reconnect backoff (its default, 100 ms, held the new connection
+# back ~50 ms). A transaction per unit makes one producer per unit: 70 ms -> 20 ms each.
+WARM_UP_MS = 5000
+TRANSACTIONAL = {"reconnect.backoff.ms": 5}
 
 
 def make_producer(
@@ -45,7 +54,7 @@ def make_producer(
     from kappa_ingest import native
 
     if transactional_id is not None:
-        conf = {**conf, "transactional.id": transactional_id}
+        conf = {**TRANSACTIONAL, **conf, "transactional.id": transactional_id}
     try:
         return NativePartitionProducer(native.load(), conf, topic)
     except native.NativeUnavailable:
@@ -85,6 +94,8 @@ class NativePartitionProducer:
         self.handle = lib.kp_new(names, values, len(settings), err, len(err))
         if not self.handle:
             raise DeliveryFailed(f"Kafka client refused its configuration: {err.value.decode(errors='replace')}")
+        if "transactional.id" in conf:
+            lib.kp_warm(self.handle, WARM_UP_MS)  # an unreachable cluster is init_transactions' to report
 
     def send(self, enc: Encoded, run_id: str) -> None:
         from kappa_ingest.native import Batch
@@ -138,9 +149,10 @@ class NativePartitionProducer:
                 raise DeliveryFailed(f"Kafka client refused a dead letter: {self.lib.kp_err2str(e).decode()}")
 
     def _raise_if_fatal(self) -> None:
-        if self.lib.kp_fatal_error(self.handle):
+        code = self.lib.kp_fatal_error(self.handle)
+        if code:
             reason = self.lib.kp_fatal_reason(self.handle).decode(errors="replace")
-            raise DeliveryFailed(f"Kafka refused the producer: {reason}")
+            raise (Fenced if code in FENCED_CODES else DeliveryFailed)(f"Kafka refused the producer: {reason}")
 
     def flush(self) -> None:
         remaining = self.lib.kp_flush(self.handle, int(FLUSH_TIMEOUT_S * 1000))
@@ -159,7 +171,8 @@ class NativePartitionProducer:
             lib.kp_txn_reason(h).decode(errors="replace"),
             fatal=bool(lib.kp_txn_fatal(h)),
             abortable=bool(lib.kp_txn_abortable(h)),
-            fenced=code in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH),
+            retriable=bool(lib.kp_txn_retriable(h)),
+            fenced=code in FENCED_CODES,
         )
 
     def init_transactions(self, timeout_s: float) -> None:
@@ -201,6 +214,11 @@ class ConfluentPartitionProducer:
                 "error_cb": self._on_error,
             }
         )
+        if "transactional.id" in conf:
+            try:
+                self.producer.list_topics(topic, timeout=WARM_UP_MS / 1000)  # see WARM_UP_MS
+            except KafkaException:
+                pass  # an unreachable cluster is init_transactions' to report
 
     def _on_delivery(self, err: KafkaError | None, _msg: object) -> None:
         if err is not None:
@@ -249,7 +267,8 @@ class ConfluentPartitionProducer:
 
     def _raise_if_fatal(self) -> None:
         if self.fatal is not None:
-            raise DeliveryFailed(f"Kafka refused the producer: {self.fatal}")
+            fenced = isinstance(self.fatal, KafkaError) and self.fatal.code() in FENCED_CODES
+            raise (Fenced if fenced else DeliveryFailed)(f"Kafka refused the producer: {self.fatal}")
 
     def flush(self) -> None:
         remaining = self._live().flush(FLUSH_TIMEOUT_S)
@@ -267,8 +286,8 @@ class ConfluentPartitionProducer:
                 err.str(),
                 fatal=err.fatal(),
                 abortable=err.txn_requires_abort(),
-                fenced=err.code()
-                in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH),
+                retriable=err.retriable(),
+                fenced=err.code() in FENCED_CODES,
             ) from e
 
     def init_transactions(self, timeout_s: float) -> None:

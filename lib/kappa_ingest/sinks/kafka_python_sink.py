@@ -13,11 +13,11 @@ from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
 from kappa_ingest.records import Encoded
-from kappa_ingest.sinks.partition_runner import DeliveryFailed, TransactionFailed, headers_by_file
+from kappa_ingest.sinks.producer import DeliveryFailed, Fenced, TransactionFailed, headers_by_file
 
 FLUSH_TIMEOUT_S = 120.0
 CLOSE_TIMEOUT_S = 10.0
-_FENCED = ("ProducerFencedError", "InvalidProducerEpochError")
+_FENCED = ("ProducerFencedError", "InvalidProducerEpochError", "TransactionCoordinatorFencedError")
 
 
 class KafkaPythonPartitionProducer:
@@ -26,6 +26,7 @@ class KafkaPythonPartitionProducer:
         self.produced = 0
         self.failed = 0
         self.first_error: BaseException | None = None
+        self._pending: tuple[str, Any] | None = None  # a transactional call that timed out, still under way
         if transactional_id is not None:
             conf = {**conf, "transactional_id": transactional_id}
         try:
@@ -77,25 +78,45 @@ class KafkaPythonPartitionProducer:
                 f" first error: {self.first_error!r}"
             ) from e
         if self.failed:
-            raise DeliveryFailed(
+            fenced = type(self.first_error).__name__ in _FENCED
+            raise (Fenced if fenced else DeliveryFailed)(
                 f"{self.failed} of {self.produced} records not acknowledged by Kafka; first error: {self.first_error!r}"
             )
 
     def _txn_error(self, what: str, e: BaseException) -> TransactionFailed:
+        """The error as librdkafka's rules see it, from kafka-python's transaction manager:
+        fatal (the producer is done), abortable (abort, then start over), retriable (the
+        coordinator did not answer in time, or said to retry)."""
         name = type(e).__name__
-        return TransactionFailed(what, f"{name}: {e}", fatal=name in _FENCED, abortable=False, fenced=name in _FENCED)
+        manager = getattr(self.producer, "_transaction_manager", None)
+        fatal = name in _FENCED or bool(manager is not None and manager.has_fatal_error())
+        abortable = not fatal and bool(manager is not None and manager.has_abortable_error())
+        retriable = (
+            not fatal and not abortable and (isinstance(e, TimeoutError) or bool(getattr(e, "retriable", False)))
+        )
+        return TransactionFailed(what, f"{name}: {e}", fatal=fatal, abortable=abortable, retriable=retriable,
+                                 fenced=name in _FENCED)  # fmt: skip
 
-    def init_transactions(self, timeout_s: float) -> None:
-        # KafkaProducer.init_transactions() waits max_block_ms; the manager's result takes
-        # the caller's bound, as in _end.
+    def _wait(self, what: str, start: Any, timeout_s: float) -> None:
+        """Start a transactional call (``start()`` gives its result) and wait for it within
+        ``timeout_s``. KafkaProducer's own calls wait max_block_ms, or without a bound. A call
+        that timed out is waited for again by the next one (as Java's producer resumes it):
+        kafka-python refuses to start it twice."""
         producer = self._live()
         try:
-            result = producer._transaction_manager.initialize_transactions()
-            producer._sender.wakeup()
-            if not result.wait(timeout_ms=int(timeout_s * 1000)):  # raises the coordinator's own error
+            if self._pending is None or self._pending[0] != what:
+                self._pending = (what, start())
+                producer._sender.wakeup()
+            if not self._pending[1].wait(timeout_ms=int(timeout_s * 1000)):  # raises the coordinator's own error
                 raise TimeoutError(f"no answer from the transaction coordinator in {timeout_s:.0f} s")
+            self._pending = None
         except Exception as e:
-            raise self._txn_error("initialising the transaction", e) from e
+            if not isinstance(e, TimeoutError):
+                self._pending = None
+            raise self._txn_error(what, e) from e
+
+    def init_transactions(self, timeout_s: float) -> None:
+        self._wait("initialising the transaction", self._live()._transaction_manager.initialize_transactions, timeout_s)
 
     def begin(self) -> None:
         try:
@@ -103,25 +124,11 @@ class KafkaPythonPartitionProducer:
         except Exception as e:
             raise self._txn_error("beginning the transaction", e) from e
 
-    def _end(self, commit: bool, timeout_s: float) -> None:
-        # KafkaProducer.commit_transaction()/abort_transaction() wait without a bound; the
-        # transaction manager's result takes one, so a dead cluster cannot hang the task.
-        producer = self._live()
-        what = "committing the transaction" if commit else "aborting the transaction"
-        try:
-            manager = producer._transaction_manager
-            result = manager.begin_commit() if commit else manager.begin_abort()
-            producer._sender.wakeup()
-            if not result.wait(timeout_ms=int(timeout_s * 1000)):  # raises the transaction's own error
-                raise TimeoutError(f"no answer from the transaction coordinator in {timeout_s:.0f} s")
-        except Exception as e:
-            raise self._txn_error(what, e) from e
-
     def commit(self, timeout_s: float) -> None:
-        self._end(True, timeout_s)
+        self._wait("committing the transaction", self._live()._transaction_manager.begin_commit, timeout_s)
 
     def abort(self, timeout_s: float) -> None:
-        self._end(False, timeout_s)
+        self._wait("aborting the transaction", self._live()._transaction_manager.begin_abort, timeout_s)
 
     @property
     def partitions_touched(self) -> int | None:

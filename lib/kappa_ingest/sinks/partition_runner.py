@@ -1,23 +1,17 @@
 """The per-partition runner shared by the Python producers (confluent, kafka-python).
 
-Each Spark partition gets one producer, created inside the partition function, never on
-the driver or per record (Spark's "design patterns for foreachRDD"). The runner converts
-each Arrow batch with :func:`kappa_ingest.records.encode_batch`, hands it to the
-producer, throttles if asked, and ends the task with one statistics row.
+Each Spark partition gets its producers inside the partition function, never on the
+driver or per record (Spark's "design patterns for foreachRDD"). The runner parses and
+converts each Arrow batch (:func:`kappa_ingest.records.encode_batch`), hands it to the
+task's writer (:mod:`.writers`: transactions per unit or per task, or acknowledged
+sends), throttles or paces if asked, and ends the task with one statistics row.
 
-A task's life, by delivery mode (:mod:`kappa_ingest.delivery`):
-
-- exactly-once: init the transactional producer (fencing every earlier attempt of this
-  task), begin; on a retried attempt read the ledger and drop the units an earlier
-  attempt committed; send; flush; add the ledger entries; commit. The task ends only
-  after the commit returned.
-- at-least-once: send; flush; add the ledger entries; flush.
-
-Whatever fails, the producer is closed in ``finally``: an open transaction is aborted
-first, and records still queued are dropped, never left to a reused Python worker to
-deliver later beside the retried attempt's. Rows count as sent from the producers'
-delivery reports, collected in an action; the tasks that succeeded before a job failed
-are known from an accumulator (Spark merges it for successful tasks only).
+Whatever fails, the writer aborts an open transaction (unless its producer can take no
+more calls) and closes its producers in ``finally``: records still queued are dropped,
+never left to a reused Python worker to deliver later beside the retried attempt's.
+Rows count as sent from the producers' delivery reports, collected in an action; the
+tasks that succeeded before a job failed are known from an accumulator (Spark merges it
+for successful tasks only).
 """
 
 from __future__ import annotations
@@ -27,7 +21,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -35,88 +29,13 @@ from pyspark import AccumulatorParam, TaskContext
 from pyspark.sql import DataFrame
 
 from kappa_ingest import dead_letter, task_notes
-from kappa_ingest.delivery import ABORT_TIMEOUT_S, TaskDelivery
+from kappa_ingest.delivery import TaskDelivery
 from kappa_ingest.ledger import Entry
 from kappa_ingest.parsing import BatchParser, Parsed
 from kappa_ingest.records import Encoded, RecordSpec, encode_batch, wall_clock_ms
 from kappa_ingest.sinks.task_input import TaskInput
+from kappa_ingest.sinks.writers import MakeProducer, writer_for
 from kappa_ingest.splits import Unit
-
-
-class DeliveryFailed(RuntimeError):
-    """Raised in a task whose producer could not deliver every record."""
-
-
-class TransactionFailed(DeliveryFailed):
-    """A transactional call failed; ``fenced`` when a newer attempt took the transactional.id over."""
-
-    def __init__(
-        self, what: str, reason: str, *, fatal: bool = False, abortable: bool = False, fenced: bool = False
-    ) -> None:
-        self.what, self.reason, self.fatal, self.abortable, self.fenced = what, reason, fatal, abortable, fenced
-        message = f"Kafka transaction failed while {what}: {reason}"
-        if fenced:
-            message += "; a newer attempt of this task (or a run resuming it) took its transactional.id over"
-        super().__init__(message)
-
-
-class PartitionProducer(Protocol):
-    def send(self, enc: Encoded, run_id: str) -> None:
-        """Send every record of ``enc``, with the headers ``run_id`` and ``source_file``."""
-
-    def send_ledger(self, topic: str, records: list[tuple[bytes, bytes]]) -> None:
-        """Send ledger records (key, value) to ``topic``."""
-
-    def send_dead_letters(self, topic: str, records: list[tuple[bytes, list[tuple[str, bytes]]]]) -> None:
-        """Send dead letters (value, headers) to ``topic``."""
-
-    def flush(self) -> None:
-        """Wait for every record; raise DeliveryFailed unless every one was acknowledged."""
-
-    def init_transactions(self, timeout_s: float) -> None: ...
-    def begin(self) -> None: ...
-    def commit(self, timeout_s: float) -> None: ...
-    def abort(self, timeout_s: float) -> None: ...
-
-    @property
-    def partitions_touched(self) -> int | None:
-        """Data-topic partitions written by the current transaction (each gets a commit marker); None: unknown."""
-
-    def close(self) -> None:
-        """Release the producer, dropping what it still holds; never raises."""
-
-
-class Discard:
-    """The dry run's producer: converts everything, sends nothing."""
-
-    partitions_touched = 0
-
-    def send(self, enc: Encoded, run_id: str) -> None:
-        pass
-
-    def send_ledger(self, topic: str, records: list[tuple[bytes, bytes]]) -> None:
-        pass
-
-    def send_dead_letters(self, topic: str, records: list[tuple[bytes, list[tuple[str, bytes]]]]) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
-
-    def init_transactions(self, timeout_s: float) -> None:
-        pass
-
-    def begin(self) -> None:
-        pass
-
-    def commit(self, timeout_s: float) -> None:
-        pass
-
-    def abort(self, timeout_s: float) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 @dataclass
@@ -137,10 +56,13 @@ class TaskStats:
     started_ms: int = 0
     ended_ms: int = 0
     transactions: int = 0  # committed by this task
-    markers: int = 0  # commit markers its transaction put in the topic's partitions; -1: unknown
-    transaction_ms: int = 0  # spent initialising (fencing) and committing its transaction
+    aborted: int = 0  # transactions it aborted
+    commit_retries: int = 0  # commit calls repeated after a retriable error
+    markers: int = 0  # commit markers its transactions put in the topic's partitions; -1: unknown
+    transaction_ms: int = 0  # spent initialising (fencing) and committing its transactions
     units: str = "[]"  # JSON: the ledger entries of the units it delivered
-    inherited: str = "[]"  # JSON: entries of units an earlier attempt of it committed
+    inherited: str = "[]"  # JSON: entries of its units found delivered (by an earlier attempt, or another run)
+    taken: str = "[]"  # JSON: units another writer took over and has not committed yet
     failed: str = "{}"  # JSON: rows failing each row-level expectation (--quality-gate quarantine)
     record_loops: str = ""  # C | Python: the record loops its process ran
     notes: str = "[]"  # JSON: warnings raised in its process (task_notes)
@@ -177,6 +99,9 @@ class TaskStats:
     def inherited_entries(self) -> list[Entry]:
         return [_entry(d) for d in json.loads(self.inherited)]
 
+    def taken_units(self) -> list[Unit]:
+        return [Unit(**d) for d in json.loads(self.taken)]
+
     def finish(self, task_input: TaskInput, entries: list[Entry]) -> None:
         self.lines_dropped = task_input.lines_dropped
         self.units = json.dumps([asdict(e) for e in entries])
@@ -189,7 +114,7 @@ def _entry(d: dict[str, Any]) -> Entry:
     return Entry(**{**d, "unit": Unit(**d["unit"])})
 
 
-_TEXT_FIELDS = {"host", "units", "inherited", "failed", "record_loops", "notes"}
+_TEXT_FIELDS = {"host", "units", "inherited", "taken", "failed", "record_loops", "notes"}
 STATS_SCHEMA = ", ".join(f"{f.name} {'string' if f.name in _TEXT_FIELDS else 'bigint'}" for f in fields(TaskStats))
 
 
@@ -279,31 +204,6 @@ def converted(
             yield Encoded.merge(pieces, where)
 
 
-def headers_by_file(enc: Encoded, run_id: str) -> tuple[list[list[tuple[str, bytes]]], list[int]]:
-    """The records' headers, made once per distinct source file in the batch."""
-    encoded = enc.source_files.dictionary_encode()
-    rid = run_id.encode()
-    headers = [[("run_id", rid), ("source_file", f.encode())] for f in encoded.dictionary.to_pylist()]
-    return headers, encoded.indices.to_pylist()
-
-
-def delivered_earlier(delivery: TaskDelivery) -> dict[Unit, Entry]:
-    """Units this run's earlier attempts committed, read from the ledger (after this attempt
-    fenced them), from where the ledger stood when the run began.
-
-    Asked by a retried attempt, and by every task reading shuffled rows: there a lost
-    executor's shuffle output makes Spark re-run the stage, whose attempts count from 0
-    again (PySpark's TaskContext does not tell the stage attempt)."""
-    ctx = TaskContext.get()
-    retried = ctx is not None and ctx.attemptNumber() > 0
-    if delivery.ledger_topic is None or not (retried or delivery.parts > 1):
-        return {}
-    from kappa_ingest import ledger
-
-    entries = ledger.read(delivery.ledger_conf, delivery.ledger_topic, start=delivery.ledger_start)
-    return {e.unit: e for e in entries if e.topic == delivery.topic and e.run_id == delivery.run_id}
-
-
 def parse_at(parse: BatchParser, rows: pa.RecordBatch, unit: Unit, task_input: TaskInput) -> Parsed:
     """``parse(rows)``, the rows of ``unit``; a record too large for Kafka under
     ``--strict-size`` is named by its line (or record) in its file."""
@@ -315,86 +215,48 @@ def parse_at(parse: BatchParser, rows: pa.RecordBatch, unit: Unit, task_input: T
         raise e.located(unit.start, task_input.position(unit), parse.counts_lines) from None
 
 
-def ledger_entries(task_input: TaskInput, delivery: TaskDelivery, stats: TaskStats) -> list[Entry]:
-    out = []
-    for unit, t in task_input.tallies.items():
-        size, mtime = delivery.files.get(unit.file, (-1, -1))
-        out.append(
-            Entry(delivery.topic, unit, size, mtime, delivery.run_id, delivery.lineage, delivery.mode, t.lines,
-                  t.rows_read, t.rows_sent, t.rows_quarantined, t.bytes_sent, stats.task_id, stats.attempt,
-                  split_bytes=delivery.split_bytes)
-        )  # fmt: skip
-    return out
-
-
 def run_partitions(
     df: DataFrame,
     spec: RecordSpec,
     parser: BatchParser,
-    make_producer: Callable[[str | None], PartitionProducer],
+    make_producer: MakeProducer,
     delivery: TaskDelivery,
     rate_per_task: float | None = None,
     clock: Callable[[], int] = wall_clock_ms,
 ) -> SendOutcome:
-    """Send every partition of ``df`` through its own producer; one TaskStats per task."""
+    """Send every partition of ``df`` through its own writer; one TaskStats per task."""
     acc = df.sparkSession.sparkContext.accumulator({}, TaskStatsParam())
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         stats = TaskStats.current()
         parse = parser.fresh()
         pacing = Pacer(*delivery.pace) if delivery.pace else Throttle(rate_per_task)
-        began = time.monotonic()
-        producer: PartitionProducer | None = None
-        in_transaction = False
+        writer = writer_for(delivery, make_producer, stats)
+        task_input = TaskInput(stats.partition, delivery.parts, delivery.skip, writer.admit, delivery.ordered)
+        writer.task_input = task_input
+
+        def convert(unit: Unit, rows: pa.RecordBatch) -> tuple[Parsed, Encoded]:
+            parsed = parse_at(parse, rows, unit, task_input)
+            enc = encode_batch(parsed.rows, spec.with_columns(parsed.columns), clock())
+            if delivery.dead_letter_topic and parsed.rejects.num_rows:
+                writer.send_dead_letters(dead_letter.records(rows, parsed, unit, task_input.position(unit),
+                                                             spec.run_id, parser.counts_lines))  # fmt: skip
+            stats.add(parsed, enc)
+            task_input.add(unit, rows.num_rows, parsed, enc)
+            return parsed, enc
+
         try:
-            producer = make_producer(delivery.transactional_id(stats.partition))
-            if delivery.transactional:
-                t0 = time.monotonic()
-                within_delivery_timeout(lambda: producer.init_transactions(delivery.kafka_timeout_s), delivery)
-                producer.begin()
-                in_transaction = True
-                stats.transaction_ms += round((time.monotonic() - t0) * 1000)
-            task_input = TaskInput(stats.partition, delivery.parts, delivery.skip, delivered_earlier(delivery),
-                                   delivery.ordered)  # fmt: skip
-
-            def convert(unit: Unit, rows: pa.RecordBatch) -> tuple[Parsed, Encoded]:
-                parsed = parse_at(parse, rows, unit, task_input)
-                enc = encode_batch(parsed.rows, spec.with_columns(parsed.columns), clock())
-                if delivery.dead_letter_topic and parsed.rejects.num_rows:
-                    letters = dead_letter.records(rows, parsed, unit, task_input.position(unit), spec.run_id,
-                                                  parser.counts_lines)  # fmt: skip
-                    producer.send_dead_letters(delivery.dead_letter_topic, letters)
-                stats.add(parsed, enc)
-                task_input.add(unit, rows.num_rows, parsed, enc)
-                return parsed, enc
-
+            writer.start()
             for enc in converted(batches, task_input, convert):
                 for lo, hi in pacing.slices(enc):
-                    producer.send(enc.slice(lo, hi), spec.run_id)
-            producer.flush()
-            entries = ledger_entries(task_input, delivery, stats)
-            if delivery.ledger_topic is not None and entries:
-                producer.send_ledger(delivery.ledger_topic, [e.record() for e in entries])
-            if delivery.transactional:
-                touched = producer.partitions_touched
-                t0 = time.monotonic()
-                _commit(producer, began, delivery)
-                stats.transaction_ms += round((time.monotonic() - t0) * 1000)
-                in_transaction = False
-                stats.transactions, stats.markers = 1, -1 if touched is None else touched
-            elif entries:
-                producer.flush()
-            stats.finish(task_input, entries)
+                    writer.send(enc.slice(lo, hi))
+            writer.finish()
+            stats.finish(task_input, writer.entries)
         except BaseException:
-            if in_transaction and producer is not None:
-                try:
-                    producer.abort(ABORT_TIMEOUT_S)
-                except Exception:  # noqa: BLE001 - the task's own error is the one to report
-                    pass  # a fenced or unreachable transaction is aborted by the next attempt or the driver
+            writer.abandon()
             raise
         finally:
-            if producer is not None:
-                producer.close()
+            writer.close()
         acc.add({stats.task_id: stats})
         yield pa.RecordBatch.from_pylist([asdict(stats)])
 
@@ -403,37 +265,3 @@ def run_partitions(
     except Exception as e:  # noqa: BLE001 - the caller maps it; what succeeded is in the accumulator
         return SendOutcome(list(acc.value.values()), e)
     return SendOutcome([TaskStats(**row.asDict()) for row in rows])
-
-
-def within_delivery_timeout(call: Callable[[], None], delivery: TaskDelivery) -> None:
-    """Run a transactional call; one that waited out the delivery timeout says so."""
-    t0 = time.monotonic()
-    try:
-        call()
-    except TransactionFailed as e:
-        if time.monotonic() - t0 < 0.9 * delivery.kafka_timeout_s:
-            raise
-        raise TransactionFailed(
-            e.what,
-            f"{e.reason}; Kafka did not answer within delivery.timeout.ms ({delivery.kafka_timeout_s:.0f} s):"
-            " check that the brokers run",
-            fatal=e.fatal,
-            abortable=e.abortable,
-            fenced=e.fenced,
-        ) from e
-
-
-def _commit(producer: PartitionProducer, began: float, delivery: TaskDelivery) -> None:
-    timeout_s = delivery.transaction_timeout_s
-    try:
-        within_delivery_timeout(lambda: producer.commit(delivery.kafka_timeout_s), delivery)
-    except TransactionFailed as e:
-        ran = time.monotonic() - began
-        if ran < 0.9 * timeout_s:
-            raise
-        raise TransactionFailed(
-            e.what,
-            f"{e.reason}; the task ran {ran:.0f} s, past transaction.timeout.ms ({timeout_s:.0f} s), so the broker"
-            " aborted its transaction: use more --partitions or set --kafka-opt transaction.timeout.ms higher",
-            fatal=e.fatal,
-        ) from e

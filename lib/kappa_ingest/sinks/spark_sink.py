@@ -36,10 +36,10 @@ from kappa_ingest.sinks.partition_runner import (
     TaskStatsParam,
     Throttle,
     converted,
-    ledger_entries,
     parse_at,
 )
 from kappa_ingest.sinks.task_input import TaskInput
+from kappa_ingest.sinks.writers import entry_for
 from kappa_ingest.splits import Unit
 
 
@@ -81,7 +81,7 @@ def send(
             if letters:
                 yield _to(_dead_letter_batch(letters, clock()), delivery.dead_letter_topic)
                 letters.clear()
-        stats.finish(task_input, ledger_entries(task_input, delivery, stats))
+        stats.finish(task_input, [entry_for(task_input, delivery, stats, u) for u in task_input.tallies])
         acc.add({stats.task_id: stats})
 
     dead_letters = delivery.dead_letter_topic is not None

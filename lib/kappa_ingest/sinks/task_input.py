@@ -1,5 +1,6 @@
 """What a task reads, unit by unit: its Arrow batches cut where the split changes, units
-already delivered dropped, and what it did with each unit tallied for the ledger.
+already delivered (or taken over by another writer) dropped, and what it did with each
+unit tallied for the ledger.
 
 Spark hands a task the rows of its splits in order, so a batch is a few runs of rows,
 each from one split (found from the ``_metadata`` columns the source adds). After a
@@ -8,7 +9,7 @@ shuffle (``parts`` > 1) rows arrive mixed: the batch is sorted by split first.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -62,6 +63,9 @@ def parsed_units(
         yield parse(rows)
 
 
+DROP = object()  # what ``admit`` says of a unit another writer took over: its rows are dropped
+
+
 @dataclass
 class UnitTally:
     lines: int = 0
@@ -72,15 +76,17 @@ class UnitTally:
 
 
 class TaskInput:
-    """One task's input by unit. ``skip``: units delivered before this run; ``earlier``:
-    units an earlier attempt of this task's run committed (a retried task)."""
+    """One task's input by unit. ``skip``: units delivered before this run; ``admit``: asked
+    of each run of rows of a unit before they are processed, it returns the ledger entry of
+    a unit found delivered meanwhile, or DROP for one another writer took over (either way
+    its rows are dropped), else None."""
 
     def __init__(
         self,
         partition: int,
         parts: int = 1,
         skip: frozenset[Unit] = frozenset(),
-        earlier: dict[Unit, Entry] | None = None,
+        admit: Callable[[Unit], Entry | object | None] | None = None,
         ordered: bool = False,
     ) -> None:
         self.part = partition if parts > 1 else 0
@@ -88,9 +94,10 @@ class TaskInput:
         self.ordered = ordered  # rows sorted by event time: processed unit by unit, sent in their order
         self.mixed = parts > 1 or ordered  # rows of several splits interleaved
         self.skip = skip
-        self.earlier = earlier or {}
+        self.admit = admit
         self.tallies: dict[Unit, UnitTally] = {}
-        self.inherited: dict[Unit, Entry] = {}
+        self.inherited: dict[Unit, Entry] = {}  # units found delivered by another attempt or writer
+        self.dropped: set[Unit] = set()  # units taken over by another writer while this task sent them
         self.lines_dropped = 0
         self._names: dict[str, str] = {}
 
@@ -107,12 +114,26 @@ class TaskInput:
             if name is None:
                 name = self._names[spark_file] = canonical_file(spark_file)
             unit = Unit(name, start, length, self.part, self.parts)
-            if unit in self.skip or unit in self.earlier:
+            if unit in self.skip or unit in self.inherited or unit in self.dropped:
                 self.lines_dropped += rows.num_rows
-                if unit in self.earlier:
-                    self.inherited.setdefault(unit, self.earlier[unit])
+                continue
+            found = self.admit(unit) if self.admit is not None else None
+            if found is DROP:
+                self.dropped.add(unit)
+            elif isinstance(found, Entry):
+                self.inherited[unit] = found
+            if found is not None:
+                self.lines_dropped += rows.num_rows
                 continue
             yield unit, rows, at
+
+    def drop(self, unit: Unit) -> UnitTally:
+        """Forget what was sent of ``unit`` (another writer took it over: its transaction was
+        aborted); its later rows are dropped. Returns its tally, to take off the task's counts."""
+        self.dropped.add(unit)
+        tally = self.tallies.pop(unit, UnitTally())
+        self.lines_dropped += tally.lines
+        return tally
 
     def position(self, unit: Unit) -> int:
         """Lines (or Spark's records) of ``unit`` processed so far."""

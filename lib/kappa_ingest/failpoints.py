@@ -1,0 +1,33 @@
+"""Fault injection for the fault tests: a task held at a named point of its transaction
+while the test breaks something there (kills the executor, pauses the coordinator).
+
+Off unless ``KAPPA_INGEST_HOLD_AT=<point>:<dir>`` is in the task's environment (executors
+inherit it from the driver's on a local master). At ``point`` the task writes
+``<dir>/<name>.<point>`` and waits while that file exists, ten minutes at most; the test
+deletes it to let the task go on. A run without the variable pays one lookup per unit.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+ENV = "KAPPA_INGEST_HOLD_AT"
+BEFORE_COMMIT = "before-commit"
+AFTER_COMMIT = "after-commit"
+LONGEST_S = 600.0
+
+
+def hold(point: str, name: str) -> None:
+    spec = os.environ.get(ENV)
+    if not spec:
+        return
+    wanted, _, directory = spec.partition(":")
+    if wanted != point:
+        return
+    marker = Path(directory) / f"{name.replace('/', '_')}.{point}"
+    marker.write_text(str(os.getpid()))
+    deadline = time.monotonic() + LONGEST_S
+    while marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)

@@ -1,0 +1,389 @@
+"""How a task writes its units: producers, Kafka transactions and ledger entries.
+
+One writer per way of delivering (:mod:`kappa_ingest.delivery` says why each is safe):
+
+- :class:`UnitTransactions` (exactly-once, rows arriving unit by unit): a transaction per
+  unit under the unit's own transactional id. When a unit's first rows arrive, the previous
+  unit is committed, the new unit's id initialised (any earlier writer of the unit has
+  then committed, or been aborted and fenced), the ledger read on from where it was, and
+  the unit sent only if no entry of it is there.
+- :class:`TaskTransaction` (exactly-once over shuffled input): one transaction for the task
+  under its part's id, initialised before the first row; each unit is checked against
+  the ledger as its rows arrive, and all its entries committed with its records.
+- :class:`Acknowledged` (at-least-once, and the dry run): one producer; the ledger read at
+  the start; entries written once Kafka acknowledged the records.
+
+Transactional errors follow librdkafka's rules: a retriable one is retried (an init or a
+commit the coordinator did not answer in time), an abortable one aborts, a fatal one
+drops the producer without another call (a new producer is made for an init). A fenced
+producer means another writer took the unit over: the task sends no more of it, and
+counts it delivered once that writer's entry is in the ledger (``taken`` until then).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import TYPE_CHECKING
+
+from kappa_ingest import delivery, failpoints
+from kappa_ingest.delivery import ABORT_TIMEOUT_S, TaskDelivery
+from kappa_ingest.ledger import Entry, Tail
+from kappa_ingest.records import Encoded
+from kappa_ingest.sinks.producer import Discard, Fenced, PartitionProducer, RunSuperseded, TransactionFailed
+from kappa_ingest.sinks.task_input import DROP, TaskInput
+from kappa_ingest.splits import Unit
+
+if TYPE_CHECKING:
+    from kappa_ingest.sinks.partition_runner import TaskStats
+
+MakeProducer = Callable[[str | None], PartitionProducer]
+COMMIT_CALL_S = 10.0  # one commit call's wait; a retriable timeout is called again within the delivery timeout
+NEW_PRODUCERS = 3  # producers tried for one init whose producer failed fatally
+TAKEN_WAIT_S = 60.0  # how long a task waits to see the entry of a unit another writer took over
+
+
+def writer_for(delivery: TaskDelivery, make_producer: MakeProducer, stats: TaskStats) -> Writer:
+    if not delivery.transactional or delivery.ledger_topic is None:
+        return Acknowledged(delivery, make_producer, stats)
+    if delivery.shuffled:
+        return TaskTransaction(delivery, make_producer, stats)
+    return UnitTransactions(delivery, make_producer, stats)
+
+
+class Writer:
+    """What the runner asks of a writer: ``start``, ``admit`` each run of rows of a unit
+    (TaskInput's question: the entry of a unit already delivered, DROP for a unit taken
+    over, else None), ``send`` and ``send_dead_letters``, ``finish``; on failure ``abandon``;
+    always ``close``."""
+
+    def __init__(self, d: TaskDelivery, make_producer: MakeProducer, stats: TaskStats) -> None:
+        self.d, self.make, self.stats = d, make_producer, stats
+        self.tail = Tail(d.ledger_conf, d.ledger_topic, d.topic, d.ledger_start) if d.ledger_topic else None
+        self.producer: PartitionProducer | None = None
+        self.task_input: TaskInput | None = None
+        self.entries: list[Entry] = []  # of the units this task delivered
+        self.taken: dict[Unit, None] = {}  # units another writer took over, not yet seen in the ledger
+
+    def start(self) -> None:
+        pass
+
+    def admit(self, unit: Unit) -> Entry | object | None:
+        if unit in self.taken:
+            return DROP
+        return self._delivered(unit)
+
+    def _delivered(self, unit: Unit) -> Entry | None:
+        found = self.tail.entries.get(unit) if self.tail is not None else None
+        return found if self.d.delivered(found) else None
+
+    def send(self, enc: Encoded) -> None:
+        if self.producer is None:
+            return  # the unit was taken over: nothing more of it is sent
+        try:
+            self.producer.send(enc, self.d.run_id)
+        except Fenced:
+            self._lose_transaction()
+
+    def send_dead_letters(self, letters: list[tuple[bytes, list[tuple[str, bytes]]]]) -> None:
+        if self.producer is not None and self.d.dead_letter_topic:
+            try:
+                self.producer.send_dead_letters(self.d.dead_letter_topic, letters)
+            except Fenced:
+                self._lose_transaction()
+
+    def finish(self) -> None:
+        raise NotImplementedError
+
+    def abandon(self) -> None:
+        """The task failed: abort the open transaction, unless the producer cannot take
+        another call (a fatal error; whoever initialises its id next ends it)."""
+        producer, self.producer = self.producer, None
+        if producer is not None and self.d.transactional:
+            _abort(producer, self.stats)
+        if producer is not None:
+            producer.close()
+
+    def close(self) -> None:
+        if self.producer is not None:
+            self.producer.close()
+            self.producer = None
+        if self.tail is not None:
+            self.tail.close()
+
+    def _lose_transaction(self) -> None:
+        raise NotImplementedError
+
+    def _drop(self, unit: Unit) -> None:
+        """Another writer took ``unit`` over: what this task sent of it was aborted."""
+        assert self.task_input is not None
+        tally = self.task_input.drop(unit)
+        s = self.stats
+        s.rows_read -= tally.rows_read
+        s.lines_skipped -= tally.lines - tally.rows_read  # its headers and blank lines: dropped lines now
+        s.rows_sent -= tally.rows_sent
+        s.rows_quarantined -= tally.rows_quarantined
+        s.bytes_sent -= tally.bytes_sent
+        self.taken[unit] = None
+
+    def _await_taken(self) -> None:
+        """Units taken over count as delivered once their writer's entry is in the ledger;
+        a writer that has not committed within TAKEN_WAIT_S leaves them to the next run
+        (the time only bounds the wait: an entry read is delivered, whenever it is read)."""
+        deadline = time.monotonic() + TAKEN_WAIT_S
+        while self.taken and self.tail is not None:
+            self.tail.catch_up()
+            for unit in list(self.taken):
+                found = self._delivered(unit)
+                if found is not None:
+                    assert self.task_input is not None
+                    self.task_input.inherited[unit] = found
+                    del self.taken[unit]
+            if not self.taken or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        self.stats.taken = json.dumps([asdict(u) for u in self.taken])
+
+    def _open(self, txid: str) -> PartitionProducer:
+        """A producer whose transactional id is initialised, the ledger read on after it, and
+        the run checked not superseded; ready to begin."""
+        producer = open_transactional(self.make, txid, self.d, self.stats)
+        try:
+            assert self.tail is not None
+            self.tail.catch_up()
+            by = self.tail.superseded.get(self.d.run_id)
+            if by is not None:
+                raise RunSuperseded(
+                    f"run {self.d.run_id} was taken over by run {by} (it found this run dead); this run stops"
+                )
+        except BaseException:
+            producer.close()
+            raise
+        return producer
+
+    def _commit(self, producer: PartitionProducer, txid: str, entries: list[Entry]) -> bool:
+        """Flush, add ``entries`` to the ledger and commit, in the producer's transaction;
+        False if another writer took it over (fenced) meanwhile."""
+        try:
+            producer.flush()
+            if entries:
+                assert self.d.ledger_topic is not None
+                producer.send_ledger(self.d.ledger_topic, [e.record() for e in entries])
+            touched = producer.partitions_touched
+            failpoints.hold(failpoints.BEFORE_COMMIT, txid)
+            t0 = time.monotonic()
+            commit(producer, self.d, self.stats)
+            self.stats.transaction_ms += round((time.monotonic() - t0) * 1000)
+            failpoints.hold(failpoints.AFTER_COMMIT, txid)
+        except Fenced:
+            return False
+        except TransactionFailed as e:
+            if e.fenced:
+                return False
+            _abort(producer, self.stats, e)
+            raise
+        except BaseException:
+            _abort(producer, self.stats)
+            raise
+        self.stats.transactions += 1
+        self.stats.markers = -1 if touched is None or self.stats.markers < 0 else self.stats.markers + touched
+        self.entries.extend(entries)
+        return True
+
+
+class UnitTransactions(Writer):
+    def __init__(self, d: TaskDelivery, make_producer: MakeProducer, stats: TaskStats) -> None:
+        super().__init__(d, make_producer, stats)
+        self.current: Unit | None = None
+        self.ended: set[Unit] = set()
+
+    def admit(self, unit: Unit) -> Entry | object | None:
+        if unit == self.current:
+            return None
+        if unit in self.taken:
+            return DROP
+        if unit in self.ended:  # rows of one unit must arrive together: its transaction has ended
+            raise RuntimeError(f"rows of {unit.label()} arrived after its transaction ended (interleaved units)")
+        self._end_unit()
+        producer = self._open(delivery.unit_id(self.d.scope, unit))
+        found = self._delivered(unit)
+        if found is not None:
+            producer.close()
+            self.ended.add(unit)
+            return found
+        try:
+            producer.begin()
+        except BaseException:
+            producer.close()
+            raise
+        self.producer, self.current = producer, unit
+        return None
+
+    def _end_unit(self) -> None:
+        unit, producer = self.current, self.producer
+        if unit is None or producer is None:
+            return
+        self.current, self.producer = None, None
+        self.ended.add(unit)
+        try:
+            assert self.task_input is not None
+            if not self._commit(
+                producer, delivery.unit_id(self.d.scope, unit), [entry_for(self.task_input, self.d, self.stats, unit)]
+            ):
+                self._drop(unit)
+        finally:
+            producer.close()
+
+    def _lose_transaction(self) -> None:
+        unit, producer = self.current, self.producer
+        self.current, self.producer = None, None
+        if unit is not None:
+            self.ended.add(unit)
+            self._drop(unit)
+        if producer is not None:
+            producer.close()
+
+    def finish(self) -> None:
+        self._end_unit()
+        self._await_taken()
+
+
+class TaskTransaction(Writer):
+    def start(self) -> None:
+        self.txid = delivery.part_id(self.d.scope, self.stats.partition, self.d.parts)
+        producer = self._open(self.txid)
+        try:
+            producer.begin()
+        except BaseException:
+            producer.close()
+            raise
+        self.producer = producer
+        self.lost = False
+
+    def admit(self, unit: Unit) -> Entry | object | None:
+        if self.lost or unit in self.taken:
+            self.taken[unit] = None
+            return DROP
+        return self._delivered(unit)
+
+    def _lose_transaction(self) -> None:
+        producer, self.producer = self.producer, None
+        self.lost = True
+        assert self.task_input is not None
+        for unit in list(self.task_input.tallies):
+            self._drop(unit)
+        if producer is not None:
+            producer.close()
+
+    def finish(self) -> None:
+        producer = self.producer
+        if producer is not None:
+            assert self.task_input is not None
+            units = list(self.task_input.tallies)
+            try:
+                if not self._commit(
+                    producer, self.txid, [entry_for(self.task_input, self.d, self.stats, u) for u in units]
+                ):
+                    self._lose_transaction()
+            finally:
+                self.producer = None
+                producer.close()
+        self._await_taken()
+
+
+class Acknowledged(Writer):
+    def start(self) -> None:
+        if self.tail is not None:
+            self.tail.catch_up()
+        self.producer = self.make(None)
+
+    def _lose_transaction(self) -> None:  # no transaction to lose: a fenced idempotent producer is a failure
+        raise Fenced("the producer was fenced")
+
+    def finish(self) -> None:
+        assert self.producer is not None and self.task_input is not None
+        self.producer.flush()
+        entries = [entry_for(self.task_input, self.d, self.stats, u) for u in self.task_input.tallies]
+        if self.d.ledger_topic is not None and entries and not isinstance(self.producer, Discard):
+            self.producer.send_ledger(self.d.ledger_topic, [e.record() for e in entries])
+            self.producer.flush()
+        self.entries = entries
+
+
+def entry_for(task_input: TaskInput, d: TaskDelivery, stats: TaskStats, unit: Unit) -> Entry:
+    t = task_input.tallies[unit]
+    size, mtime = d.files.get(unit.file, (-1, -1))
+    return Entry(d.topic, unit, size, mtime, d.run_id, d.lineage, d.mode, t.lines, t.rows_read, t.rows_sent,
+                 t.rows_quarantined, t.bytes_sent, stats.task_id, stats.attempt, split_bytes=d.split_bytes)  # fmt: skip
+
+
+def open_transactional(make: MakeProducer, txid: str, d: TaskDelivery, stats: TaskStats) -> PartitionProducer:
+    """A producer of ``txid`` with its transactions initialised: a retriable error is
+    retried, a fatal one gets a new producer, within the delivery timeout."""
+    t0 = time.monotonic()
+    deadline = t0 + d.kafka_timeout_s
+    for attempt in range(NEW_PRODUCERS):
+        producer = make(txid)
+        try:
+            while True:
+                try:
+                    producer.init_transactions(max(1.0, deadline - time.monotonic()))
+                    stats.transaction_ms += round((time.monotonic() - t0) * 1000)
+                    return producer
+                except TransactionFailed as e:
+                    if not (e.retriable and not e.fatal and time.monotonic() < deadline):
+                        raise
+        except TransactionFailed as e:
+            producer.close()
+            if e.fatal and attempt + 1 < NEW_PRODUCERS and time.monotonic() < deadline:
+                continue
+            raise _explained(e, t0, d) from e
+        except BaseException:
+            producer.close()
+            raise
+    raise AssertionError("unreachable")
+
+
+def commit(producer: PartitionProducer, d: TaskDelivery, stats: TaskStats) -> None:
+    """Commit, calling again while the error is retriable (the coordinator did not answer in
+    time, say), within the delivery timeout: the task's records are not sent twice for it."""
+    t0 = time.monotonic()
+    deadline = t0 + d.kafka_timeout_s
+    while True:
+        try:
+            producer.commit(max(1.0, min(COMMIT_CALL_S, deadline - time.monotonic())))
+            return
+        except TransactionFailed as e:
+            if e.retriable and not e.fatal and not e.abortable and time.monotonic() < deadline:
+                stats.commit_retries += 1
+                continue
+            raise _explained(e, t0, d) from e
+
+
+def _explained(e: TransactionFailed, t0: float, d: TaskDelivery) -> TransactionFailed:
+    """The error, saying so when Kafka did not answer within the delivery timeout."""
+    if time.monotonic() - t0 < 0.9 * d.kafka_timeout_s:
+        return e
+    return TransactionFailed(
+        e.what,
+        f"{e.reason}; Kafka did not answer within delivery.timeout.ms ({d.kafka_timeout_s:.0f} s): check that the"
+        " brokers run, and that no task runs longer than transaction.timeout.ms"
+        f" ({d.transaction_timeout_s:.0f} s; more --partitions, or --kafka-opt transaction.timeout.ms)",
+        fatal=e.fatal,
+        abortable=e.abortable,
+        retriable=e.retriable,
+        fenced=e.fenced,
+    )
+
+
+def _abort(producer: PartitionProducer, stats: TaskStats, error: BaseException | None = None) -> None:
+    """Abort the open transaction, unless ``error`` left the producer unusable (fatal)."""
+    if isinstance(error, TransactionFailed) and error.fatal:
+        return
+    try:
+        producer.abort(ABORT_TIMEOUT_S)
+        stats.aborted += 1
+    except Exception:  # noqa: BLE001 - the task's own error is the one to report
+        pass  # an unreachable coordinator: whoever initialises the id next (or the next run) ends it
