@@ -16,7 +16,9 @@ from kappa_ingest.columns import FILE_COL
 from kappa_ingest.delivery import EXACTLY_ONCE, TaskDelivery
 from kappa_ingest.records import RecordSpec, encode_batch
 from kappa_ingest.sinks.confluent_sink import ConfluentPartitionProducer, NativePartitionProducer
-from kappa_ingest.sinks.partition_runner import DeliveryFailed, TransactionFailed, within_delivery_timeout
+from kappa_ingest.sinks.partition_runner import TaskStats
+from kappa_ingest.sinks.producer import DeliveryFailed, TransactionFailed
+from kappa_ingest.sinks.writers import open_transactional
 from kappa_ingest.topics import Admin
 
 pytestmark = pytest.mark.integration
@@ -161,9 +163,12 @@ def test_a_transactional_call_waits_for_kafka_no_longer_than_the_delivery_timeou
         with pytest.raises(DeliveryFailed, match=r"Kafka client could not start: .*Unable to bootstrap"):
             make("t", "test-down")
         return
-    producer = make("t", "test-down")
-    try:
-        with pytest.raises(TransactionFailed, match=r"did not answer within delivery\.timeout\.ms \(2 s\)"):
-            within_delivery_timeout(lambda: producer.init_transactions(task.kafka_timeout_s), task)
-    finally:
-        producer.close()
+    made = []
+
+    def new(txid):
+        made.append(make("t", txid))
+        return made[-1]
+
+    with pytest.raises(TransactionFailed, match=r"did not answer within delivery\.timeout\.ms \(2 s\)"):
+        open_transactional(new, "test-down", task, TaskStats(0, 0, 0, 0, "h"))
+    assert made and all(p.handle is None if hasattr(p, "handle") else p.producer is None for p in made)  # closed

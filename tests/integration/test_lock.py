@@ -1,5 +1,6 @@
 """One run at a time per topic: a second run exits 6 naming the first; a dead run's lock
-is taken over (at once on its own host, after the lease elsewhere) and its transactions fenced."""
+is taken over (at once on its own host, after its lease elsewhere, by the broker's clock)
+and its transactions ended; a holder whose lock was taken over learns it."""
 
 from __future__ import annotations
 
@@ -11,25 +12,34 @@ import sys
 import time
 
 import pytest
+from confluent_kafka import KafkaException, Producer
 
-from kappa_ingest import config, datagen, lock
+from helpers import consume_all
+from kappa_ingest import config, datagen, delivery, lock
 from kappa_ingest.errors import LockHeld
 from kappa_ingest.kafka_settings import connection_conf
 from kappa_ingest.ledger import DEFAULT_TOPIC, read_records
+from kappa_ingest.topics import Admin
 
 pytestmark = pytest.mark.integration
 
 
-def _cfg(kafka, topic: str, run_id: str, tmp_path) -> config.IngestConfig:
+def _cfg(kafka, topic: str, run_id: str, tmp_path, **extra) -> config.IngestConfig:
     return config.validate({"inputs": ["x.csv"], "topic": topic, "run_id": run_id, "metrics_dir": str(tmp_path),
-                            "bootstrap_servers": kafka.bootstrap_servers})  # fmt: skip
+                            "bootstrap_servers": kafka.bootstrap_servers, **extra})  # fmt: skip
 
 
 def _fake_claim(kafka, topic: str, run_id: str, **fields) -> None:
+    """A claim as another run writes it; ``host`` elsewhere unless given."""
     values = {"lineage": run_id, "host": "elsewhere", "pid": 1, "pid_started": None, "at_ms": time.time_ns() // 10**6,
-              "tasks": 0, **fields}  # fmt: skip
+              "scope": delivery.scope_prefix(topic, run_id, False), **fields}  # fmt: skip
     claim = lock.Claim(topic, run_id, **values)
     lock._write(connection_conf(None, kafka.bootstrap_servers), DEFAULT_TOPIC, claim.key(), claim.value())
+
+
+def _claims(kafka, topic: str) -> dict:
+    conf = connection_conf(None, kafka.bootstrap_servers)
+    return lock.claims(read_records(conf, DEFAULT_TOPIC, isolation="read_uncommitted"), topic)
 
 
 def test_a_second_run_is_refused_naming_the_first_until_it_releases(kafka, tmp_path):
@@ -47,57 +57,158 @@ def test_a_second_run_is_refused_naming_the_first_until_it_releases(kafka, tmp_p
     assert second.taken_over == []
 
 
-def test_a_dead_runs_lock_is_taken_over_and_its_transactions_fenced(kafka, tmp_path):
+def test_a_dead_runs_lock_is_taken_over_and_its_open_transaction_ended(kafka, tmp_path):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # a process of this host that no longer exists
-    import socket
-
-    _fake_claim(kafka, "orphaned", "killed-here", host=socket.gethostname(), pid=gone.pid, pid_started=1, tasks=2)
-    _fake_claim(kafka, "orphaned", "silent-elsewhere", at_ms=time.time_ns() // 10**6 - 120_000)
+    host, boot, pidns = lock.host_identity()
+    _fake_claim(kafka, "orphaned", "killed-here", host=host, boot=boot, pidns=pidns, pid=gone.pid, pid_started=1)
+    _fake_claim(kafka, "orphaned", "silent-elsewhere", lease_ms=1000)
+    # The killed run's task had a transaction open on the topic: as its zombie would, a
+    # producer of one of its units' ids holds one, with a record in it.
+    with Admin(kafka.bootstrap_servers) as admin:
+        admin.ensure_topic("orphaned", 2, 1)
+    zombie_id = delivery.scope_prefix("orphaned", "killed-here", False) + "u:0123456789abcdef01234567"
+    zombie = Producer({"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": zombie_id})
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    zombie.produce("orphaned", b"left open", b"k")
+    assert zombie.flush(10) == 0
+    time.sleep(1.5)  # the silent claim's lease, by the broker's clock
     held = lock.hold(_cfg(kafka, "orphaned", "successor", tmp_path), kafka.bootstrap_servers)
     held.release()
     assert sorted(held.taken_over) == ["killed-here", "silent-elsewhere"]
-    _fake_claim(kafka, "orphaned", "alive-elsewhere")  # renewed just now on another host: alive
+    assert zombie_id in held.lingering.fenced
+    with pytest.raises(KafkaException) as fenced:  # the zombie can commit nothing: its transaction was aborted
+        zombie.commit_transaction(10)
+    assert fenced.value.args[0].code() in (-144, 90, 47), fenced.value  # _FENCED, PRODUCER_FENCED, INVALID_EPOCH
+    assert consume_all(kafka.bootstrap_servers, "orphaned", timeout_s=10) == []  # and no reader waits for it
+    _fake_claim(kafka, "orphaned", "alive-elsewhere")  # renewed just now (by the broker's clock) on another host
     with pytest.raises(LockHeld, match="alive-elsewhere"):
         lock.hold(_cfg(kafka, "orphaned", "late", tmp_path), kafka.bootstrap_servers)
-    records = read_records(connection_conf(None, kafka.bootstrap_servers), DEFAULT_TOPIC, isolation="read_uncommitted")
-    assert lock.claims(records, "orphaned").keys() == {"alive-elsewhere"}  # the refused run withdrew its claim
+    assert _claims(kafka, "orphaned").keys() == {"alive-elsewhere"}  # the refused run withdrew its claim
 
 
-def test_two_runs_at_once_the_second_exits_6(kafka, tmp_path):
+def test_liveness_is_judged_on_the_brokers_clock_and_by_pid_only_in_one_pid_namespace(kafka, tmp_path):
+    now_ms = time.time_ns() // 10**6
+    # A holder whose own clock runs 45 s behind (or a reader's 45 s ahead): what it wrote in
+    # its claim is not compared; the broker stamped the claim just now.
+    _fake_claim(kafka, "skewed", "slow-clock", at_ms=now_ms - 45_000)
+    with pytest.raises(LockHeld, match="slow-clock"):
+        lock.hold(_cfg(kafka, "skewed", "reader", tmp_path), kafka.bootstrap_servers)
+    # Same hostname, another PID namespace (a container sharing the host's name): its PID
+    # means nothing here, so it is alive until its lease passes.
+    host, boot, pidns = lock.host_identity()
+    _fake_claim(kafka, "namespaced", "in-a-container", host=host, boot=boot, pidns=(pidns or 0) + 1, pid=999_999,
+                pid_started=1)  # fmt: skip
+    with pytest.raises(LockHeld, match="in-a-container"):
+        lock.hold(_cfg(kafka, "namespaced", "reader", tmp_path), kafka.bootstrap_servers)
+
+
+def test_a_holder_whose_lock_is_taken_over_learns_it_and_says_who(kafka, tmp_path):
+    held = lock.hold(_cfg(kafka, "taken-from-me", "victim", tmp_path, lock_lease_s=2), kafka.bootstrap_servers)
+    told: list[str] = []
+    held.on_lost(told.append)
+    try:
+        assert held.lost is None
+        # Another run judged it dead (its renewals cut off, say) and took over: it recorded
+        # the run as superseded and withdrew its claim.
+        conf = connection_conf(None, kafka.bootstrap_servers)
+        from kappa_ingest import ledger
+
+        ledger.supersede(conf, DEFAULT_TOPIC, ["victim"], "usurper")
+        lock._write(conf, DEFAULT_TOPIC, held.claim.key(), None)
+        deadline = time.monotonic() + 10
+        while held.lost is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        held.release()
+    assert held.lost and "usurper took it over" in held.lost and told == [held.lost]
+
+
+def _cli(args: list[str], log, env_extra: dict | None = None) -> subprocess.Popen:
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", **(env_extra or {})}
+    return subprocess.Popen([sys.executable, "-m", "kappa_ingest.cli", "ingest", *args], stdout=log,
+                            stderr=subprocess.STDOUT, env=env, start_new_session=True)  # fmt: skip
+
+
+def test_two_runs_released_together_one_holds_the_lock_the_other_exits_6(kafka, tmp_path):
     path = datagen.generate("debs2012", 20_000, tmp_path / "in.csv")
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    common = ["--input", str(path), "--topic", "two-at-once", "--bootstrap-servers", kafka.bootstrap_servers,
+              "--metrics-dir", str(tmp_path / "m"), "--master", "local[1]", "--target-rate", "4000", "--quiet"]  # fmt: skip
+    # Both imported and ready, then released by one barrier: their claims reach the ledger together.
+    barrier = tmp_path / "go"
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        f"import os, time, pathlib\np = pathlib.Path({str(barrier)!r})\nwhile not p.exists(): time.sleep(0.005)\n"
+    )
+    env = {"PYTHONPATH": f"{hook}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    logs = {r: open(tmp_path / f"{r}.log", "wb") for r in ("a", "b")}
+    procs = {r: _cli([*common, "--run-id", r], logs[r], env) for r in ("a", "b")}
+    try:
+        time.sleep(2)
+        barrier.touch()
+        codes = {r: p.wait(180) for r, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+        for f in logs.values():
+            f.close()
+    assert sorted(codes.values()) == [0, 6], {r: (tmp_path / f"{r}.log").read_text()[-1500:] for r in procs}
+    loser = next(r for r, c in codes.items() if c == 6)
+    winner = next(r for r in procs if r != loser)
+    out = (tmp_path / f"{loser}.log").read_text()
+    errors = [line for line in out.splitlines() if line.startswith("kappa-ingest: error:")]
+    assert len(errors) == 1 and f"locked by run {winner}" in errors[0], out
+    assert len(consume_all(kafka.bootstrap_servers, "two-at-once")) == 20_000
 
-    def cli(run_id: str, log) -> subprocess.Popen:
-        return subprocess.Popen(
-            [sys.executable, "-m", "kappa_ingest.cli", "ingest", "--input", str(path), "--topic", "two-at-once",
-             "--bootstrap-servers", kafka.bootstrap_servers, "--metrics-dir", str(tmp_path / "m"), "--master",
-             "local[1]", "--target-rate", "4000", "--run-id", run_id, "--quiet"],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-        )  # fmt: skip
 
-    conf = connection_conf(None, kafka.bootstrap_servers)
+def test_a_host_whose_clock_runs_ahead_cannot_take_a_live_lock(kafka, tmp_path):
+    """Run B's Python clock runs 45 s ahead of run A's (the host's clock, as Python reads it:
+    Debian's faketime hangs librdkafka). Judged on client clocks, B found A's claim 45 s old
+    and, with a 30 s lease, dead; on the broker's clock it is fresh."""
+    path = datagen.generate("debs2012", 20_000, tmp_path / "in.csv")
+    common = ["--input", str(path), "--topic", "skewed-hosts", "--bootstrap-servers", kafka.bootstrap_servers,
+              "--metrics-dir", str(tmp_path / "m"), "--master", "local[1]", "--quiet", "--lock-lease", "30"]  # fmt: skip
+    ahead = tmp_path / "ahead"
+    ahead.mkdir()
+    (ahead / "sitecustomize.py").write_text(
+        "import time\n_t, _ns = time.time, time.time_ns\n"
+        "time.time = lambda: _t() + 45\ntime.time_ns = lambda: _ns() + 45 * 10**9\n"
+    )
     with open(tmp_path / "a.log", "wb") as log:
-        first = cli("first", log)
+        first = _cli([*common, "--run-id", "steady", "--target-rate", "2000"], log)
     try:
         deadline = time.monotonic() + 60
-        while "first" not in lock.claims(
-            read_records(conf, DEFAULT_TOPIC, isolation="read_uncommitted"), "two-at-once"
-        ):
+        while "steady" not in _claims(kafka, "skewed-hosts"):
             assert time.monotonic() < deadline and first.poll() is None, (tmp_path / "a.log").read_text()[-2000:]
             time.sleep(0.2)
-        second = subprocess.run(
-            [sys.executable, "-m", "kappa_ingest.cli", "ingest", "--input", str(path), "--topic", "two-at-once",
-             "--bootstrap-servers", kafka.bootstrap_servers, "--metrics-dir", str(tmp_path / "m"),
-             "--run-id", "second", "--quiet"],
-            capture_output=True, text=True, timeout=60, env=env,
-        )  # fmt: skip
-        assert first.wait(120) == 0, (tmp_path / "a.log").read_text()[-2000:]
+        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": str(ahead)}
+        second = subprocess.run([sys.executable, "-m", "kappa_ingest.cli", "ingest", *common, "--run-id", "ahead"],
+                                capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+        probe = subprocess.run([sys.executable, "-c", "import time; print(time.time())"], capture_output=True,
+                               text=True, env=env, check=True)  # fmt: skip
+        assert float(probe.stdout) - time.time() > 40  # the skew was in force
+        assert first.wait(180) == 0, (tmp_path / "a.log").read_text()[-2000:]
     finally:
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)
-    assert second.returncode == 6, second.stderr[-2000:]
-    errors = [line for line in second.stderr.splitlines() if line.startswith("kappa-ingest: error:")]
-    assert len(errors) == 1 and "locked by run first" in errors[0], second.stderr
-    report = json.loads((tmp_path / "m" / "runs" / "second" / "summary.json").read_text())
-    assert report["status"] == "failed" and "locked by run first" in report["error"]
+    assert second.returncode == 6 and "locked by run steady" in second.stderr, second.stderr[-2000:]
+    report = json.loads((tmp_path / "m" / "runs" / "ahead" / "summary.json").read_text())
+    assert report["status"] == "failed" and "locked by run steady" in report["error"]
+
+
+def test_a_run_without_the_lock_still_ends_what_failed_runs_left_open(kafka, tmp_path):
+    with Admin(kafka.bootstrap_servers) as admin:
+        admin.ensure_topic("no-lock", 1, 1)
+    left = delivery.scope_prefix("no-lock", "failed-run", True) + "u:00000000000000000000dead"
+    open_one = Producer({"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": left})
+    open_one.init_transactions(30)
+    open_one.begin_transaction()
+    open_one.produce("no-lock", b"x")
+    assert open_one.flush(10) == 0
+    held = lock.hold(_cfg(kafka, "no-lock", "later", tmp_path, lock=False, incremental=True), kafka.bootstrap_servers)
+    assert held.claim is None and left in held.lingering.fenced
+    assert "later" not in _claims(kafka, "no-lock")
+    assert consume_all(kafka.bootstrap_servers, "no-lock", timeout_s=10) == []
