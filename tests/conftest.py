@@ -40,6 +40,19 @@ def kafka(tmp_path_factory):
     cluster.stop()
 
 
+@pytest.fixture(scope="session")
+def kafka_stock(tmp_path_factory):
+    """A broker on Kafka's own defaults, as a new user runs one: topics are created when a
+    client first names them (auto.create.topics.enable), with 4 partitions here
+    (num.partitions) so that a topic created so shows."""
+    from kappa_ingest import local_kafka
+
+    cluster = local_kafka.start(tmp_path_factory.mktemp("kafka-stock"), brokers=1, stock=True,
+                                properties={"num.partitions": "4"})  # fmt: skip
+    yield cluster
+    cluster.stop()
+
+
 # Records timestamped by event time (2012 in the DEBS layout) are older than Kafka's default
 # retention of 7 days: the broker would delete them, at its next retention check, before a test reads them.
 KEEP_OLD_RECORDS = {"log.retention.ms": "-1"}

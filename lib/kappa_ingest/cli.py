@@ -36,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_ingest_arguments(ing)
     rep = sub.add_parser("reprocess", help="replay a topic's history (from the ledger) into a new topic version")
     add_reprocess_arguments(rep)
+    for local in (ing, rep):  # spark-submit.sh takes spark-submit's own --conf
+        local.add_argument("--spark-conf", action="append", metavar="KEY=VALUE",
+                           help="a Spark setting for the local session, as spark-submit --conf; repeatable")  # fmt: skip
     k = sub.add_parser("kafka", help="the embedded local Kafka broker")
     k.add_argument("action", choices=["start", "stop", "status"])
     k.add_argument("--dir", default=".kafka", help="state directory (default .kafka)")
@@ -148,7 +151,7 @@ def run_ingest(args: argparse.Namespace, cfg: Any = None, replay: Any = None) ->
         # The pipeline's imports (Arrow, polars, the Delta writer: ~0.8 s) run while the JVM starts.
         importing.start()
         quick = input_bytes < QUICK_JIT_BYTES  # start-up outweighs steady state on smaller inputs
-        spark = build_session(f"kappa-ingest {cfg.run_id}", cfg.spark_master, quick_jit=quick)
+        spark = build_session(f"kappa-ingest {cfg.run_id}", cfg.spark_master, _spark_conf(args), quick_jit=quick)
     except BaseException as e:
         # ingest() writes the report from here on; before it, this does.
         if kafka is not None:
@@ -187,6 +190,16 @@ def run_ingest(args: argparse.Namespace, cfg: Any = None, replay: Any = None) ->
         if held is not None:
             held.release()
     return 0
+
+
+def _spark_conf(args: argparse.Namespace) -> dict[str, str]:
+    out = {}
+    for item in getattr(args, "spark_conf", None) or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.startswith("spark."):
+            raise UsageError(f"--spark-conf {item!r}: expected spark.KEY=VALUE, e.g. --spark-conf spark.task.maxFailures=8")
+        out[key] = value
+    return out
 
 
 def _import_pipeline() -> None:

@@ -100,13 +100,32 @@ def _server_properties(
     voters: str,
     protocols: tuple[str, str],
     extra: dict[str, str],
+    stock: bool = False,
 ) -> str:
     """server.properties of a combined node: ``protocols`` are those of the listener for
     clients and brokers (also its name) and of the controller listener; ``extra`` entries
-    come last and win."""
+    come last and win. ``stock``: Kafka's own defaults wherever a cluster of this size can
+    run on them (auto-created topics, 50 transaction log partitions), as its quick start
+    runs; else the settings the project's own broker is hardened with."""
     listener, controller = protocols
     port, cport = ports[node_id - 1]
     replicas = min(3, len(ports))
+    internal = [  # Kafka's defaults ask for 3 replicas of its internal topics: a smaller cluster cannot have them
+        f"offsets.topic.replication.factor={replicas}",
+        f"transaction.state.log.replication.factor={replicas}",
+        "transaction.state.log.min.isr=1",
+        f"share.coordinator.state.topic.replication.factor={replicas}",
+        "share.coordinator.state.topic.min.isr=1",
+    ]
+    hardened = [
+        "num.partitions=1",
+        # Kafka creates its transaction log at the first transaction, with 50 partitions by
+        # default: over a second of a fresh broker's first run. One per broker serves here.
+        f"transaction.state.log.num.partitions={len(ports)}",
+        f"offsets.topic.num.partitions={len(ports)}",
+        "group.initial.rebalance.delay.ms=0",
+        "auto.create.topics.enable=false",
+    ]
     return "\n".join(
         [
             "process.roles=broker,controller",
@@ -118,18 +137,8 @@ def _server_properties(
             f"inter.broker.listener.name={listener}",
             f"listener.security.protocol.map={listener}:{listener},CONTROLLER:{controller}",
             f"log.dirs={log_dir}",
-            "num.partitions=1",
-            f"offsets.topic.replication.factor={replicas}",
-            f"transaction.state.log.replication.factor={replicas}",
-            "transaction.state.log.min.isr=1",
-            # Kafka creates its transaction log at the first transaction, with 50 partitions by
-            # default: over a second of a fresh broker's first run. One per broker serves here.
-            f"transaction.state.log.num.partitions={len(ports)}",
-            f"offsets.topic.num.partitions={len(ports)}",
-            f"share.coordinator.state.topic.replication.factor={replicas}",
-            "share.coordinator.state.topic.min.isr=1",
-            "group.initial.rebalance.delay.ms=0",
-            "auto.create.topics.enable=false",
+            *internal,
+            *([] if stock else hardened),
             *(f"{k}={v}" for k, v in extra.items()),
             "",
         ]
@@ -145,8 +154,11 @@ def start(
     properties: dict[str, str] | None = None,
     security: str = PLAINTEXT,
     users: dict[str, str] | None = None,
+    stock: bool = False,
 ) -> LocalKafka:
     """Format storage and start ``brokers`` KRaft brokers on 127.0.0.1; wait until they serve.
+    ``stock``: on Kafka's own defaults (topics created on first mention, and so on) rather
+    than the hardened settings, to try the job against Kafka as users run it.
 
     ``port`` fixes the first broker's port (the others take free ones); ``properties`` are
     added to every broker's server.properties. With ``security="sasl_ssl"`` the brokers get a
@@ -186,7 +198,7 @@ def start(
             (node_dir / "logs").mkdir(parents=True)
             props = node_dir / "server.properties"
             text = _server_properties(
-                node_id, ports, node_dir / "data", voters, protocols, {**secured, **(properties or {})}
+                node_id, ports, node_dir / "data", voters, protocols, {**secured, **(properties or {})}, stock
             )
             kafka_security.write_private(props, text.encode())  # may hold the admin's password
             _format(java, classpath, node_dir, cluster_id, scram)

@@ -1,0 +1,139 @@
+"""What the fault tests share: runs as processes of their own (the CLI, in a process group,
+on a host of its own if asked), bounded waits, the processes a fault lands on, and the
+checks that a fault landed while rows were being sent and that the topic holds every row
+exactly where it should be."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import psutil
+import pytest
+
+from helpers import high_watermarks, rows
+from kappa_ingest import ledger
+
+
+def cli(*args: str, log: Path, env: dict | None = None, hostname: str | None = None) -> subprocess.Popen:
+    """``kappa-ingest ingest ARGS`` as its own process (group), output to ``log``; with
+    ``hostname``, on a host of its own (a UTS namespace: another hostname, same network)."""
+    out = open(log, "wb")
+    command = [sys.executable, "-m", "kappa_ingest.cli", "ingest", *args]
+    if hostname is not None:
+        command = ["unshare", "--uts", "sh", "-c", f'hostname {hostname} && exec "$@"', "sh", *command]
+    return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", **(env or {})})  # fmt: skip
+
+
+def wait_for(condition, timeout_s: float, what: str, proc: subprocess.Popen | None = None, log: Path | None = None):
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"the run ended ({proc.returncode}) before {what}:\n{log.read_text()[-3000:] if log else ''}")
+        assert time.monotonic() < deadline, f"not {what} within {timeout_s} s"
+        time.sleep(0.1)
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """Whatever a test leaves running of a run (its JVMs, workers) goes, by process group."""
+    for sig in (signal.SIGCONT, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+    proc.wait(30)
+
+
+def summary(metrics: Path, run_id: str) -> dict:
+    return json.loads((metrics / "runs" / run_id / "summary.json").read_text())
+
+
+def error_lines(log: Path) -> list[str]:
+    return [line for line in log.read_text().splitlines() if line.startswith("kappa-ingest: error:")]
+
+
+def sent_so_far(bootstrap: str, topic: str) -> int:
+    try:
+        return sum(high_watermarks(bootstrap, topic).values())
+    except Exception:  # noqa: BLE001 - the topic may not exist yet
+        return 0
+
+
+def committed(bootstrap: str, run_id: str) -> list:
+    """The ledger entries of ``run_id``: units it committed (exactly-once) or had acknowledged."""
+    return [e for e in ledger.read({"bootstrap.servers": bootstrap}, ledger.DEFAULT_TOPIC) if e.run_id == run_id]
+
+
+def committed_rows(bootstrap: str, run_id: str) -> int:
+    return sum(e.rows_sent for e in committed(bootstrap, run_id))
+
+
+def landed_mid_send(bootstrap: str, run_ids: list[str], total: int) -> int:
+    """The rows the runs had committed when the fault landed: some, not all (else the fault
+    hit a run that was not sending). Returns them."""
+    done = sum(committed_rows(bootstrap, r) for r in run_ids)
+    assert done < total, f"the fault landed after every row was committed ({done} of {total})"
+    return done
+
+
+def executors(proc: subprocess.Popen) -> list[psutil.Process]:
+    """The executor JVMs of a run on local-cluster."""
+
+    def is_executor(p: psutil.Process) -> bool:
+        try:
+            return any("CoarseGrainedExecutorBackend" in a for a in p.cmdline())
+        except psutil.Error:  # gone, or a zombie
+            return False
+
+    return [p for p in psutil.Process(proc.pid).children(recursive=True) if is_executor(p)]
+
+
+def executor_of(pid: int) -> psutil.Process:
+    """The executor JVM a Python worker belongs to."""
+    for parent in psutil.Process(pid).parents():
+        if any("CoarseGrainedExecutorBackend" in a for a in parent.cmdline()):
+            return parent
+    raise AssertionError(f"process {pid} runs under no executor")
+
+
+def tree(p: psutil.Process) -> list[psutil.Process]:
+    return [p, *p.children(recursive=True)]
+
+
+def signal_tree(processes: list[psutil.Process], sig: int) -> None:
+    for p in processes:
+        try:
+            p.send_signal(sig)
+        except psutil.NoSuchProcess:
+            pass
+
+
+def assert_delivered(records, expected: Counter, reports: list[dict], mode: str = "exactly-once") -> None:
+    """Every expected row in the topic; in exactly-once mode each once; the duplicates the
+    reports count are the ones a consumer finds."""
+    got = rows(records)
+    missing = expected - got
+    assert not missing, f"{sum(missing.values())} rows lost"
+    extra = sum((got - expected).values())
+    counted = sum(r["duplicates"]["count"] for r in reports)
+    if mode == "exactly-once":
+        assert not extra, f"{extra} rows twice"
+    assert counted == extra, (counted, extra)
+    for r in reports:
+        assert sum(r["duplicates"]["by_file"].values()) == r["duplicates"]["count"]
+
+
+def assert_c_loops(report: dict) -> None:
+    """The confluent sink's record loops were the C ones wherever a compiler exists: a
+    silent fallback to the Python ones would not pass for the path under test."""
+    if report["sink"] == "confluent" and shutil.which("cc"):
+        loops = {e["record_loops"] for e in report["executors"]}
+        assert loops == {"C"}, loops

@@ -1,0 +1,108 @@
+"""Topics as asked for, on Kafka as users run it: a broker on Kafka's own defaults creates a
+topic the moment a client names it in a metadata request (with its own partitions and
+delete policy); no look-up of a run may do that. The ledger is one compacted partition
+stamped by the broker, or the run is refused before anything is sent (exit 2, with the
+command that fixes it)."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource
+
+from helpers import consume_all, expected_rows, rows
+from kappa_ingest import config, datagen
+from kappa_ingest.errors import UsageError
+from kappa_ingest.ingest import ingest
+from kappa_ingest.topics import Admin
+
+pytestmark = pytest.mark.integration
+INTERNAL = {"__consumer_offsets", "__transaction_state"}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    path = datagen.generate("wide30", 3_000, tmp_path_factory.mktemp("asked") / "in.csv", seed=5)
+    return path, expected_rows(path)
+
+
+def _topics(bootstrap: str) -> set[str]:
+    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics) - INTERNAL
+
+
+def _configs(bootstrap: str, topic: str) -> dict[str, str]:
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # held until the answer comes
+    entries = admin.describe_configs([resource])[resource].result(10)
+    return {k: v.value for k, v in entries.items()}
+
+
+def _run(spark, kafka, tmp_path, path, topic: str, ledger_topic: str, **extra):
+    cfg = config.validate({"inputs": [str(path)], "topic": topic, "bootstrap_servers": kafka.bootstrap_servers,
+                           "metrics_dir": str(tmp_path / "m"), "ledger_topic": ledger_topic, "topic_partitions": 2,
+                           "quiet": True, **extra})  # fmt: skip
+    return ingest(cfg, spark, echo=False)
+
+
+@pytest.mark.parametrize(("sink", "extra"), [("confluent", {"incremental": True}), ("kafka-python", {}),
+                                             ("spark", {"dead_letter_topic": "asked-dlq"})])  # fmt: skip
+def test_a_first_run_on_a_stock_broker_leaves_the_ledger_and_the_topic_as_asked(
+    spark, kafka_stock, tmp_path, data, sink, extra
+):
+    path, expected = data
+    bs = kafka_stock.bootstrap_servers
+    before = _topics(bs)
+    topic, ledger_topic = f"asked-{sink}", f"ledger-{sink}"
+    _run(spark, kafka_stock, tmp_path, path, topic, ledger_topic, sink=sink, **extra)
+    with Admin(bs) as admin:
+        assert admin.describe(ledger_topic).partitions == 1
+        assert admin.describe(topic).partitions == 2  # as asked, not the broker's 4
+    ledger_config = _configs(bs, ledger_topic)
+    assert ledger_config["cleanup.policy"] == "compact"
+    assert ledger_config["message.timestamp.type"] == "LogAppendTime"
+    made = _topics(bs) - before
+    assert made == {topic, ledger_topic, *([extra["dead_letter_topic"]] if "dead_letter_topic" in extra else [])}
+    assert rows(consume_all(bs, topic)) == expected
+
+
+@pytest.fixture(params=["stock", "hardened"])
+def broker(request):
+    return request.getfixturevalue("kafka_stock" if request.param == "stock" else "kafka")
+
+
+def test_a_ledger_of_several_partitions_is_refused_before_anything_is_sent(spark, broker, tmp_path, data):
+    path, _ = data
+    with Admin(broker.bootstrap_servers) as admin:
+        admin.ensure_topic("ledger-4-parts", 4, 1, {"cleanup.policy": "compact"})
+    with pytest.raises(UsageError, match=r"ledger topic 'ledger-4-parts' has 4 partitions.*needs exactly 1") as e:
+        _run(spark, broker, tmp_path, path, "refused-parts", "ledger-4-parts")
+    assert "kafka-topics.sh" in str(e.value) and "--partitions 1" in str(e.value) and e.value.exit_code == 2
+    assert "refused-parts" not in _topics(broker.bootstrap_servers)  # nothing created, nothing sent
+
+
+def test_a_ledger_that_deletes_is_refused_with_the_line_that_fixes_it(spark, broker, tmp_path, data):
+    path, _ = data
+    with Admin(broker.bootstrap_servers) as admin:
+        admin.ensure_topic("ledger-deletes", 1, 1, {"cleanup.policy": "delete"})
+    with pytest.raises(UsageError, match=r"ledger topic 'ledger-deletes' has cleanup.policy=delete") as e:
+        _run(spark, broker, tmp_path, path, "refused-delete", "ledger-deletes")
+    assert "kafka-configs.sh" in str(e.value) and "--add-config cleanup.policy=compact" in str(e.value)
+    assert "refused-delete" not in _topics(broker.bootstrap_servers)
+
+
+def test_a_ledger_without_the_brokers_clock_gets_it(spark, kafka, tmp_path, data):
+    path, expected = data
+    with Admin(kafka.bootstrap_servers) as admin:  # as an earlier version created it
+        admin.ensure_topic("ledger-create-time", 1, 1, {"cleanup.policy": "compact"})
+    _run(spark, kafka, tmp_path, path, "stamped", "ledger-create-time")
+    assert _configs(kafka.bootstrap_servers, "ledger-create-time")["message.timestamp.type"] == "LogAppendTime"
+    assert rows(consume_all(kafka.bootstrap_servers, "stamped")) == expected
+
+
+def test_a_ledger_less_replicated_than_the_topic_is_refused(spark, kafka3, tmp_path, data):
+    path, _ = data
+    with Admin(kafka3.bootstrap_servers) as admin:
+        admin.ensure_topic("replicated-data", 2, 3)
+        admin.ensure_topic("ledger-one-copy", 1, 1, {"cleanup.policy": "compact"})
+    with pytest.raises(UsageError, match=r"'ledger-one-copy' has 1 replica\(s\), fewer than the data topic's 3") as e:
+        _run(spark, kafka3, tmp_path, path, "replicated-data", "ledger-one-copy")
+    assert "kafka-reassign-partitions.sh" in str(e.value) and '"replicas":[1,2,3]' in str(e.value)
