@@ -95,3 +95,41 @@ class ClusterHolder:
             except ProcessLookupError:
                 pass
         self.now = local_kafka.restart(self.now)
+
+
+@pytest.fixture
+def cluster(kafka3):
+    return Brokers(kafka3)
+
+
+class Brokers:
+    """The session's three-broker cluster, as the fault tests use it."""
+
+    def __init__(self, holder) -> None:
+        self.holder = holder
+
+    @property
+    def now(self):
+        return self.holder.now
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.holder.bootstrap_servers
+
+    def heal(self) -> None:
+        self.holder.heal()
+
+    def broker_leading(self, topic: str, partition: int = 0):
+        from confluent_kafka.admin import AdminClient
+
+        md = AdminClient({"bootstrap.servers": self.bootstrap_servers}).list_topics(topic, timeout=10)
+        leader = md.topics[topic].partitions[partition].leader
+        return next(b for b in self.now.brokers if b.node_id == leader)
+
+    def topic(self, name: str) -> str:
+        """A topic on every broker, two of them in sync for a write to count (acks=all)."""
+        from kappa_ingest.topics import Admin
+
+        with Admin(self.bootstrap_servers) as admin:
+            admin.ensure_topic(name, 3, 3, {"min.insync.replicas": "2"})
+        return name

@@ -197,7 +197,9 @@ def _spark_conf(args: argparse.Namespace) -> dict[str, str]:
     for item in getattr(args, "spark_conf", None) or []:
         key, sep, value = item.partition("=")
         if not sep or not key.startswith("spark."):
-            raise UsageError(f"--spark-conf {item!r}: expected spark.KEY=VALUE, e.g. --spark-conf spark.task.maxFailures=8")
+            raise UsageError(
+                f"--spark-conf {item!r}: expected spark.KEY=VALUE, e.g. --spark-conf spark.task.maxFailures=8"
+            )
         out[key] = value
     return out
 

@@ -63,7 +63,7 @@ RUNS = _schema(
 TASKS = _schema(
     ("run_id", S), ("task_id", L), ("stage_id", INT), ("partition", INT), ("attempt", INT), ("status", S),
     ("executor_id", S), ("host", S), ("launched_at", TS), ("duration_s", D), ("rows", L), ("bytes", L),
-    ("rows_quarantined", L), ("rows_per_s", D), ("transaction_s", D),
+    ("rows_quarantined", L), ("rows_per_s", D), ("transaction_s", D), ("stage_attempt", INT),
 )  # fmt: skip
 EXECUTORS = _schema(
     ("run_id", S), ("executor_id", S), ("host", S), ("tasks", INT), ("rows", L), ("bytes", L), ("busy_s", D),

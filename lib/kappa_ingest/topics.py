@@ -90,6 +90,8 @@ class Admin:
             if e.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.TOPIC_AUTHORIZATION_FAILED):
                 return None
             raise self._unavailable(f"no metadata for topic {topic}", e.args[0]) from e
+        except TimeoutError as e:  # the future's own wait (an admin request gets no answer)
+            raise self._unavailable(f"no metadata for topic {topic}", f"no answer in {self.timeout_s:.0f} s") from e
         return TopicShape(len(found.partitions), min((len(p.replicas) for p in found.partitions), default=0))
 
     def partitions(self, topic: str) -> int | None:
@@ -105,6 +107,8 @@ class Admin:
         futures = self.client.create_topics([NewTopic(topic, partitions, replication_factor, config=config or {})])
         try:
             futures[topic].result(TIMEOUT_S)
+        except TimeoutError as e:
+            raise self._unavailable(f"creating topic {topic}", f"no answer in {TIMEOUT_S:.0f} s") from e
         except KafkaException as e:
             err = e.args[0]
             if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
@@ -127,6 +131,8 @@ class Admin:
         try:
             described = self.client.describe_topics(TopicCollection([topic]), include_authorized_operations=True)
             allowed = described[topic].result(TIMEOUT_S).authorized_operations
+        except TimeoutError:
+            return  # the producer's own error will say what is wrong
         except KafkaException as e:
             if e.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
                 allowed = []
@@ -156,6 +162,8 @@ class Admin:
                 t = self.client.describe_topics(TopicCollection([topic]))[topic].result(TIMEOUT_S)
                 if t.partitions and all(p.leader is not None for p in t.partitions):
                     return
+            except TimeoutError:
+                pass
             except KafkaException as e:
                 if e.args[0].code() not in _SETTLING:
                     raise self._unavailable(f"topic {topic} created, no metadata", e.args[0]) from e
@@ -187,7 +195,7 @@ class Admin:
                                   incremental_configs=[ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)])  # fmt: skip
         try:
             self.client.incremental_alter_configs([resource])[resource].result(TIMEOUT_S)
-        except KafkaException:
+        except (KafkaException, TimeoutError):
             return False
         return True
 
@@ -209,7 +217,7 @@ class Admin:
         try:
             resource = ConfigResource(kind, resource_name)
             entries = self.client.describe_configs([resource])[resource].result(TIMEOUT_S)
-        except (KafkaException, ValueError):
+        except (KafkaException, ValueError, TimeoutError):
             return None
         entry = entries.get(name)
         return entry.value if entry is not None else None

@@ -9,24 +9,31 @@ counts. Every wait is bounded.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
-from collections import Counter
-from pathlib import Path
 
-import page_view
 import psutil
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from helpers import consume_all, expected_rows, high_watermarks, rows
-from kappa_ingest import config, datagen, ledger, local_kafka, metrics_store, plots
-from kappa_ingest.topics import Admin
+import page_view
+from faults import (
+    assert_c_loops,
+    assert_delivered,
+    cli,
+    committed,
+    error_lines,
+    executors,
+    landed_mid_send,
+    sent_so_far,
+    stop_group,
+    summary,
+    wait_for,
+)
+from helpers import consume_all, expected_rows
+from kappa_ingest import config, datagen, metrics_store, plots
 
 pytestmark = pytest.mark.integration
 
@@ -39,25 +46,15 @@ def data(tmp_path_factory):
     return path, expected_rows(path)
 
 
-def cli(*args: str, log: Path) -> subprocess.Popen:
-    """``kappa-ingest ingest ARGS`` as its own process (group), output to ``log``."""
-    out = open(log, "wb")
-    return subprocess.Popen(
-        [sys.executable, "-m", "kappa_ingest.cli", "ingest", *args],
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
-    )
+BIG = 80_000
 
 
-def wait_for(condition, timeout_s: float, what: str, proc: subprocess.Popen | None = None, log: Path | None = None):
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if proc is not None and proc.poll() is not None:
-            pytest.fail(f"the run ended ({proc.returncode}) before {what}:\n{log.read_text()[-3000:] if log else ''}")
-        assert time.monotonic() < deadline, f"not {what} within {timeout_s} s"
-        time.sleep(0.1)
+@pytest.fixture(scope="module")
+def big(tmp_path_factory):
+    """Units of ~11 MB: more than a worker holds of its input, so one whose driver died
+    cannot finish its unit from what it was given before."""
+    path = datagen.generate("wide30", BIG, tmp_path_factory.mktemp("faults-big") / "in.csv", seed=12)
+    return path, expected_rows(path)
 
 
 def led(bootstrap: str, *topics: str) -> bool:
@@ -68,46 +65,6 @@ def led(bootstrap: str, *topics: str) -> bool:
     except Exception:  # noqa: BLE001 - not answering yet; the caller's deadline bounds it
         return False
     return all(t in md.topics and all(p.leader >= 0 for p in md.topics[t].partitions.values()) for t in topics)
-
-
-def sent_so_far(bootstrap: str, topic: str) -> int:
-    try:
-        return sum(high_watermarks(bootstrap, topic).values())
-    except (KeyError, Exception):  # noqa: BLE001 - the topic may not exist yet
-        return 0
-
-
-def _is_executor(p: psutil.Process) -> bool:
-    try:
-        return any("CoarseGrainedExecutorBackend" in a for a in p.cmdline())
-    except psutil.Error:  # gone, or a zombie
-        return False
-
-
-def summary(metrics: Path, run_id: str) -> dict:
-    return json.loads((metrics / "runs" / run_id / "summary.json").read_text())
-
-
-def stop_group(proc: subprocess.Popen) -> None:
-    """Whatever a test leaves running of a run (its JVMs, workers) goes, by process group."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait(30)
-
-
-def assert_delivered(records, expected: Counter, report: dict, mode: str) -> None:
-    got = rows(records)
-    missing = expected - got
-    assert not missing, f"{sum(missing.values())} rows lost"
-    extra = got - expected
-    if mode == "exactly-once":
-        assert not extra, f"{sum(extra.values())} rows twice"
-        assert report["duplicates"]["count"] == 0
-    else:
-        assert sum(extra.values()) == report["duplicates"]["count"]
-        assert sum(report["duplicates"]["by_file"].values()) == report["duplicates"]["count"]
 
 
 @pytest.mark.parametrize(
@@ -122,9 +79,10 @@ def test_an_executor_killed_mid_send_is_retried_on_the_other(kafka, tmp_path, da
                "--delivery", mode, "--run-id", run_id, "--metrics-dir", str(metrics), "--quiet", log=log)  # fmt: skip
     try:
         wait_for(lambda: sent_so_far(kafka.bootstrap_servers, topic) >= 2000, 120, "sending", proc, log)
-        executors = [p for p in psutil.Process(proc.pid).children(recursive=True) if _is_executor(p)]
-        assert len(executors) == 2, executors
-        executors[0].kill()
+        running = executors(proc)
+        assert len(running) == 2, running
+        landed_mid_send(kafka.bootstrap_servers, [run_id], ROWS)
+        running[0].kill()
         assert proc.wait(180) == 0, log.read_text()[-3000:]
     finally:
         stop_group(proc)
@@ -134,7 +92,8 @@ def test_an_executor_killed_mid_send_is_retried_on_the_other(kafka, tmp_path, da
     if mode == "exactly-once":
         assert report["delivery"]["transactions_aborted"] >= 1
     assert report["rows_sent"] == ROWS and all(c["ok"] for c in report["checks"]), report["checks"]
-    assert_delivered(consume_all(kafka.bootstrap_servers, topic), expected, report, mode)
+    assert_c_loops(report)
+    assert_delivered(consume_all(kafka.bootstrap_servers, topic), expected, [report], mode)
     if sink == "confluent":  # the page of a run on two executors with a failed attempt, as a reader sees it
         run = metrics_store.run(metrics, run_id)
         page_view.check_run_page(run, figures=3)
@@ -143,26 +102,22 @@ def test_an_executor_killed_mid_send_is_retried_on_the_other(kafka, tmp_path, da
         assert failed and len(hatched) == len(failed)
 
 
-def committed(bootstrap: str, run_id: str) -> list:
-    """The ledger entries of ``run_id``: units it committed (exactly-once) or had acknowledged."""
-    return [e for e in ledger.read({"bootstrap.servers": bootstrap}, ledger.DEFAULT_TOPIC) if e.run_id == run_id]
-
-
 @pytest.mark.parametrize("mode", ["exactly-once", "at-least-once"])
-def test_a_driver_killed_mid_run_is_completed_by_resume(kafka, tmp_path, data, mode):
-    path, expected = data
+def test_a_driver_killed_mid_run_is_completed_by_resume(kafka, tmp_path, big, mode):
+    path, expected = big
     topic, run_id, metrics = f"driver-kill-{mode}", f"driver-kill-{mode}", tmp_path / "m"
     bs = kafka.bootstrap_servers
     proc = cli("--input", str(path), "--topic", topic, "--bootstrap-servers", bs, "--master", "local[2]",
-               "--partitions", "4", "--target-rate", "8000", "--delivery", mode, "--run-id", run_id,
+               "--partitions", "4", "--target-rate", "16000", "--delivery", mode, "--run-id", run_id,
                "--metrics-dir", str(metrics), "--quiet", log=tmp_path / "run.log")  # fmt: skip
     try:
         # Killed once the first two tasks are in the ledger and the next two have sent rows of their own.
         def half_way() -> bool:
             done = committed(bs, run_id)
-            return len(done) >= 2 and sent_so_far(bs, topic) > sum(e.rows_sent for e in done) + 2000
+            return len(done) >= 2 and sent_so_far(bs, topic) > sum(e.rows_sent for e in done) + 8000
 
         wait_for(half_way, 120, "half way", proc, tmp_path / "run.log")
+        landed_mid_send(bs, [run_id], BIG)
         children = psutil.Process(proc.pid).children(recursive=True)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
@@ -181,46 +136,14 @@ def test_a_driver_killed_mid_run_is_completed_by_resume(kafka, tmp_path, data, m
     report = summary(metrics, f"{run_id}-2")
     d = report["delivery"]
     assert report["status"] == "succeeded" and d["resumed_from"] == run_id and d["mode"] == mode, report["error"]
-    assert d["lineage"] == run_id and d["fenced_transactional_ids"] == (4 if mode == "exactly-once" else 0)
-    assert d["splits_skipped"] >= 2 and report["rows_sent"] + d["rows_skipped"] == ROWS
+    assert d["lineage"] == run_id
+    if mode == "exactly-once":  # the killed run's tasks had transactions open: the resumed run ended them
+        assert d["lock"]["lingering_transactions_ended"] >= 1, d["lock"]
+    assert d["splits_skipped"] >= 2 and report["rows_sent"] + d["rows_skipped"] == BIG
+    assert report["rows_sent"] > 0, "the killed run's workers finished what the resumed run was to send"
     assert all(c["ok"] for c in report["checks"]), report["checks"]
-    assert_delivered(consume_all(bs, topic), expected, report, mode)
-
-
-@pytest.fixture
-def cluster(kafka3):
-    return Brokers(kafka3)
-
-
-class Brokers:
-    """The session's three-broker cluster, as the fault tests use it."""
-
-    def __init__(self, holder) -> None:
-        self.holder = holder
-
-    @property
-    def now(self) -> local_kafka.LocalKafka:
-        return self.holder.now
-
-    @property
-    def bootstrap_servers(self) -> str:
-        return self.holder.bootstrap_servers
-
-    def heal(self) -> None:
-        self.holder.heal()
-
-    def broker_leading(self, topic: str, partition: int = 0) -> local_kafka.Broker:
-        from confluent_kafka.admin import AdminClient
-
-        md = AdminClient({"bootstrap.servers": self.bootstrap_servers}).list_topics(topic, timeout=10)
-        leader = md.topics[topic].partitions[partition].leader
-        return next(b for b in self.now.brokers if b.node_id == leader)
-
-    def topic(self, name: str) -> str:
-        """A topic on every broker, two of them in sync for a write to count (acks=all)."""
-        with Admin(self.bootstrap_servers) as admin:
-            admin.ensure_topic(name, 3, 3, {"min.insync.replicas": "2"})
-        return name
+    assert_c_loops(report)
+    assert_delivered(consume_all(bs, topic), expected, [report], mode)
 
 
 def run_in_thread(cfg):
@@ -263,6 +186,7 @@ def test_a_broker_killed_mid_run_is_survived(in_process, cluster, tmp_path, data
     try:
         wait_for(lambda: sent_so_far(cluster.bootstrap_servers, topic) >= 5000, 60, "sending")
         victim = cluster.broker_leading(topic)
+        landed_mid_send(cluster.bootstrap_servers, [cfg.run_id], ROWS)
         os.kill(victim.pid, signal.SIGKILL)
         t.join(180)
         assert not t.is_alive(), "the run did not end"
@@ -272,7 +196,8 @@ def test_a_broker_killed_mid_run_is_survived(in_process, cluster, tmp_path, data
     assert "error" not in outcome, outcome.get("error")
     report = summary(tmp_path / "m", cfg.run_id)
     assert report["status"] == "succeeded" and all(c["ok"] for c in report["checks"]), report["checks"]
-    assert_delivered(consume_all(cluster.bootstrap_servers, topic), expected, report, "exactly-once")
+    assert_c_loops(report)
+    assert_delivered(consume_all(cluster.bootstrap_servers, topic), expected, [report])
 
 
 def test_a_broker_paused_past_the_request_timeout_is_survived(in_process, cluster, tmp_path, data):
@@ -283,6 +208,7 @@ def test_a_broker_paused_past_the_request_timeout_is_survived(in_process, cluste
     try:
         wait_for(lambda: sent_so_far(cluster.bootstrap_servers, topic) >= 5000, 60, "sending")
         victim = cluster.broker_leading(topic)
+        landed_mid_send(cluster.bootstrap_servers, [cfg.run_id], ROWS)
         os.kill(victim.pid, signal.SIGSTOP)
         time.sleep(8)  # well past request.timeout.ms: its requests time out, then it answers them late
         os.kill(victim.pid, signal.SIGCONT)
@@ -294,7 +220,8 @@ def test_a_broker_paused_past_the_request_timeout_is_survived(in_process, cluste
     assert "error" not in outcome, outcome.get("error")
     report = summary(tmp_path / "m", cfg.run_id)
     assert report["status"] == "succeeded" and all(c["ok"] for c in report["checks"]), report["checks"]
-    assert_delivered(consume_all(cluster.bootstrap_servers, topic), expected, report, "exactly-once")
+    assert_c_loops(report)
+    assert_delivered(consume_all(cluster.bootstrap_servers, topic), expected, [report])
 
 
 def test_the_only_broker_paused_past_delivery_timeout_fails_cleanly_and_resume_completes(
@@ -311,6 +238,7 @@ def test_the_only_broker_paused_past_delivery_timeout_fails_cleanly_and_resume_c
     broker = kafka.brokers[0]
     try:
         wait_for(lambda: len(committed(bs, cfg.run_id)) >= 2, 60, "two splits committed")
+        landed_mid_send(bs, [cfg.run_id], ROWS)
         os.kill(broker.pid, signal.SIGSTOP)
         paused = time.monotonic()
         t.join(90)
@@ -330,8 +258,9 @@ def test_the_only_broker_paused_past_delivery_timeout_fails_cleanly_and_resume_c
     report = summary(tmp_path / "m", "pause-resumed")
     d = report["delivery"]
     assert report["status"] == "succeeded" and d["splits_skipped"] >= 2, report["checks"]
-    assert d["lineage"] == cfg.run_id and d["fenced_transactional_ids"] == 4  # the failed run's open transactions
-    assert_delivered(consume_all(bs, topic), expected, report, "exactly-once")
+    assert d["lineage"] == cfg.run_id and d["lock"]["lingering_transactions_ended"] >= 1  # the failed run's
+    assert_c_loops(report)
+    assert_delivered(consume_all(bs, topic), expected, [report])
 
 
 def test_every_broker_down_exits_4_and_resume_completes_once_they_are_back(cluster, tmp_path, data):
@@ -344,6 +273,7 @@ def test_every_broker_down_exits_4_and_resume_completes_once_they_are_back(clust
                "--quiet", log=tmp_path / "run.log")  # fmt: skip
     try:
         wait_for(lambda: len(committed(bs, run_id)) >= 2, 120, "two splits committed", proc, tmp_path / "run.log")
+        landed_mid_send(bs, [run_id], ROWS)
         for b in cluster.now.brokers:
             os.kill(b.pid, signal.SIGKILL)
         down = time.monotonic()
@@ -354,7 +284,7 @@ def test_every_broker_down_exits_4_and_resume_completes_once_they_are_back(clust
         cluster.heal()
     out = (tmp_path / "run.log").read_text()
     assert rc == 4 and took < 60, (rc, took, out[-2000:])
-    error = [line for line in out.splitlines() if line.startswith("kappa-ingest: error:")]
+    error = error_lines(tmp_path / "run.log")
     assert len(error) == 1 and "Kafka" in error[0], out[-2000:]
     report = summary(metrics, run_id)
     assert report["status"] == "failed" and len(report["ledger"]["committed"]) >= 2 and report["ledger"]["missing"]
@@ -367,5 +297,6 @@ def test_every_broker_down_exits_4_and_resume_completes_once_they_are_back(clust
         stop_group(resumed)
     report = summary(metrics, f"{run_id}-2")
     assert report["status"] == "succeeded" and all(c["ok"] for c in report["checks"]), report["checks"]
-    assert report["delivery"]["fenced_transactional_ids"] == 4
-    assert_delivered(consume_all(bs, topic), expected, report, "exactly-once")
+    assert report["delivery"]["lock"]["lingering_transactions_ended"] >= 1  # the killed brokers' open transactions
+    assert_c_loops(report)
+    assert_delivered(consume_all(bs, topic), expected, [report])

@@ -6,9 +6,9 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime, timedelta
 
-import page_view
 import pytest
 
+import page_view
 from kappa_ingest import plots
 
 T0 = datetime(2026, 11, 23, 12, 0, 0, tzinfo=UTC)
