@@ -112,7 +112,10 @@ def read(spark: SparkSession, cfg: IngestConfig, pinned: Plan | None = None, pat
     plan = pinned or make_plan(spark, cfg, paths)
     read_bytes = sum(f.size for f in plan.files if f.path in {splits.canonical_file(p) for p in paths})
     open_cost = 0 if cfg.partitions else splits.OPEN_COST_BYTES
-    if _split_per_task(cfg):  # no two splits in one task, where a task's rows are sorted but not shuffled
+    if cfg.incremental or _split_per_task(cfg):
+        # No two splits in one task: where a task's rows are sorted but not shuffled (each
+        # task's transaction, one unit), and for an incremental run, whose split size is
+        # fixed (64 MiB) and would otherwise pack a landing directory's files into one task.
         open_cost = plan.split_bytes
     for key, value in splits.spark_conf(plan.split_bytes, open_cost).items():
         spark.conf.set(key, value)

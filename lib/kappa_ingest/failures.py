@@ -115,11 +115,20 @@ def spark_action(action):  # type: ignore[no-untyped-def]
         raise classify(e) from e
 
 
+def python_error(text: str) -> str | None:
+    """A Python worker's error in a Spark failure's text: its traceback's ``Name: message``
+    line (kappa-ingest's own task errors first), or None."""
+    errors = re.findall(
+        r"^([\w.]+(?:Error|Exception|Failed|Mismatch|Fenced|Superseded): .+)$", text, flags=re.MULTILINE
+    )
+    python_side = [line for line in errors if not line.startswith(("org.", "java.", "py4j."))]
+    return python_side[0] if python_side else None
+
+
 def _cause_line(text: str) -> str:
     """The line that names the cause: a Python traceback's last ``XxxError: ...`` line if
     the failure came from a Python worker, else the message's first line."""
-    errors = re.findall(r"^([\w.]+(?:Error|Exception|Failed|Mismatch): .+)$", text, flags=re.MULTILINE)
-    python_side = [line for line in errors if not line.startswith(("org.", "java."))]
+    python_side = python_error(text)
     if "Python worker" in text and python_side:
-        return python_side[0]
+        return python_side
     return text.strip().splitlines()[0] if text.strip() else "unknown error"

@@ -167,7 +167,7 @@ def collect(spark: SparkSession, job_group: str) -> SparkRunMetrics:
                     launched_at=parse_time(t["launchTime"]),  # type: ignore[arg-type]
                     duration_s=t.get("duration", 0) / 1000,
                     records_read=(metrics.get("inputMetrics") or {}).get("recordsRead", 0),
-                    error=(t.get("errorMessage") or "").splitlines()[0] if t.get("errorMessage") else None,
+                    error=_error_line(t.get("errorMessage")),
                 )
             )
     executors = {
@@ -175,3 +175,13 @@ def collect(spark: SparkSession, job_group: str) -> SparkRunMetrics:
         for e in api.get("/allexecutors")
     }
     return SparkRunMetrics(stages, tasks, executors)
+
+
+def _error_line(message: str | None) -> str | None:
+    """A failed attempt's error in one line: a Python worker's own (the traceback's last
+    ``Name: message`` line) rather than the Java exception wrapping it."""
+    if not message:
+        return None
+    from kappa_ingest.failures import python_error
+
+    return python_error(message) or message.splitlines()[0]

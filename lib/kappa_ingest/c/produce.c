@@ -155,6 +155,13 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opa
     }
 }
 
+/* The producer's fatal error (its underlying code: a fenced producer's PRODUCER_FENCED),
+ * noted at once when a call returns ERR__FATAL: error_cb would say so only at the next poll. */
+static int note_fatal(kp_producer *p) {
+    if (!p->fatal_error) p->fatal_error = rd_kafka_fatal_error(p->rk, p->fatal_reason, sizeof p->fatal_reason);
+    return p->fatal_error ? p->fatal_error : ERR_FATAL;
+}
+
 static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque) {
     kp_producer *p = opaque;
     if (p->fatal_error) return;
@@ -191,7 +198,8 @@ kp_producer *kp_new(const char **names, const char **values, int n, char *errstr
 
 /*
  * Produce the batch's records [0, n). Returns n, or -(i + 1) when record i is refused
- * before sending (its error code in *err), or -(n + 1) when a fatal error stops the producer.
+ * before sending (its error code in *err), or -(n + 1) when a fatal error stops the producer
+ * (the fatal error's own code in *err).
  */
 int64_t kp_produce(kp_producer *p, const kp_batch *b, int *err) {
     for (int64_t i = 0; i < b->n; i++) {
@@ -212,6 +220,10 @@ int64_t kp_produce(kp_producer *p, const kp_batch *b, int *err) {
                 VT_HEADER, "run_id", (const void *)b->run_id, (ssize_t)b->run_id_len,
                 VT_HEADER, "source_file", (const void *)b->files[f], (ssize_t)b->file_lens[f], VT_END);
             if (e == 0) break;
+            if (e == ERR_FATAL) {
+                *err = note_fatal(p);
+                return -(b->n + 1);
+            }
             if (e != ERR_QUEUE_FULL) {
                 *err = e;
                 return -(i + 1);
@@ -234,6 +246,7 @@ int kp_produce_one(kp_producer *p, const char *topic, const void *key, size_t ke
     for (;;) {
         int e = rd_kafka_producev(p->rk, VT_TOPIC, topic, VT_MSGFLAGS, MSG_F_COPY, VT_KEY, key, key_len,
                                   VT_VALUE, value, value_len, VT_END);
+        if (e == ERR_FATAL) return note_fatal(p);
         if (e != ERR_QUEUE_FULL) return e;
         rd_kafka_poll(p->rk, 50);
         if (p->fatal_error) return p->fatal_error;
@@ -250,6 +263,7 @@ int kp_produce_with_headers(kp_producer *p, const char *topic, const void *value
                                   VT_HEADERS, h, VT_END);
         if (e == 0) return 0; /* librdkafka owns the headers now */
         rd_kafka_headers_destroy(h);
+        if (e == ERR_FATAL) return note_fatal(p);
         if (e != ERR_QUEUE_FULL) return e;
         rd_kafka_poll(p->rk, 50);
         if (p->fatal_error) return p->fatal_error;
@@ -262,7 +276,9 @@ int kp_produce_with_headers(kp_producer *p, const char *topic, const void *value
  * pending callbacks and requests too, so it may be above 0 after a complete flush.
  */
 int kp_flush(kp_producer *p, int timeout_ms) {
-    if (rd_kafka_flush(p->rk, timeout_ms) == 0) return 0;
+    int e = rd_kafka_flush(p->rk, timeout_ms);
+    if (e == ERR_FATAL) note_fatal(p);
+    if (e == 0) return 0;
     int left = rd_kafka_outq_len(p->rk);
     return left > 0 ? left : 1;
 }

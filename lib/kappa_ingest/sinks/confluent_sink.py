@@ -126,7 +126,7 @@ class NativePartitionProducer:
         if done == n:
             self.produced += n
             return
-        self._raise_if_fatal()
+        self._raise_if_fatal()  # a fenced producer among them
         reason = self.lib.kp_err2str(err.value).decode(errors="replace")
         raise DeliveryFailed(f"Kafka client refused a record: {reason}")
 
@@ -244,6 +244,9 @@ class ConfluentPartitionProducer:
                 poll(0.05)
                 self._raise_if_fatal()
             except KafkaException as e:  # refused before sending, e.g. a record too large
+                if e.args[0].code() == KafkaError._FATAL:  # its cause reaches error_cb at the next poll
+                    poll(0)
+                    self._raise_if_fatal()
                 raise DeliveryFailed(f"Kafka client refused a record: {e.args[0].str()}") from e
 
     def send(self, enc: Encoded, run_id: str) -> None:

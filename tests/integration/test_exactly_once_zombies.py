@@ -1,0 +1,152 @@
+"""Two live runs on the same files never both commit them: a run paused past its lease and
+taken over from another host, an executor paused while Spark retried its task and another
+run sent the same files, and two runs started together without the lock.
+
+The runs are scheduled ones (``--incremental``) over a landing directory: whatever they
+overlap, the topic must hold every row once. Each test makes its fault with real processes
+(SIGSTOP/SIGCONT, a host of its own with ``unshare --uts``), shows that it landed while rows
+were being sent, and reads the topic back ``read_committed``."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+
+import psutil
+import pytest
+
+from faults import (
+    assert_delivered,
+    cli,
+    committed,
+    committed_rows,
+    error_lines,
+    executors,
+    landed_mid_send,
+    signal_tree,
+    stop_group,
+    summary,
+    tree,
+    wait_for,
+)
+from helpers import consume_all, expected_rows
+from kappa_ingest import datagen, lock
+from kappa_ingest.kafka_settings import connection_conf
+from kappa_ingest.ledger import DEFAULT_TOPIC, read_records
+
+pytestmark = pytest.mark.integration
+FILES, ROWS_EACH = 6, 4_000
+
+
+@pytest.fixture
+def landing(tmp_path):
+    """A landing directory of six files: six units of a scheduled run."""
+    directory = tmp_path / "landing"
+    paths = [datagen.generate("wide30", ROWS_EACH, directory / f"part-{i}.csv", seed=20 + i) for i in range(FILES)]
+    return directory, sum((expected_rows(p) for p in paths), Counter())
+
+
+def _args(directory, topic: str, metrics, *extra: str) -> list[str]:
+    return ["--input", str(directory), "--topic", topic, "--incremental", "--metrics-dir", str(metrics), "--quiet",
+            *extra]  # fmt: skip
+
+
+def _claims(bootstrap: str, topic: str) -> dict:
+    conf = connection_conf(None, bootstrap)
+    return lock.claims(read_records(conf, DEFAULT_TOPIC, isolation="read_uncommitted"), topic)
+
+
+def test_a_run_paused_past_its_lease_is_taken_over_from_another_host_and_stops(kafka, tmp_path, landing):
+    directory, expected = landing
+    bs, topic, metrics = kafka.bootstrap_servers, "paused-run", tmp_path / "m"
+    common = [*_args(directory, topic, metrics), "--bootstrap-servers", bs, "--master", "local[2]", "--lock-lease", "8"]
+    first = cli(*common, "--target-rate", "4000", "--run-id", "paused", log=tmp_path / "paused.log")
+    try:
+        wait_for(lambda: committed(bs, "paused"), 120, "a unit committed", first, tmp_path / "paused.log")
+        landed_mid_send(bs, ["paused"], FILES * ROWS_EACH)
+        whole = tree(psutil.Process(first.pid))  # the driver, its JVM, its Python workers (a group of their own)
+        signal_tree(whole, signal.SIGSTOP)
+        paused_with = committed_rows(bs, "paused")
+        time.sleep(10)  # past its lease of 8 s, on the broker's clock
+        second = cli(*common, "--run-id", "successor", log=tmp_path / "successor.log", hostname="another-host")
+        try:
+            assert second.wait(180) == 0, (tmp_path / "successor.log").read_text()[-3000:]
+        finally:
+            stop_group(second)
+        signal_tree(whole, signal.SIGCONT)
+        rc = first.wait(120)
+    finally:
+        stop_group(first)
+    assert rc == 6, (tmp_path / "paused.log").read_text()[-3000:]
+    [line] = error_lines(tmp_path / "paused.log")
+    assert "lost its lock" in line or "taken over by run successor" in line, line
+    taker = summary(metrics, "successor")
+    assert taker["delivery"]["lock"]["taken_over_from"] == ["paused"], taker["delivery"]["lock"]
+    assert taker["rows_sent"] + taker["delivery"]["rows_skipped"] >= FILES * ROWS_EACH - paused_with
+    assert_delivered(consume_all(bs, topic), expected, [taker, summary(metrics, "paused")])
+
+
+def test_an_executor_paused_while_its_task_is_retried_and_another_run_sends_the_same_files(kafka, tmp_path, landing):
+    """The first run's executor stops mid-unit; Spark declares it lost and runs its task again
+    on the other executor, while a second run (the lock bypassed) sends the same files; then
+    the paused executor wakes and goes on sending the unit it had begun."""
+    directory, expected = landing
+    bs, topic, metrics = kafka.bootstrap_servers, "zombie-executor", tmp_path / "m"
+    lost_fast = ["--spark-conf", "spark.network.timeout=12s", "--spark-conf", "spark.network.timeoutInterval=1s",
+                 "--spark-conf", "spark.executor.heartbeatInterval=1s"]  # fmt: skip
+    first = cli(*_args(directory, topic, metrics, "--bootstrap-servers", bs, "--master", "local-cluster[2,1,1024]",
+                       "--target-rate", "3000", "--run-id", "first", *lost_fast), log=tmp_path / "first.log")  # fmt: skip
+    try:
+        wait_for(lambda: committed(bs, "first"), 180, "a unit committed", first, tmp_path / "first.log")
+        landed_mid_send(bs, ["first"], FILES * ROWS_EACH)
+        paused = tree(executors(first)[0])  # the executor JVM, its Python daemon and workers
+        signal_tree(paused, signal.SIGSTOP)
+        try:
+            second = cli(*_args(directory, topic, metrics, "--bootstrap-servers", bs, "--master", "local[2]",
+                                "--no-lock", "--run-id", "second"), log=tmp_path / "second.log")  # fmt: skip
+            try:
+                assert second.wait(180) in (0, 6), (tmp_path / "second.log").read_text()[-3000:]
+            finally:
+                stop_group(second)
+            time.sleep(3)  # past spark.network.timeout since the pause: the first run retried the task
+        finally:
+            signal_tree(paused, signal.SIGCONT)
+        rc = first.wait(180)
+    finally:
+        stop_group(first)
+    out = (tmp_path / "first.log").read_text()
+    assert rc in (0, 6), out[-3000:]
+    reports = [summary(metrics, "first"), summary(metrics, "second")]
+    assert reports[0]["duplicates"]["failed_attempts"], "Spark did not run the paused executor's task again"
+    assert_delivered(consume_all(bs, topic), expected, reports)
+
+
+def test_two_runs_of_the_same_files_started_together_without_the_lock_send_each_row_once(kafka, tmp_path, landing):
+    directory, expected = landing
+    bs, topic, metrics = kafka.bootstrap_servers, "no-lock-together", tmp_path / "m"
+    barrier = tmp_path / "go"
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        f"import pathlib, time\np = pathlib.Path({str(barrier)!r})\nwhile not p.exists(): time.sleep(0.005)\n"
+    )
+    env = {"PYTHONPATH": str(hook)}
+    runs = {}
+    for run_id in ("left", "right"):
+        runs[run_id] = cli(*_args(directory, topic, metrics, "--bootstrap-servers", bs, "--master", "local[2]",
+                                  "--no-lock", "--target-rate", "6000", "--run-id", run_id),
+                           log=tmp_path / f"{run_id}.log", env=env)  # fmt: skip
+    try:
+        time.sleep(2)
+        barrier.touch()
+        codes = {r: p.wait(180) for r, p in runs.items()}
+    finally:
+        for p in runs.values():
+            stop_group(p)
+    assert set(codes.values()) <= {0, 6}, {r: (tmp_path / f"{r}.log").read_text()[-2000:] for r in runs}
+    assert not _claims(bs, topic), "a run without the lock took it"
+    reports = [summary(metrics, r) for r in runs]
+    # Each unit was sent by one of them: what each sent adds up to the input.
+    assert sum(r["rows_sent"] for r in reports) == FILES * ROWS_EACH, [r["rows_sent"] for r in reports]
+    assert_delivered(consume_all(bs, topic), expected, reports)
