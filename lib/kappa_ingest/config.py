@@ -24,6 +24,7 @@ from kappa_ingest.ledger import DEFAULT_TOPIC as DEFAULT_LEDGER_TOPIC
 
 SINKS = ("confluent", "spark", "kafka-python")
 ON_CHANGED = ("refuse", "resend")
+VERIFY = ("auto", "read-back")
 DEFAULT_SINK = "confluent"  # the fastest in `make bench` (README, "Performance")
 
 
@@ -63,6 +64,7 @@ class IngestConfig:
     lineage: str = ""  # the first run of a resumed chain (this run's id if it resumes none)
     ledger_topic: str = DEFAULT_LEDGER_TOPIC
     lock: bool = True  # one run at a time per topic (saves work; delivery does not rest on it)
+    verify: str = "auto"  # auto: offsets where they can vouch for the run alone, else a read back | read-back
     lock_lease_s: float = 60.0  # how long a claim unrenewed by the broker's clock stays alive
     incremental: bool = False  # send only units the ledger does not show delivered to the topic
     on_changed: str = "refuse"  # a delivered file that changed since: refuse | resend
@@ -198,6 +200,8 @@ def add_ingest_arguments(p: argparse.ArgumentParser, target: str = "--topic") ->
     a("--replay-speed", metavar="X|max", help="event-time pacing: X times real time (e.g. 60), or max (unpaced)")
     a("--dead-letter-topic", metavar="NAME", help="quarantined rows also go to this topic (raw text, context headers)")
     a("--ledger-topic", metavar="NAME", help=f"the delivery ledger's compacted topic (default {DEFAULT_LEDGER_TOPIC})")
+    a("--verify", choices=VERIFY, help="auto (default): the topic's offsets where only this run wrote to it, else"
+      " a read_committed read back of its records; read-back: always read them back")  # fmt: skip
     a("--no-lock", dest="lock", action="store_const", const=False,
       help="do not take the topic's lock (a scheduler already runs one at a time); delivery stays exactly once")  # fmt: skip
     a("--lock-lease", dest="lock_lease_s", type=float, metavar="SECONDS",
@@ -468,6 +472,8 @@ def validate(values: dict[str, Any]) -> IngestConfig:
         if v["lock_lease_s"] < 1:
             raise UsageError(f"--lock-lease {v['lock_lease_s']}: at least 1 second")
     _check_incremental(v)
+    if v.get("verify", "auto") not in VERIFY:
+        raise UsageError(f"--verify {v['verify']!r}: accepted: {', '.join(VERIFY)}")
     for name in ("header", "multiline", "strict_header", "strict_size", "dry_run", "quiet", "incremental",
                  "order_by_event_time", "lock"):  # fmt: skip
         if name in v and not isinstance(v[name], bool):

@@ -284,8 +284,8 @@ def end_lingering(
         listed = _list_transactions(admin_conf, timeout_s)
     except Exception as e:  # noqa: BLE001 - see above; the run says what happened
         return Lingering(error=f"{type(e).__name__}: {e}"[:300])
-    ours = [t for t, state in listed if any(t.startswith(p) for p in prefixes) and state in LIVE_STATES]
-    others = [t for t, state in listed if t not in ours and state in OPEN_STATES]
+    ours = [t for t, state, _ in listed if any(t.startswith(p) for p in prefixes) and state in LIVE_STATES]
+    others = [t for t, state, _ in listed if t not in ours and state in OPEN_STATES]
     if others:
         ours += _writing_to(admin_conf, others, topic)
     failures = fence(conf, ours, timeout_s)
@@ -300,20 +300,28 @@ def _admin(admin_conf: dict[str, Any], timeout_s: float) -> Any:
     return KafkaAdminClient(**conf, request_timeout_ms=int(timeout_s * 1000))
 
 
-def _list_transactions(admin_conf: dict[str, Any], timeout_s: float) -> list[tuple[str, str]]:
-    """``(transactional id, state)`` of the job's ids the coordinators know."""
+def _list_transactions(
+    admin_conf: dict[str, Any], timeout_s: float, prefix: str = ID_PREFIX
+) -> list[tuple[str, str, int]]:
+    """``(transactional id, state, producer id)`` of the ids under ``prefix`` the coordinators know."""
     from kafka.errors import UnsupportedVersionError
 
     admin = _admin(admin_conf, timeout_s)
     try:
         try:  # filtered by the brokers (Kafka 4.1, KIP-1152); older ones list every id
-            found = admin.list_transactions(transactional_id_pattern=re.escape(ID_PREFIX) + ".*")
+            found = admin.list_transactions(transactional_id_pattern=re.escape(prefix) + ".*")
         except (UnsupportedVersionError, ValueError):
             found = admin.list_transactions()
     finally:
         admin.close()
-    return [(t.transactional_id, t.state.value if hasattr(t.state, "value") else str(t.state))
-            for listing in found.values() for t in listing if t.transactional_id.startswith(ID_PREFIX)]  # fmt: skip
+    return [(t.transactional_id, t.state.value if hasattr(t.state, "value") else str(t.state), t.producer_id)
+            for listing in found.values() for t in listing if t.transactional_id.startswith(prefix)]  # fmt: skip
+
+
+def producer_ids(admin_conf: dict[str, Any], prefix: str, timeout_s: float = ABORT_TIMEOUT_S) -> set[int]:
+    """The producer ids of the transactional ids under ``prefix`` (a scope's): the producers
+    that wrote a run's units."""
+    return {pid for _, _, pid in _list_transactions(admin_conf, timeout_s, prefix)}
 
 
 def _writing_to(admin_conf: dict[str, Any], ids: list[str], topic: str) -> list[str]:

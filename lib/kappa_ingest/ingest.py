@@ -41,6 +41,7 @@ from kappa_ingest import (
     record_size,
     sinks,
     spark_metrics,
+    topics,
     warmup,
 )
 from kappa_ingest.broker_rate import BrokerRateSampler
@@ -49,7 +50,7 @@ from kappa_ingest.errors import InputError, KafkaUnavailable, KappaError, LockLo
 from kappa_ingest.failures import classify, spark_action
 from kappa_ingest.incremental import Selection
 from kappa_ingest.kafka_endpoint import KafkaEndpoint, endpoint_for
-from kappa_ingest.kafka_settings import connection_conf
+from kappa_ingest.kafka_settings import connection_conf, kafka_python_connection
 from kappa_ingest.ledger import Entry
 from kappa_ingest.lock import Lock
 from kappa_ingest.phases import RunClock
@@ -77,6 +78,7 @@ class Sent:
     after: dict[int, int] | None  # None: Kafka did not answer after a failed job
     dead_letters: tuple[dict[int, int], dict[int, int]] | None = None  # the dead-letter topic's offsets around it
     source: csv_source.Source | None = None  # what was sent: the source, its parser checking record sizes
+    producers_before: topics.Producers | None = None  # the topic's producers before it (who else wrote?)
 
 
 def ingest(
@@ -558,6 +560,7 @@ def _send(
                 transaction_timeout_ms=int(task_delivery.transaction_timeout_s * 1000),
             )
         before = admin.end_offsets(cfg.topic)
+        producers_before = topics.producers(kafka_python_connection(settings, servers), cfg.topic, len(before))
         dlq_before = admin.end_offsets(dlq) if dlq else {}
         report.add_offsets(before, before)
         report.write(cfg.metrics_dir)  # the run's plan, before anything is sent: --resume starts from it
@@ -589,7 +592,7 @@ def _send(
         finally:
             # Its last sample is the settled offsets: commit markers follow a commit.
             report.broker_rate = sampler.stop(last=after)
-    return Sent(outcome, task_delivery, conf, before, after, dead_letters, source)
+    return Sent(outcome, task_delivery, conf, before, after, dead_letters, source, producers_before)
 
 
 def _data_topic(cfg: IngestConfig, admin: Admin, report: RunReport) -> None:
@@ -741,8 +744,6 @@ def _end_open_transactions(cfg: IngestConfig, report: RunReport, sent: Sent) -> 
     (Spark kills the tasks it abandons without their abort), so that no consumer waits
     for them until transaction.timeout.ms. Where Kafka cannot be asked now, the next run
     of the topic ends them at its start."""
-    from kappa_ingest.kafka_settings import kafka_python_connection
-
     admin_conf = kafka_python_connection(cfg.producer_settings(), sent.conf["bootstrap.servers"])
     ended = delivery.end_lingering(sent.conf, admin_conf, cfg.topic, [sent.task_delivery.scope],
                                    timeout_s=delivery.ABORT_TIMEOUT_S)  # fmt: skip
@@ -778,11 +779,13 @@ def _reconcile(
                                              lineage.duplicates, lineage.duplicates_by_file))  # fmt: skip
     else:
         found = None
-        if failed or growth is None or delta != growth:
-            found = reconcile.read_back(sent.conf, cfg.topic, sent.before, sent.after, {cfg.run_id})
-        report.add_verdict(
-            reconcile.check(cfg.delivery, report.rows_sent, delta, growth, failed, found, cfg.run_id, sent_by_file)
-        )
+        units = {u: r for s in stats for u, r in s.offset_runs().items()}
+        others = _other_writers(cfg, report, sent)
+        if cfg.verify == "read-back" or failed or growth is None or delta != growth or others:
+            found = reconcile.read_back(sent.conf, cfg.topic, sent.before, sent.after, {cfg.run_id}, units=units)
+        sent_by_unit = {e.unit: e.rows_sent for e in entries if e.unit in units}
+        report.add_verdict(reconcile.check(cfg.delivery, report.rows_sent, delta, growth, failed, found, cfg.run_id,
+                                           sent_by_file, sent_by_unit))  # fmt: skip
     if sent.dead_letters is not None:
         _reconcile_dead_letters(cfg, report, sent, failed)
     if report.broker_rate:
@@ -794,6 +797,27 @@ def _reconcile(
             low, high = sum(sent.before.values()), sum(sent.after.values())
             report.check("broker-side sampler's readings lie within the run's offsets",
                          low <= first <= last == high, f"{low}..{high}", f"{first}..{last}")  # fmt: skip
+
+
+def _other_writers(cfg: IngestConfig, report: RunReport, sent: Sent) -> str | None:
+    """Why the topic's offsets cannot vouch for the run alone, if they cannot: another
+    producer wrote to it meanwhile (its records could make up for lost ones). Seen by the
+    partition leaders' producer state (idempotent and transactional producers; a plain one
+    is not seen: --verify read-back reads the topic back in any case)."""
+    admin_conf = kafka_python_connection(cfg.producer_settings(), sent.conf["bootstrap.servers"])
+    after = topics.producers(admin_conf, cfg.topic, len(sent.after or {}))
+    if sent.producers_before is None or after is None:
+        return "the brokers did not say which producers wrote to the topic"
+    wrote = topics.writers(sent.producers_before, after)
+    if sent.task_delivery.transactional:
+        others = wrote - delivery.producer_ids(admin_conf, sent.task_delivery.scope)
+    else:  # one idempotent producer per task attempt at most (the spark sink's: per executor)
+        attempts = len(report.tasks) or len(sent.outcome.stats)
+        others = wrote if len(wrote) > attempts else set()
+    if not others:
+        return None
+    report.broker["other_producers"] = len(others)
+    return f"{len(others)} other producer(s) wrote to the topic during the run"
 
 
 def _reconcile_dead_letters(cfg: IngestConfig, report: RunReport, sent: Sent, failed_attempts: int) -> None:

@@ -306,6 +306,7 @@ def hold(cfg: Any, servers: str) -> Lock:
 
     settings = cfg.producer_settings()
     with Admin(servers, settings) as admin:
+        admin.check_reachable()  # first: a refused password says so at once
         existing = admin.describe(cfg.topic)
         ledger.ensure(admin, cfg.ledger_topic, existing.replication if existing else cfg.replication_factor)
     conf, admin_conf = connection_conf(settings, servers), kafka_python_connection(settings, servers)

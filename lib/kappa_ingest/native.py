@@ -77,6 +77,7 @@ _SIGNATURES = {
     "kp_txn_abortable": (_c.c_int, [_P]),
     "kp_txn_reason": (_c.c_char_p, [_P]),
     "kp_partitions_touched": (_c.c_int32, [_P]),
+    "kp_offset_runs": (_c.c_int64, [_P, _P, _c.c_int64]),
     "kp_failed": (_c.c_int64, [_P]),
     "kp_first_error": (_c.c_int, [_P]),
     "kp_fatal_error": (_c.c_int, [_P]),

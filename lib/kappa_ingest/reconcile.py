@@ -8,22 +8,28 @@ Two ways to know, the cheap one first:
   producer loop counted the partitions it wrote.
 - read back: otherwise a ``read_committed`` consumer reads the topic between the run's
   first and last offsets and counts the records whose ``run_id`` header names this run
-  (or, for a resumed run, the runs it continues), per source file. Other producers'
-  records, aborted transactions and markers do not count; retry duplicates do.
+  (or, for a resumed run, the runs it continues), per source file, and per unit where the
+  run knows the offsets its unit's transaction wrote (the C loop notes them from its
+  delivery reports). Other producers' records, aborted transactions and markers do not
+  count; a unit sent twice does, and so does one missing: in every mode the report's
+  duplicates are the ones the consumer found.
 
 :func:`check` is pure: it turns the counts into the report's checks.
 """
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from kappa_ingest.errors import KafkaUnavailable
-from kappa_ingest.splits import canonical_file
+from kappa_ingest.splits import Unit, canonical_file
 from kappa_ingest.topics import LOG
+
+Runs = dict[Unit, list[tuple[int, int, int]]]  # where each unit's records landed: (partition, first offset, count)
 
 READ_BACK_TIMEOUT_S = 120.0
 
@@ -33,6 +39,7 @@ class ReadBack:
     """Records per (run_id, source_file) found by a read_committed consumer."""
 
     counts: Counter[tuple[str, str]] = field(default_factory=Counter)
+    by_unit: Counter[Unit] = field(default_factory=Counter)  # of the units whose offsets were given
     seconds: float = 0.0
     # With by_partition: [records, first timestamp ms, last timestamp ms] per partition.
     partitions: dict[int, list[int]] = field(default_factory=dict)
@@ -65,16 +72,19 @@ def read_back(
     run_ids: set[str],
     timeout_s: float = READ_BACK_TIMEOUT_S,
     by_partition: bool = False,
+    units: Runs | None = None,
 ) -> ReadBack:
     """Count the committed records of ``run_ids`` in ``topic`` between offsets ``start``
     and ``end`` (per partition; a start of ``OFFSET_BEGINNING`` reads from the first kept);
-    ``by_partition`` also their count and first and last timestamp per partition.
+    ``by_partition`` also their count and first and last timestamp per partition; ``units``
+    (where each unit's records landed) also the records found of each unit.
     KafkaUnavailable if the end is not reached in time (a transaction another producer
     left open holds read_committed consumers back)."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     began = time.monotonic()
     wanted = {r.encode() for r in run_ids}
+    where = _index(units or {})
     todo = {p for p, e in end.items() if e > start.get(p, 0)}
     out = ReadBack()
     if not todo:
@@ -110,6 +120,10 @@ def read_back(
                     raw[(rid, headers.get("source_file", b""))] += 1
                     if by_partition:
                         _span(out.partitions, p, m.timestamp()[1])
+                    if where:
+                        unit = _unit_at(where, p, m.offset())
+                        if unit is not None:
+                            out.by_unit[unit] += 1
                 if m.offset() + 1 >= end[p]:
                     todo.discard(p)
         consumer.unassign()
@@ -119,6 +133,28 @@ def read_back(
         out.counts[(rid.decode(), canonical_file(file.decode()))] += n
     out.seconds = round(time.monotonic() - began, 3)
     return out
+
+
+def _index(units: Runs) -> dict[int, tuple[list[int], list[tuple[int, Unit]]]]:
+    """Per partition, the runs' first offsets in order, with each run's end and unit."""
+    runs = sorted((p, first, first + count, unit) for unit, rs in units.items() for p, first, count in rs)
+    out: dict[int, tuple[list[int], list[tuple[int, Unit]]]] = {}
+    for p, first, stop, unit in runs:
+        starts, rest = out.setdefault(p, ([], []))
+        starts.append(first)
+        rest.append((stop, unit))
+    return out
+
+
+def _unit_at(where: dict[int, tuple[list[int], list[tuple[int, Unit]]]], partition: int, offset: int) -> Unit | None:
+    found = where.get(partition)
+    if found is None:
+        return None
+    starts, rest = found
+    i = bisect.bisect_right(starts, offset) - 1
+    if i < 0 or offset >= rest[i][0]:
+        return None
+    return rest[i][1]
 
 
 def expected_growth(rows_sent: int, markers: list[int]) -> int | None:
@@ -148,34 +184,34 @@ def check(
     found: ReadBack | None,
     run_id: str,
     sent_by_file: dict[str, int],
+    sent_by_unit: dict[Unit, int] | None = None,
 ) -> Verdict:
-    """The broker's account of the run. With ``found`` (a read back) the run's own
-    records decide; without it the offsets must balance exactly (``growth``)."""
+    """The broker's account of the run. With ``found`` (a read back) the run's own records
+    decide, file by file and, for the units in ``sent_by_unit`` (those whose offsets the
+    run knows), unit by unit; without it the offsets must balance exactly (``growth``)."""
     if found is None:
         name = "topic grew by rows_sent" + (f" + {growth - rows_sent} commit markers" if growth != rows_sent else "")
         return Verdict([(name, offset_delta == growth, growth, offset_delta)], "offsets")
     mine = found.of({run_id})
     by_file = found.by_file({run_id})
-    extra = {f: n - sent_by_file.get(f, 0) for f, n in by_file.items() if n > sent_by_file.get(f, 0)}
+    files = set(by_file) | set(sent_by_file)
+    extra = {f: by_file[f] - sent_by_file.get(f, 0) for f in files if by_file.get(f, 0) > sent_by_file.get(f, 0)}
+    short = {f: sent_by_file[f] - by_file.get(f, 0) for f in files if by_file.get(f, 0) < sent_by_file.get(f, 0)}
+    duplicates = sum(extra.values())
     how = f"read back: {mine:,} records of this run counted by a read_committed consumer in {found.seconds:.1f} s"
+    checks: list[tuple[str, bool, Any, Any]]
     if mode == "exactly-once":
-        return Verdict(
-            [
-                (
-                    "a read_committed consumer finds exactly rows_sent records of this run",
-                    mine == rows_sent,
-                    rows_sent,
-                    mine,
-                )
-            ],
-            how,
-        )
-    duplicates = max(0, mine - rows_sent)
-    checks = [("a read_committed consumer finds every row sent", mine >= rows_sent, f">= {rows_sent}", mine)]
-    if duplicates:
-        checks.append(
-            ("records sent twice only by retried tasks", failed_attempts > 0, "failed attempts > 0", failed_attempts)
-        )
+        checks = [("a read_committed consumer finds exactly rows_sent records of this run, file by file",
+                   not extra and not short, rows_sent, mine)]  # fmt: skip
+    else:
+        checks = [("a read_committed consumer finds every row sent, file by file", not short, f">= {rows_sent}", mine)]
+        if duplicates:
+            checks.append(("records sent twice only by retried tasks", failed_attempts > 0, "failed attempts > 0",
+                           failed_attempts))  # fmt: skip
+    if sent_by_unit:
+        off = {u: (n, found.by_unit.get(u, 0)) for u, n in sent_by_unit.items() if found.by_unit.get(u, 0) != n}
+        checks.append(("each unit's records are where its transaction wrote them, unit by unit", not off,
+                       f"{len(sent_by_unit)} units", f"{len(off)} differ" if off else f"{len(sent_by_unit)} units"))  # fmt: skip
     return Verdict(checks, how, duplicates, extra)
 
 

@@ -57,6 +57,7 @@ class Admin:
         self._watermarks = Watermarks(conf)
 
     def _unavailable(self, what: str, cause: object) -> KafkaUnavailable:
+        self.client.poll(0)  # serves error_cb: a refused password is the cause to name
         auth = [e for e in self.errors if e.code() == KafkaError._AUTHENTICATION]
         if auth:
             return KafkaUnavailable(
@@ -279,3 +280,31 @@ def high_watermarks(conf: dict[str, Any], topic: str, partitions: int, timeout_s
         return w.query(topic, partitions, timeout_s)
     finally:
         w.close()
+
+
+Producers = dict[tuple[int, int], tuple[int, int]]  # (partition, producer id) -> (epoch, last sequence)
+
+
+def producers(admin_conf: dict[str, Any], topic: str, partitions: int, timeout_s: float = 5.0) -> Producers | None:
+    """The idempotent and transactional producers the topic's partition leaders keep state
+    of (DescribeProducers, KIP-664), or None if they cannot be asked (an old broker, no
+    permission). A producer that wrote between two readings shows as new or changed."""
+    from kafka import TopicPartition as KafkaPartition
+    from kafka.admin import KafkaAdminClient
+
+    conf = {k: v for k, v in admin_conf.items() if k in KafkaAdminClient.DEFAULT_CONFIG}
+    try:
+        admin = KafkaAdminClient(**conf, request_timeout_ms=int(timeout_s * 1000))
+        try:
+            found = admin.describe_producers([KafkaPartition(topic, p) for p in range(partitions)])
+        finally:
+            admin.close()
+    except Exception:  # noqa: BLE001 - see above: the run then reads back what it sent
+        return None
+    return {(tp.partition, s.producer_id): (s.producer_epoch, s.last_sequence)
+            for tp, state in found.items() for s in state.active_producers}  # fmt: skip
+
+
+def writers(before: Producers, after: Producers) -> set[int]:
+    """The producer ids that wrote between two readings."""
+    return {pid for key, state in after.items() if before.get(key) != state for pid in [key[1]]}

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from kappa_ingest import reconcile
+from kappa_ingest.splits import Unit
 
 
 def found(**by_run):
@@ -33,6 +34,33 @@ def test_exactly_once_read_back_wants_every_record_once_and_ignores_other_produc
     assert not twice.checks[0][1]
     lost = reconcile.check("exactly-once", 100, 999, None, 0, found(r=97), "r", {"/in/a.csv": 100})
     assert not lost.checks[0][1]
+
+
+def test_a_duplicate_and_a_loss_do_not_cancel_out():
+    # Three rows of one file twice and three of another missing: the totals balance.
+    back = reconcile.ReadBack(Counter({("r", "/a"): 53, ("r", "/b"): 47}))
+    v = reconcile.check("exactly-once", 100, 100, None, 0, back, "r", {"/a": 50, "/b": 50})
+    assert not v.checks[0][1] and v.duplicates == 3 and v.duplicates_by_file == {"/a": 3}
+    # Within one file, unit by unit: unit u1 committed twice (its second copy lies outside the
+    # offsets its transaction wrote), unit u2 lost; the file's count balances.
+    u1, u2 = Unit("/a", 0, 10), Unit("/a", 10, 10)
+    units = {u1: 5, u2: 5}
+    in_place = reconcile.ReadBack(Counter({("r", "/a"): 10}), Counter({u1: 5}))
+    v = reconcile.check("exactly-once", 10, 10, None, 0, in_place, "r", {"/a": 10}, units)
+    assert v.checks[0][1] and not v.checks[1][1] and v.checks[1][3] == "1 differ"
+    whole = reconcile.ReadBack(Counter({("r", "/a"): 10}), Counter(units))
+    assert all(
+        ok for _, ok, _, _ in reconcile.check("exactly-once", 10, 10, None, 0, whole, "r", {"/a": 10}, units).checks
+    )
+
+
+def test_records_are_told_apart_by_the_offsets_their_units_transactions_wrote():
+    u1, u2 = Unit("/a", 0, 10), Unit("/a", 10, 10)
+    where = reconcile._index({u1: [(0, 100, 5), (1, 7, 2)], u2: [(0, 105, 3)]})
+    assert reconcile._unit_at(where, 0, 100) == u1 and reconcile._unit_at(where, 0, 104) == u1
+    assert reconcile._unit_at(where, 0, 105) == u2 and reconcile._unit_at(where, 0, 107) == u2
+    assert reconcile._unit_at(where, 0, 108) is None and reconcile._unit_at(where, 0, 99) is None
+    assert reconcile._unit_at(where, 1, 8) == u1 and reconcile._unit_at(where, 2, 8) is None
 
 
 def test_at_least_once_counts_duplicates_of_retried_tasks_and_refuses_others():

@@ -11,8 +11,10 @@
  * Delivery is counted here: librdkafka calls dr_msg_cb for every record, acknowledged or
  * failed, from the polls in kp_produce and kp_flush on the caller's thread; after a
  * flush that leaves nothing in flight, acknowledged = produced - failed. The same
- * callback notes which partitions of the data topic the current transaction wrote to:
- * each gets one commit marker, which takes an offset (the run's reconciliation counts them).
+ * callback notes where the current transaction's records landed, as runs of consecutive
+ * offsets per partition: each partition written gets one commit marker, which takes an
+ * offset, and a reader of the topic can tell this transaction's records from any other's
+ * (the run's reconciliation does both).
  *
  * Transactions (exactly-once delivery) are librdkafka's own; the kp_txn_* calls return
  * 0 or the error's code, with its text and kind kept in the producer for Python to read.
@@ -108,15 +110,23 @@ typedef struct {
 } kp_batch;
 
 typedef struct {
+    int64_t partition, first, count;
+} kp_run;
+
+typedef struct {
     rd_kafka_t *rk;
     int64_t failed;
     int first_error;      /* 0: none */
     int fatal_error;      /* 0: none */
     char fatal_reason[512];
-    /* Partitions of the data topic written by the current transaction (or since creation). */
-    uint8_t *touched;
-    int32_t touched_cap;
+    /* Where the current transaction's data records landed (or since creation): runs of
+     * consecutive offsets, and per partition the index of its latest run (-1: none). */
+    kp_run *runs;
+    int64_t runs_len, runs_cap;
+    int32_t *last_run;
+    int32_t last_cap;
     int32_t touched_count;
+    int runs_lost; /* an offset unknown, or memory refused: the runs are incomplete */
     /* The last transactional call's error: code 0 = none. */
     int txn_code;
     int txn_fatal;
@@ -127,21 +137,42 @@ typedef struct {
 
 static char DATA_RECORD; /* the opaque of data-topic records: its address tags them */
 
-static void touch(kp_producer *p, int32_t partition) {
+static void touch(kp_producer *p, int32_t partition, int64_t offset) {
     if (partition < 0) return;
-    if (partition >= p->touched_cap) {
-        int32_t cap = p->touched_cap ? p->touched_cap : 64;
+    if (partition >= p->last_cap) {
+        int32_t cap = p->last_cap ? p->last_cap : 64;
         while (cap <= partition) cap *= 2;
-        uint8_t *grown = realloc(p->touched, (size_t)cap);
-        if (!grown) return; /* counted as unknown by Python: touched_count stays a lower bound */
-        memset(grown + p->touched_cap, 0, (size_t)(cap - p->touched_cap));
-        p->touched = grown;
-        p->touched_cap = cap;
+        int32_t *grown = realloc(p->last_run, sizeof *grown * (size_t)cap);
+        if (!grown) { /* counted as unknown by Python: touched_count stays a lower bound */
+            p->runs_lost = 1;
+            return;
+        }
+        for (int32_t i = p->last_cap; i < cap; i++) grown[i] = -1;
+        p->last_run = grown;
+        p->last_cap = cap;
     }
-    if (!p->touched[partition]) {
-        p->touched[partition] = 1;
-        p->touched_count++;
+    int32_t i = p->last_run[partition];
+    if (i < 0) p->touched_count++;
+    if (offset < 0) {
+        p->runs_lost = 1;
+        return;
     }
+    if (i >= 0 && p->runs[i].first + p->runs[i].count == offset) {
+        p->runs[i].count++;
+        return;
+    }
+    if (p->runs_len == p->runs_cap) {
+        int64_t cap = p->runs_cap ? p->runs_cap * 2 : 256;
+        kp_run *grown = realloc(p->runs, sizeof *grown * (size_t)cap);
+        if (!grown) {
+            p->runs_lost = 1;
+            return;
+        }
+        p->runs = grown;
+        p->runs_cap = cap;
+    }
+    p->runs[p->runs_len] = (kp_run){partition, offset, 1};
+    p->last_run[partition] = (int32_t)p->runs_len++;
 }
 
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque) {
@@ -151,7 +182,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opa
         p->failed++;
         if (!p->first_error) p->first_error = msg->err;
     } else if (msg->_private == &DATA_RECORD) {
-        touch(p, msg->partition);
+        touch(p, msg->partition, msg->offset);
     }
 }
 
@@ -311,8 +342,22 @@ static int txn_result(kp_producer *p, rd_kafka_error_t *e) {
 }
 
 static void untouch(kp_producer *p) {
-    if (p->touched) memset(p->touched, 0, (size_t)p->touched_cap);
+    for (int32_t i = 0; i < p->last_cap; i++) p->last_run[i] = -1;
+    p->runs_len = 0;
     p->touched_count = 0;
+    p->runs_lost = 0;
+}
+
+/* The current transaction's runs of consecutive offsets, (partition, first, count) each,
+ * into out (up to cap runs); returns how many there are, or -1 if they are incomplete. */
+int64_t kp_offset_runs(kp_producer *p, int64_t *out, int64_t cap) {
+    if (p->runs_lost) return -1;
+    for (int64_t i = 0; i < p->runs_len && i < cap; i++) {
+        out[3 * i] = p->runs[i].partition;
+        out[3 * i + 1] = p->runs[i].first;
+        out[3 * i + 2] = p->runs[i].count;
+    }
+    return p->runs_len;
 }
 
 /* Fences every earlier producer with the same transactional.id, aborting its open transaction. */
@@ -351,6 +396,7 @@ void kp_destroy(kp_producer *p) {
     rd_kafka_purge(p->rk, PURGE_QUEUE | PURGE_INFLIGHT);
     rd_kafka_poll(p->rk, 0);
     rd_kafka_destroy(p->rk);
-    free(p->touched);
+    free(p->runs);
+    free(p->last_run);
     free(p);
 }

@@ -191,6 +191,14 @@ class NativePartitionProducer:
     def partitions_touched(self) -> int | None:
         return int(self.lib.kp_partitions_touched(self.handle))
 
+    def offset_runs(self) -> list[tuple[int, int, int]] | None:
+        n = self.lib.kp_offset_runs(self.handle, None, 0)
+        if n < 0:
+            return None
+        out = (ctypes.c_int64 * (3 * n))()
+        self.lib.kp_offset_runs(self.handle, out, n)
+        return [(out[3 * i], out[3 * i + 1], out[3 * i + 2]) for i in range(n)]
+
     def close(self) -> None:
         """Free the producer, dropping whatever it still holds (a failed task's records)."""
         if self.handle:
@@ -308,6 +316,9 @@ class ConfluentPartitionProducer:
     @property
     def partitions_touched(self) -> int | None:
         return None  # delivery reports come for failures only: the partitions written are not seen
+
+    def offset_runs(self) -> list[tuple[int, int, int]] | None:
+        return None
 
     def close(self) -> None:
         """Drop whatever the producer still holds (a failed task's records) and let it go."""

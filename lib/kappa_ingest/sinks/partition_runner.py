@@ -63,6 +63,7 @@ class TaskStats:
     units: str = "[]"  # JSON: the ledger entries of the units it delivered
     inherited: str = "[]"  # JSON: entries of its units found delivered (by an earlier attempt, or another run)
     taken: str = "[]"  # JSON: units another writer took over and has not committed yet
+    offsets: str = "[]"  # JSON: [unit, [[partition, first offset, count], ...]] of units it committed, where known
     failed: str = "{}"  # JSON: rows failing each row-level expectation (--quality-gate quarantine)
     record_loops: str = ""  # C | Python: the record loops its process ran
     notes: str = "[]"  # JSON: warnings raised in its process (task_notes)
@@ -102,6 +103,9 @@ class TaskStats:
     def taken_units(self) -> list[Unit]:
         return [Unit(**d) for d in json.loads(self.taken)]
 
+    def offset_runs(self) -> dict[Unit, list[tuple[int, int, int]]]:
+        return {Unit(**u): [tuple(r) for r in runs] for u, runs in json.loads(self.offsets)}
+
     def finish(self, task_input: TaskInput, entries: list[Entry]) -> None:
         self.lines_dropped = task_input.lines_dropped
         self.units = json.dumps([asdict(e) for e in entries])
@@ -114,7 +118,7 @@ def _entry(d: dict[str, Any]) -> Entry:
     return Entry(**{**d, "unit": Unit(**d["unit"])})
 
 
-_TEXT_FIELDS = {"host", "units", "inherited", "taken", "failed", "record_loops", "notes"}
+_TEXT_FIELDS = {"host", "units", "inherited", "taken", "offsets", "failed", "record_loops", "notes"}
 STATS_SCHEMA = ", ".join(f"{f.name} {'string' if f.name in _TEXT_FIELDS else 'bigint'}" for f in fields(TaskStats))
 
 
@@ -252,6 +256,7 @@ def run_partitions(
                     writer.send(enc.slice(lo, hi))
             writer.finish()
             stats.finish(task_input, writer.entries)
+            stats.offsets = json.dumps(writer.offsets)
         except BaseException:
             writer.abandon()
             raise

@@ -66,6 +66,10 @@ class PartitionProducer(Protocol):
     def partitions_touched(self) -> int | None:
         """Data-topic partitions written by the current transaction (each gets a commit marker); None: unknown."""
 
+    def offset_runs(self) -> list[tuple[int, int, int]] | None:
+        """Where the current transaction's records landed: ``(partition, first offset, count)``
+        runs of consecutive offsets, once flushed; None: unknown."""
+
     def close(self) -> None:
         """Release the producer, dropping what it still holds; never raises."""
 
@@ -74,6 +78,9 @@ class Discard:
     """The dry run's producer: converts everything, sends nothing."""
 
     partitions_touched = 0
+
+    def offset_runs(self) -> list[tuple[int, int, int]] | None:
+        return None
 
     def send(self, enc: Encoded, run_id: str) -> None:
         pass

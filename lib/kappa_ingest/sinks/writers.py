@@ -65,6 +65,7 @@ class Writer:
         self.producer: PartitionProducer | None = None
         self.task_input: TaskInput | None = None
         self.entries: list[Entry] = []  # of the units this task delivered
+        self.offsets: list[list] = []  # [unit, runs] where each unit's records landed, where known
         self.taken: dict[Unit, None] = {}  # units another writer took over, not yet seen in the ledger
 
     def start(self) -> None:
