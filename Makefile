@@ -9,7 +9,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
 DEMO_ROWS ?= 200000
 
-.PHONY: setup browser demo test unit integration lint format bench sweep scaling soak clean
+.PHONY: setup browser demo test faults unit integration lint format bench sweep scaling soak clean
 
 setup: $(STAMP) $(VENV)/.jars
 
@@ -32,14 +32,20 @@ demo: setup data/demo-$(DEMO_ROWS).csv
 data/demo-$(DEMO_ROWS).csv: | $(STAMP)
 	$(BIN)/kappa-ingest gen-data --layout wide30 --rows $(DEMO_ROWS) --out $@
 
+# The suite, then the fault tests (real processes killed, paused and taken over: ~13 minutes
+# on two cores) in a pytest of their own.
 test: setup browser lint
-	$(BIN)/pytest tests
+	$(BIN)/pytest tests -m "not faults"
+	$(BIN)/pytest tests -m faults
+
+faults: setup browser
+	$(BIN)/pytest tests -m faults
 
 unit: setup
 	$(BIN)/pytest tests/unit
 
 integration: setup browser
-	$(BIN)/pytest tests/integration
+	$(BIN)/pytest tests/integration -m "not faults"
 
 # Debian's Chromium, for the test that reads the report page in a real browser; where apt-get
 # cannot install it, that test skips and says why.

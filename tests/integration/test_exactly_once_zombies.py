@@ -35,7 +35,7 @@ from kappa_ingest import datagen, lock
 from kappa_ingest.kafka_settings import connection_conf
 from kappa_ingest.ledger import DEFAULT_TOPIC, read_records
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
 FILES, ROWS_EACH = 6, 4_000
 
 

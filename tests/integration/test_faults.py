@@ -35,7 +35,7 @@ from faults import (
 from helpers import consume_all, expected_rows
 from kappa_ingest import config, datagen, metrics_store, plots
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 ROWS = 20_000
 

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from kappa_ingest.sinks.partition_runner import TaskStats
 
 MakeProducer = Callable[[str | None], PartitionProducer]
-COMMIT_CALL_S = 10.0  # one commit call's wait; a retriable timeout is called again within the delivery timeout
+COMMIT_CALL_S = 10.0  # one commit call's wait at most; a retriable timeout is called again (see commit())
 NEW_PRODUCERS = 3  # producers tried for one init whose producer failed fatally
 TAKEN_WAIT_S = 60.0  # how long a task waits to see the entry of a unit another writer took over
 
@@ -66,6 +66,7 @@ class Writer:
         self.task_input: TaskInput | None = None
         self.entries: list[Entry] = []  # of the units this task delivered
         self.offsets: list[list] = []  # [unit, runs] where each unit's records landed, where known
+        self.began = 0.0  # when the open transaction began (time.monotonic)
         self.taken: dict[Unit, None] = {}  # units another writer took over, not yet seen in the ledger
 
     def start(self) -> None:
@@ -172,10 +173,11 @@ class Writer:
             if entries:
                 assert self.d.ledger_topic is not None
                 producer.send_ledger(self.d.ledger_topic, [e.record() for e in entries])
+                producer.flush()  # the commit would wait for it too: here a failure is the ledger's own
             touched = producer.partitions_touched
             failpoints.hold(failpoints.BEFORE_COMMIT, txid)
             t0 = time.monotonic()
-            commit(producer, self.d, self.stats)
+            commit(producer, self.d, self.stats, self.began)
             self.stats.transaction_ms += round((time.monotonic() - t0) * 1000)
             failpoints.hold(failpoints.AFTER_COMMIT, txid)
         except Fenced:
@@ -219,7 +221,7 @@ class UnitTransactions(Writer):
         except BaseException:
             producer.close()
             raise
-        self.producer, self.current = producer, unit
+        self.producer, self.current, self.began = producer, unit, time.monotonic()
         return None
 
     def _end_unit(self) -> None:
@@ -260,7 +262,7 @@ class TaskTransaction(Writer):
         except BaseException:
             producer.close()
             raise
-        self.producer = producer
+        self.producer, self.began = producer, time.monotonic()
         self.lost = False
 
     def admit(self, unit: Unit) -> Entry | object | None:
@@ -347,14 +349,16 @@ def open_transactional(make: MakeProducer, txid: str, d: TaskDelivery, stats: Ta
     raise AssertionError("unreachable")
 
 
-def commit(producer: PartitionProducer, d: TaskDelivery, stats: TaskStats) -> None:
+def commit(producer: PartitionProducer, d: TaskDelivery, stats: TaskStats, began: float) -> None:
     """Commit, calling again while the error is retriable (the coordinator did not answer in
-    time, say), within the delivery timeout: the task's records are not sent twice for it."""
+    time, say) and the transaction is young enough for the broker to keep it (it aborts one
+    older than transaction.timeout.ms): its records are not sent again for a slow answer.
+    Each call waits at most the delivery timeout, as the task's other calls do."""
     t0 = time.monotonic()
-    deadline = t0 + d.kafka_timeout_s
+    deadline = began + d.transaction_timeout_s
     while True:
         try:
-            producer.commit(max(1.0, min(COMMIT_CALL_S, deadline - time.monotonic())))
+            producer.commit(max(1.0, min(COMMIT_CALL_S, d.kafka_timeout_s, deadline - time.monotonic())))
             return
         except TransactionFailed as e:
             if e.retriable and not e.fatal and not e.abortable and time.monotonic() < deadline:
