@@ -25,6 +25,7 @@ from faults import (
     cli,
     committed,
     executor_of,
+    executors,
     landed_mid_send,
     sent_so_far,
     stop_group,
@@ -48,10 +49,10 @@ def _release_all(directory: Path, point: str) -> None:
 
 def test_a_stage_run_again_after_its_shuffle_output_was_lost_sends_nothing_twice(kafka, tmp_path):
     """--order-by-event-time --partitions 1: one sending task over shuffled rows, read by two
-    map tasks (two files), one on each executor. The sending task's executor is killed after
-    the task committed and before Spark heard of it: a map output is gone with it, so Spark
-    runs the map stage and then the sending stage again, whose task starts at attempt 0. It
-    must read the ledger all the same."""
+    map tasks (two files). The executors are killed after the sending task committed and
+    before Spark heard of it: the map outputs are gone with them, so Spark runs the map
+    stage and then the sending stage again on new executors, whose task starts at attempt
+    0. It must read the ledger all the same."""
     paths = [datagen.generate("debs2012", 10_000, tmp_path / f"in{i}.csv", seed=3 + i) for i in range(2)]
     expected = expected_rows(paths[0]) + expected_rows(paths[1])
     held, log, metrics = tmp_path / "held", tmp_path / "run.log", tmp_path / "m"
@@ -65,7 +66,10 @@ def test_a_stage_run_again_after_its_shuffle_output_was_lost_sends_nothing_twice
         wait_for(lambda: _markers(held, failpoints.AFTER_COMMIT), 180, "the task committed", proc, log)
         [marker] = _markers(held, failpoints.AFTER_COMMIT)
         assert sum(e.rows_sent for e in committed(kafka.bootstrap_servers, run_id)) == sum(expected.values())
-        executor_of(int(marker.read_text())).kill()
+        running = executors(proc)
+        assert executor_of(int(marker.read_text())).pid in {e.pid for e in running}
+        for executor in running:  # with every map output gone, the map stage must run again
+            executor.kill()
         marker.unlink()
         deadline = time.monotonic() + 180
         while proc.poll() is None and time.monotonic() < deadline:  # the stage's next run commits nothing new
