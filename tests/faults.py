@@ -33,6 +33,22 @@ def cli(*args: str, log: Path, env: dict | None = None, hostname: str | None = N
                             env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", **(env or {})})  # fmt: skip
 
 
+def barrier(tmp_path: Path) -> tuple[dict, object]:
+    """An environment in which a run's Python waits at start-up until ``release()``: runs
+    started with it go at once, their first steps together."""
+    gate, hook = tmp_path / "barrier-open", tmp_path / "barrier"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        f"import pathlib, time\np = pathlib.Path({str(gate)!r})\nwhile not p.exists(): time.sleep(0.005)\n"
+    )
+
+    def release() -> None:
+        time.sleep(2)  # every run's interpreter is waiting by now
+        gate.touch()
+
+    return {"PYTHONPATH": str(hook)}, release
+
+
 def wait_for(condition, timeout_s: float, what: str, proc: subprocess.Popen | None = None, log: Path | None = None):
     deadline = time.monotonic() + timeout_s
     while not condition():

@@ -155,23 +155,20 @@ NO_AUTO_CREATE = {"allow.auto.create.topics": False}
 
 def connection_conf(settings: dict[str, str] | None, bootstrap_servers: str) -> dict[str, Any]:
     """librdkafka settings to connect to the cluster (for the driver's admin, consumers and fencing)."""
-    conf: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, **NO_AUTO_CREATE}
-    plain = _plain(settings or {})
-    for key in CONNECTION_KEYS:
-        if key in plain:
-            target, convert = TABLE[key][0]  # type: ignore[misc]
-            conf[target] = convert(plain[key])
-    return conf
+    return _connection(settings, CLIENTS["confluent"], {"bootstrap.servers": bootstrap_servers, **NO_AUTO_CREATE})
 
 
 def kafka_python_connection(settings: dict[str, str] | None, bootstrap_servers: str) -> dict[str, Any]:
     """kafka-python settings to connect to the cluster (the driver's admin client: it lists
-    transactions, which confluent-kafka cannot)."""
-    conf: dict[str, Any] = {"bootstrap_servers": bootstrap_servers.split(",")}
+    transactions and producers, which confluent-kafka cannot)."""
+    return _connection(settings, CLIENTS["kafka-python"], {"bootstrap_servers": bootstrap_servers.split(",")})
+
+
+def _connection(settings: dict[str, str] | None, client: int, conf: dict[str, Any]) -> dict[str, Any]:
     plain = _plain(settings or {})
     for key in CONNECTION_KEYS:
         if key in plain:
-            target, convert = TABLE[key][1]  # type: ignore[misc]
+            target, convert = TABLE[key][client]  # type: ignore[misc]
             conf[target] = convert(plain[key])
     return conf
 

@@ -18,6 +18,7 @@ import pytest
 
 from faults import (
     assert_delivered,
+    barrier,
     cli,
     committed,
     committed_rows,
@@ -125,21 +126,14 @@ def test_an_executor_paused_while_its_task_is_retried_and_another_run_sends_the_
 def test_two_runs_of_the_same_files_started_together_without_the_lock_send_each_row_once(kafka, tmp_path, landing):
     directory, expected = landing
     bs, topic, metrics = kafka.bootstrap_servers, "no-lock-together", tmp_path / "m"
-    barrier = tmp_path / "go"
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(
-        f"import pathlib, time\np = pathlib.Path({str(barrier)!r})\nwhile not p.exists(): time.sleep(0.005)\n"
-    )
-    env = {"PYTHONPATH": str(hook)}
+    env, release = barrier(tmp_path)
     runs = {}
     for run_id in ("left", "right"):
         runs[run_id] = cli(*_args(directory, topic, metrics, "--bootstrap-servers", bs, "--master", "local[2]",
                                   "--no-lock", "--target-rate", "6000", "--run-id", run_id),
                            log=tmp_path / f"{run_id}.log", env=env)  # fmt: skip
     try:
-        time.sleep(2)
-        barrier.touch()
+        release()
         codes = {r: p.wait(180) for r, p in runs.items()}
     finally:
         for p in runs.values():

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ import time
 import pytest
 from confluent_kafka import KafkaException, Producer
 
+from faults import barrier, cli, error_lines, stop_group, wait_for
 from helpers import consume_all
 from kappa_ingest import config, datagen, delivery, lock
 from kappa_ingest.errors import LockHeld
@@ -35,6 +35,17 @@ def _fake_claim(kafka, topic: str, run_id: str, **fields) -> None:
               "scope": delivery.scope_prefix(topic, run_id, False), **fields}  # fmt: skip
     claim = lock.Claim(topic, run_id, **values)
     lock._write(connection_conf(None, kafka.bootstrap_servers), DEFAULT_TOPIC, claim.key(), claim.value())
+
+
+def _left_open(kafka, topic: str, txid: str) -> Producer:
+    """A producer of ``txid`` with a transaction open on ``topic``, a record in it: what a
+    killed run's task leaves, or its zombie holds."""
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": txid})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"left open", b"k")
+    assert producer.flush(10) == 0
+    return producer
 
 
 def _claims(kafka, topic: str) -> dict:
@@ -68,11 +79,7 @@ def test_a_dead_runs_lock_is_taken_over_and_its_open_transaction_ended(kafka, tm
     with Admin(kafka.bootstrap_servers) as admin:
         admin.ensure_topic("orphaned", 2, 1)
     zombie_id = delivery.scope_prefix("orphaned", "killed-here", False) + "u:0123456789abcdef01234567"
-    zombie = Producer({"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": zombie_id})
-    zombie.init_transactions(30)
-    zombie.begin_transaction()
-    zombie.produce("orphaned", b"left open", b"k")
-    assert zombie.flush(10) == 0
+    zombie = _left_open(kafka, "orphaned", zombie_id)
     time.sleep(1.5)  # the silent claim's lease, by the broker's clock
     held = lock.hold(_cfg(kafka, "orphaned", "successor", tmp_path), kafka.bootstrap_servers)
     held.release()
@@ -125,49 +132,33 @@ def test_a_holder_whose_lock_is_taken_over_learns_it_and_says_who(kafka, tmp_pat
     assert held.lost and "usurper took it over" in held.lost and told == [held.lost]
 
 
-def _cli(args: list[str], log, env_extra: dict | None = None) -> subprocess.Popen:
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", **(env_extra or {})}
-    return subprocess.Popen([sys.executable, "-m", "kappa_ingest.cli", "ingest", *args], stdout=log,
-                            stderr=subprocess.STDOUT, env=env, start_new_session=True)  # fmt: skip
-
-
 def test_two_runs_released_together_one_holds_the_lock_the_other_exits_6(kafka, tmp_path):
     path = datagen.generate("debs2012", 20_000, tmp_path / "in.csv")
     common = ["--input", str(path), "--topic", "two-at-once", "--bootstrap-servers", kafka.bootstrap_servers,
               "--metrics-dir", str(tmp_path / "m"), "--master", "local[1]", "--target-rate", "4000", "--quiet"]  # fmt: skip
-    # Both imported and ready, then released by one barrier: their claims reach the ledger together.
-    barrier = tmp_path / "go"
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(
-        f"import os, time, pathlib\np = pathlib.Path({str(barrier)!r})\nwhile not p.exists(): time.sleep(0.005)\n"
-    )
-    env = {"PYTHONPATH": f"{hook}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    logs = {r: open(tmp_path / f"{r}.log", "wb") for r in ("a", "b")}
-    procs = {r: _cli([*common, "--run-id", r], logs[r], env) for r in ("a", "b")}
+    # Both started, then released by one barrier: their claims reach the ledger together.
+    env, release = barrier(tmp_path)
+    logs = {r: tmp_path / f"{r}.log" for r in ("a", "b")}
+    procs = {r: cli(*common, "--run-id", r, log=logs[r], env=env) for r in ("a", "b")}
     try:
-        time.sleep(2)
-        barrier.touch()
+        release()
         codes = {r: p.wait(180) for r, p in procs.items()}
     finally:
         for p in procs.values():
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-        for f in logs.values():
-            f.close()
+            stop_group(p)
     assert sorted(codes.values()) == [0, 6], {r: (tmp_path / f"{r}.log").read_text()[-1500:] for r in procs}
     loser = next(r for r, c in codes.items() if c == 6)
     winner = next(r for r in procs if r != loser)
-    out = (tmp_path / f"{loser}.log").read_text()
-    errors = [line for line in out.splitlines() if line.startswith("kappa-ingest: error:")]
-    assert len(errors) == 1 and f"locked by run {winner}" in errors[0], out
+    errors = error_lines(logs[loser])
+    assert len(errors) == 1 and f"locked by run {winner}" in errors[0], logs[loser].read_text()
     assert len(consume_all(kafka.bootstrap_servers, "two-at-once")) == 20_000
 
 
 def test_a_host_whose_clock_runs_ahead_cannot_take_a_live_lock(kafka, tmp_path):
-    """Run B's Python clock runs 45 s ahead of run A's (the host's clock, as Python reads it:
-    Debian's faketime hangs librdkafka). Judged on client clocks, B found A's claim 45 s old
-    and, with a 30 s lease, dead; on the broker's clock it is fresh."""
+    """Run B, on a host of its own (another hostname: liveness by lease, not by PID), has a
+    clock 45 s ahead of run A's (the host's clock as Python reads it: Debian's faketime
+    hangs librdkafka). Judged on the hosts' clocks, B found A's claim 45 s old and, with a
+    30 s lease, dead; on the broker's clock it is fresh."""
     path = datagen.generate("debs2012", 20_000, tmp_path / "in.csv")
     common = ["--input", str(path), "--topic", "skewed-hosts", "--bootstrap-servers", kafka.bootstrap_servers,
               "--metrics-dir", str(tmp_path / "m"), "--master", "local[1]", "--quiet", "--lock-lease", "30"]  # fmt: skip
@@ -177,24 +168,23 @@ def test_a_host_whose_clock_runs_ahead_cannot_take_a_live_lock(kafka, tmp_path):
         "import time\n_t, _ns = time.time, time.time_ns\n"
         "time.time = lambda: _t() + 45\ntime.time_ns = lambda: _ns() + 45 * 10**9\n"
     )
-    with open(tmp_path / "a.log", "wb") as log:
-        first = _cli([*common, "--run-id", "steady", "--target-rate", "2000"], log)
+    skewed = {"PYTHONPATH": str(ahead)}
+    first = cli(*common, "--run-id", "steady", "--target-rate", "2000", log=tmp_path / "a.log")
     try:
-        deadline = time.monotonic() + 60
-        while "steady" not in _claims(kafka, "skewed-hosts"):
-            assert time.monotonic() < deadline and first.poll() is None, (tmp_path / "a.log").read_text()[-2000:]
-            time.sleep(0.2)
-        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": str(ahead)}
-        second = subprocess.run([sys.executable, "-m", "kappa_ingest.cli", "ingest", *common, "--run-id", "ahead"],
-                                capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+        wait_for(lambda: "steady" in _claims(kafka, "skewed-hosts"), 60, "the lock taken", first, tmp_path / "a.log")
+        second = cli(*common, "--run-id", "ahead", log=tmp_path / "b.log", env=skewed, hostname="host-ahead")
+        try:
+            rc = second.wait(120)
+        finally:
+            stop_group(second)
         probe = subprocess.run([sys.executable, "-c", "import time; print(time.time())"], capture_output=True,
-                               text=True, env=env, check=True)  # fmt: skip
+                               text=True, env={**os.environ, **skewed}, check=True)  # fmt: skip
         assert float(probe.stdout) - time.time() > 40  # the skew was in force
         assert first.wait(180) == 0, (tmp_path / "a.log").read_text()[-2000:]
     finally:
-        if first.poll() is None:
-            os.killpg(first.pid, signal.SIGKILL)
-    assert second.returncode == 6 and "locked by run steady" in second.stderr, second.stderr[-2000:]
+        stop_group(first)
+    [line] = error_lines(tmp_path / "b.log")
+    assert rc == 6 and "locked by run steady" in line, line
     report = json.loads((tmp_path / "m" / "runs" / "ahead" / "summary.json").read_text())
     assert report["status"] == "failed" and "locked by run steady" in report["error"]
 
@@ -203,11 +193,7 @@ def test_a_run_without_the_lock_still_ends_what_failed_runs_left_open(kafka, tmp
     with Admin(kafka.bootstrap_servers) as admin:
         admin.ensure_topic("no-lock", 1, 1)
     left = delivery.scope_prefix("no-lock", "failed-run", True) + "u:00000000000000000000dead"
-    open_one = Producer({"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": left})
-    open_one.init_transactions(30)
-    open_one.begin_transaction()
-    open_one.produce("no-lock", b"x")
-    assert open_one.flush(10) == 0
+    _left_open(kafka, "no-lock", left)
     held = lock.hold(_cfg(kafka, "no-lock", "later", tmp_path, lock=False, incremental=True), kafka.bootstrap_servers)
     assert held.claim is None and left in held.lingering.fenced
     assert "later" not in _claims(kafka, "no-lock")
