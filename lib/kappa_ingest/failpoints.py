@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 ENV = "KAPPA_INGEST_HOLD_AT"
+MID_SEND = "mid-send"  # a transaction's first records handed to the producer
 BEFORE_COMMIT = "before-commit"
 AFTER_COMMIT = "after-commit"
 LONGEST_S = 600.0

@@ -98,10 +98,13 @@ def classify(e: BaseException) -> KappaError:
         named = _by_condition(e)
         if named is not None:
             return named
-    for pattern, kind, message in _CAUSES:
-        m = pattern.search(text)
-        if m:
-            return kind(message.format(*(g.strip()[:300] for g in m.groups())))
+    # The traceback's error line first: the source lines quoted above it can name an
+    # exception too (``except KafkaException as e:``).
+    for where in filter(None, (python_error(text), text)):
+        for pattern, kind, message in _CAUSES:
+            m = pattern.search(where)
+            if m:
+                return kind(message.format(*(g.strip()[:300] for g in m.groups())))
     return KappaError(f"the Spark job failed: {_cause_line(text)[:400]}")
 
 

@@ -173,19 +173,26 @@ def test_transactions_a_failed_run_left_open_are_ended_by_the_next_run_at_its_st
     topic, metrics, bs = cluster.topic("left-open"), tmp_path / "m", cluster.bootstrap_servers
     common = ["--input", str(landing), "--topic", topic, "--bootstrap-servers", bs, "--master", "local[2]",
               "--metrics-dir", str(metrics), "--quiet", "--incremental"]  # fmt: skip
-    first = cli(*common, "--partitions", "4", "--target-rate", "4000", "--kafka-opt", "delivery.timeout.ms=5000",
-                "--kafka-opt", "request.timeout.ms=2000", "--run-id", "failed", log=tmp_path / "failed.log")  # fmt: skip
+    # Its transactions outlive any restart here (ten minutes): only the next run may end them.
+    held, log = tmp_path / "held", tmp_path / "failed.log"
+    held.mkdir()
+    first = cli(*common, "--partitions", "4", "--kafka-opt", "delivery.timeout.ms=5000",
+                "--kafka-opt", "request.timeout.ms=2000", "--kafka-opt", "transaction.timeout.ms=600000",
+                "--run-id", "failed", log=log, env={failpoints.ENV: f"{failpoints.MID_SEND}:{held}"})  # fmt: skip
+    point = failpoints.MID_SEND
     try:
-        # Killed once a unit is committed and the next ones are half sent: their transactions open.
-        def half_way() -> bool:
-            done = committed(bs, "failed")
-            return bool(done) and sent_so_far(bs, topic) > sum(e.rows_sent for e in done) + 2 * len(done) + 2000
-
-        wait_for(half_way, 120, "units half sent", first, tmp_path / "failed.log")
+        # Two units sent and committed; the brokers die while the next two are half sent
+        # (their records in the topic, their commits held back): their transactions open.
+        wait_for(lambda: len(_markers(held, point)) == 2, 180, "two units started", first, log)
+        _release_all(held, point)
+        wait_for(lambda: len(_markers(held, point)) == 2, 120, "the next two units started", first, log)
+        wait_for(lambda: len(committed(bs, "failed")) == 2, 30, "two units committed", first, log)
+        wait_for(lambda: sent_so_far(bs, topic) > 10_000 + 2 + 2, 30, "their first records in the topic", first, log)
         landed_mid_send(bs, ["failed"], 20_000)
         for b in cluster.now.brokers:
             os.kill(b.pid, signal.SIGKILL)
-        assert first.wait(120) == 4, (tmp_path / "failed.log").read_text()[-2000:]
+        _release_all(held, point)
+        assert first.wait(120) == 4, log.read_text()[-2000:]
     finally:
         stop_group(first)
         cluster.heal()
@@ -203,7 +210,7 @@ def test_transactions_a_failed_run_left_open_are_ended_by_the_next_run_at_its_st
     report = summary(metrics, "next")
     assert report["delivery"]["lock"]["lingering_transactions_ended"] >= len(left), report["delivery"]["lock"]
     to_first_send = report["phases"]["startup_s"] + report["phases"]["setup_s"]
-    assert to_first_send < 30, report["phases"]  # not the transaction timeout (60 s) of what was left open
+    assert to_first_send < 30, report["phases"]  # not the transaction timeout of what was left open
     assert time.monotonic() - started < 90
     assert not _open_transactions(bs, scope)
     assert _reaches_end(bs, topic, 10)

@@ -67,6 +67,7 @@ class Writer:
         self.entries: list[Entry] = []  # of the units this task delivered
         self.offsets: list[list] = []  # [unit, runs] where each unit's records landed, where known
         self.began = 0.0  # when the open transaction began (time.monotonic)
+        self.first_send: str | None = None  # the id of a transaction that has sent nothing yet
         self.taken: dict[Unit, None] = {}  # units another writer took over, not yet seen in the ledger
 
     def start(self) -> None:
@@ -88,6 +89,9 @@ class Writer:
             self.producer.send(enc, self.d.run_id)
         except Fenced:
             self._lose_transaction()
+        if self.first_send is not None:
+            txid, self.first_send = self.first_send, None
+            failpoints.hold(failpoints.MID_SEND, txid)
 
     def send_dead_letters(self, letters: list[tuple[bytes, list[tuple[str, bytes]]]]) -> None:
         if self.producer is not None and self.d.dead_letter_topic:
@@ -222,6 +226,7 @@ class UnitTransactions(Writer):
             producer.close()
             raise
         self.producer, self.current, self.began = producer, unit, time.monotonic()
+        self.first_send = delivery.unit_id(self.d.scope, unit)
         return None
 
     def _end_unit(self) -> None:
@@ -263,6 +268,7 @@ class TaskTransaction(Writer):
             producer.close()
             raise
         self.producer, self.began = producer, time.monotonic()
+        self.first_send = self.txid
         self.lost = False
 
     def admit(self, unit: Unit) -> Entry | object | None:

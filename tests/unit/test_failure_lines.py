@@ -1,0 +1,28 @@
+"""The one line a failed job prints names the error the task raised, not a line of source
+the traceback quotes."""
+
+from kappa_ingest.errors import KafkaUnavailable
+from kappa_ingest.failures import classify
+
+TRACEBACK = """org.apache.spark.api.python.PythonException: Traceback (most recent call last):
+  File "/x/kappa_ingest/sinks/confluent_sink.py", line 301, in _txn
+    except KafkaException as e:
+  File "/x/kappa_ingest/sinks/writers.py", line 362, in commit
+    producer.commit(wait)
+cimpl.KafkaException: KafkaError{code=_TIMED_OUT,val=-185,str="Transactional API operation (commit_transaction) timed out"}
+\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(PythonRunner.scala:572)
+"""
+
+
+def test_the_raised_error_is_named_not_a_quoted_source_line():
+    e = classify(RuntimeError(TRACEBACK))
+    assert isinstance(e, KafkaUnavailable)
+    assert "as e:" not in str(e)
+    assert "KafkaException: KafkaError{code=_TIMED_OUT" in str(e)
+
+
+def test_a_task_error_of_ours_wins_over_kafkas_named_earlier():
+    text = TRACEBACK.replace(
+        "cimpl.KafkaException: KafkaError", "kappa_ingest.sinks.producer.DeliveryFailed: 3 records"
+    )
+    assert str(classify(RuntimeError(text))).startswith("3 records")
