@@ -43,6 +43,7 @@ class IngestConfig:
     event_time_column: str | None = None
     event_time_format: str | None = None
     schema: str | None = None
+    null_values: tuple[str, ...] = ()  # fields equal to one of these are null, as empty ones are
     delimiter: str = ","
     quote: str = '"'
     escape: str = '"'
@@ -156,6 +157,8 @@ def add_ingest_arguments(p: argparse.ArgumentParser, target: str = "--topic") ->
     a("--event-time-column", metavar="COL", help="record timestamp and event_ts from that column")
     a("--event-time-format", metavar="FMT", help="Spark datetime pattern of --event-time-column")
     a("--schema", metavar="DDL_OR_FILE", help="typed columns, e.g. 'id INT, price DOUBLE'")
+    a("--null-value", dest="null_values", action="append", metavar="TOKEN",
+      help="a field equal to TOKEN is null (JSON null), as an empty one is; repeatable, e.g. NA, NULL, \\N")  # fmt: skip
     a("--delimiter", help="field delimiter (default ,)")
     a("--quote", help='quote character (default ")')
     a("--escape", help='escape character for quotes inside quoted fields (default ", RFC 4180)')
@@ -274,7 +277,7 @@ def default_config() -> Any:
 
 
 _FIELD_NAMES = {f.name for f in fields(IngestConfig)}
-_YAML_ALIASES = {"input": "inputs", "kafka_opt": "kafka_opts", "master": "spark_master", "lock_lease": "lock_lease_s"}
+_YAML_ALIASES = {"input": "inputs", "null_value": "null_values", "kafka_opt": "kafka_opts", "master": "spark_master", "lock_lease": "lock_lease_s"}
 _NOT_IN_YAML = {"config_file", "lineage", "topic_config", "from_topic", "runs", "since", "until"}
 
 
@@ -462,6 +465,11 @@ def validate(values: dict[str, Any]) -> IngestConfig:
         v["encoding"] = spark_charset(str(v["encoding"]))
     if bool(v.get("event_time_format")) and not v.get("event_time_column"):
         raise UsageError("--event-time-format needs --event-time-column")
+    nulls = v.get("null_values") or ()
+    nulls = [nulls] if isinstance(nulls, str) else nulls
+    if not isinstance(nulls, (list, tuple)) or not all(isinstance(t, str) and t for t in nulls):
+        raise UsageError(f"--null-value {nulls!r}: expected tokens of at least one character")
+    v["null_values"] = tuple(dict.fromkeys(nulls))
     if v.get("max_bytes") is not None:
         v["max_bytes"] = parse_size(v["max_bytes"])
     if v.get("lock_lease_s") is not None:

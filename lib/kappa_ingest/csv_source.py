@@ -4,11 +4,15 @@ Two ways to read, chosen per run (``Source.mode``):
 
 - ``lines`` (the fast path): Spark reads raw lines with their file and split offset, and
   each task parses its Arrow batches with :class:`kappa_ingest.parsing.LineParser`. Used
-  for UTF-8, single-line records, RFC 4180 quoting (the quote escaped by doubling), all
-  values as text, and when the files split into at least ``--partitions`` pieces.
+  for UTF-8, single-line records, RFC 4180 quoting (the quote escaped by doubling), and
+  when the files split into at least ``--partitions`` pieces.
 - ``spark-csv``: Spark's CSV reader parses, in PERMISSIVE mode with a corrupt-record
-  column, for everything else: ``--multiline``, other encodings and escapes, ``--schema``,
-  ``--event-time-column``, and more partitions than the files split into (a shuffle).
+  column, for everything else: ``--multiline``, other encodings and escapes, rows sorted
+  by event time in Spark (``--order-by-event-time``, ``--replay-speed``), and more
+  partitions than the files split into (a shuffle).
+
+Both read every field as text; ``--schema``, ``--null-value`` and the event time are
+applied to that text by :mod:`kappa_ingest.typed`, the same code whichever path read it.
 
 Either way a row that cannot be read faithfully is quarantined with its reason, never
 padded, cut or dropped: a field count that differs from the header's, a value that does
@@ -25,13 +29,13 @@ columns come (an ordered shuffle partitions by the key's value alike).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import DataType, StringType, StructField, StructType
 
 from kappa_ingest import splits
 from kappa_ingest.columns import (
@@ -47,9 +51,10 @@ from kappa_ingest.columns import (
 from kappa_ingest.config import IngestConfig
 from kappa_ingest.errors import InputError, UsageError
 from kappa_ingest.inputs import SUFFIXES, check_head, resolve_inputs
-from kappa_ingest.parsing import BOM, REASON_MALFORMED, BatchParser, Layout, LineParser, RowParser
+from kappa_ingest.parsing import BOM, REASON_MALFORMED, BatchParser, Layout, LineParser, RowParser, Typed
 from kappa_ingest.records import RecordSpec
 from kappa_ingest.splits import InputFile, Plan
+from kappa_ingest.typed import Typing
 
 REPLACEMENT_CHAR = "\ufffd"
 
@@ -70,6 +75,7 @@ class Source:
     headers: tuple[Header, ...] = ()  # the distinct headers of the files read, first file's first
     ordered: bool = False  # each task's rows sorted by event time (--order-by-event-time, --replay-speed)
     shuffled: bool = False  # rows repartitioned: each task holds one part of many splits
+    types: dict[str, DataType] = field(default_factory=dict)  # the --schema types of the columns it names
 
 
 def reader_options(cfg: IngestConfig) -> dict[str, str]:
@@ -93,11 +99,24 @@ def reader_options(cfg: IngestConfig) -> dict[str, str]:
 def _lines_possible(cfg: IngestConfig) -> bool:
     return (
         not cfg.multiline
-        and not cfg.schema
-        and cfg.event_time_column is None
+        and not _sorted_by_event_time(cfg)
         and cfg.escape == cfg.quote
         and cfg.encoding == "utf-8"
     )
+
+
+def _sorted_by_event_time(cfg: IngestConfig) -> bool:
+    """Rows sorted by event time in Spark (ordered replays, paced ones)."""
+    return bool(cfg.event_time_column and (cfg.order_by_event_time or cfg.replay_speed))
+
+
+def typing(cfg: IngestConfig, declared: StructType | None) -> Typing:
+    """What turns the fields' text into the records' values, the same on every read path."""
+    types = tuple(
+        (f.name, f.dataType.simpleString()) for f in (declared.fields if declared else ())
+        if not isinstance(f.dataType, StringType)
+    )  # fmt: skip
+    return Typing(types, cfg.null_values, cfg.event_time_column, cfg.event_time_format)
 
 
 def read(spark: SparkSession, cfg: IngestConfig, pinned: Plan | None = None, paths: list[str] | None = None) -> Source:
@@ -124,7 +143,7 @@ def read(spark: SparkSession, cfg: IngestConfig, pinned: Plan | None = None, pat
     if cfg.strict_header and len(headers) > 1:
         raise InputError(_differ(layouts))
     declared = _declared_schema(cfg)
-    schemas = {h.columns: _group_schema(h.columns, declared) for h in headers}
+    typed = typing(cfg, declared)
     _check_columns(cfg, headers, declared)
     first = headers[0].columns
     spec = RecordSpec(first, cfg.run_id, cfg.key_column, cfg.event_time_column is not None)
@@ -140,16 +159,26 @@ def read(spark: SparkSession, cfg: IngestConfig, pinned: Plan | None = None, pat
         splits_read = lines.rdd.getNumPartitions()
         if pinned is not None or cfg.incremental or cfg.partitions is None or cfg.partitions <= splits_read:
             head = layouts[paths[0]]
-            parser = LineParser(head.columns, cfg.delimiter, cfg.quote, head.header_line, by_file)
+            parser = _typed(LineParser(head.columns, cfg.delimiter, cfg.quote, head.header_line, by_file), typed)
             tasks = min(splits_read, cfg.partitions or splits_read)
             df = lines.coalesce(tasks) if tasks < splits_read else lines
-            return Source(df, spec, parser, "lines", tuple(paths), read_bytes, plan, tasks, headers)
-    groups = [([p for p in paths if layouts[p].columns == h.columns], schemas[h.columns]) for h in headers]
+            return Source(df, spec, parser, "lines", tuple(paths), read_bytes, plan, tasks, headers,
+                          types=_types(declared))  # fmt: skip
+    # Spark reads text too: the typed values are made by the same code as on the line path.
+    groups = [([p for p in paths if layouts[p].columns == h.columns], _text_schema(h.columns)) for h in headers]
     df, parts, tasks, shuffled = _spark_csv(spark, cfg, groups, plan.parts if pinned is not None else None)
     plan = Plan(plan.files, plan.split_bytes, parts)
-    parser = RowParser(first, cfg.delimiter, cfg.quote, by_file)
-    ordered = bool(cfg.event_time_column and (cfg.order_by_event_time or cfg.replay_speed))
-    return Source(df, spec, parser, "spark-csv", tuple(paths), read_bytes, plan, tasks, headers, ordered, shuffled)
+    parser = _typed(RowParser(first, cfg.delimiter, cfg.quote, by_file), typed)
+    return Source(df, spec, parser, "spark-csv", tuple(paths), read_bytes, plan, tasks, headers,
+                  _sorted_by_event_time(cfg), shuffled, _types(declared))  # fmt: skip
+
+
+def _typed(parser: BatchParser, typed: Typing) -> BatchParser:
+    return Typed(parser, typed) if typed.active else parser
+
+
+def _types(declared: StructType | None) -> dict[str, DataType]:
+    return {f.name: f.dataType for f in declared.fields} if declared else {}
 
 
 def _split_per_task(cfg: IngestConfig) -> bool:
@@ -362,10 +391,9 @@ def _declared_schema(cfg: IngestConfig) -> StructType | None:
     return schema
 
 
-def _group_schema(columns: tuple[str, ...], declared: StructType | None) -> StructType:
-    """A header's read schema, in its order: a column ``--schema`` names has its type, the others are text."""
-    types = {f.name: f for f in declared.fields} if declared else {}
-    return StructType([types.get(c) or StructField(c, StringType()) for c in columns])
+def _text_schema(columns: tuple[str, ...]) -> StructType:
+    """A header's read schema, in its order, every column text."""
+    return StructType([StructField(c, StringType()) for c in columns])
 
 
 def _check_columns(cfg: IngestConfig, headers: tuple[Header, ...], declared: StructType | None) -> None:
@@ -416,7 +444,7 @@ def _spark_csv(
     df = frames[0]
     for other in frames[1:]:
         df = df.unionByName(other, allowMissingColumns=True)
-    if cfg.event_time_column is not None:
+    if _sorted_by_event_time(cfg):  # what Spark sorts by (the records' event time is typed.py's)
         col = F.col(cfg.event_time_column)
         fmt = cfg.event_time_format
         df = df.withColumn(EVENT_TS_COL, F.try_to_timestamp(col, F.lit(fmt)) if fmt else F.try_to_timestamp(col))
@@ -443,11 +471,6 @@ def reject_reason(schema: StructType, cfg: IngestConfig) -> Column:
     if text_cols:
         has_replacement = F.instr(F.concat_ws("", *text_cols), REPLACEMENT_CHAR) > 0
         reason = reason.when(has_replacement, F.lit(f"bytes not valid in {cfg.encoding} (decoded as U+FFFD)"))
-    if cfg.event_time_column is not None:
-        fmt = f" in format {cfg.event_time_format!r}" if cfg.event_time_format else ""
-        reason = reason.when(
-            F.col(EVENT_TS_COL).isNull(), F.lit(f"event time {cfg.event_time_column!r} empty or not a timestamp{fmt}")
-        )
     return reason
 
 

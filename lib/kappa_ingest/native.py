@@ -84,13 +84,14 @@ _SIGNATURES = {
     "kp_fatal_reason": (_c.c_char_p, [_P]),
     "kp_err2str": (_c.c_char_p, [_c.c_int]),
     "kp_destroy": (None, [_P]),
-    "kj_size": (_c.c_int64, [_c.c_int64, _c.c_int, _P, _P, _P, _P, _P]),
-    "kj_write": (_c.c_int64, [_c.c_int64, _c.c_int, _P, _P, _P, _P, _P, _P, _P, _P, _P]),
+    "kj_size": (_c.c_int64, [_c.c_int64, _c.c_int, _P, _P, _P, _P, _P, _P, _c.c_int64]),
+    "kj_write": (_c.c_int64, [_c.c_int64, _c.c_int, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _c.c_char_p, _c.c_int64]),
 }
 
 
 class _Column(ctypes.Structure):  # kj_column of c/json.c
-    _fields_ = [("offsets", _P), ("data", _P), ("valid", _P), ("bit0", _c.c_int64), ("nulls", _c.c_int64)]
+    _fields_ = [("offsets", _P), ("data", _P), ("valid", _P), ("bit0", _c.c_int64), ("nulls", _c.c_int64),
+                ("raw", _c.c_int64)]
 
 
 class NativeUnavailable(RuntimeError):
@@ -205,43 +206,67 @@ def in_use() -> tuple[bool, str]:
     return (False, str(outcome)) if isinstance(outcome, NativeUnavailable) else (True, "")
 
 
-def json_values(columns: list[pa.Array], names: list[str], files: pa.Array, ingest_ts: str) -> pa.Array:
-    """Record values (``{"ingest_ts", "source_file", "data": {...}}``) for text columns;
-    the same bytes as :func:`kappa_ingest.records.encode_batch`'s polars encoder."""
+def _column(c: _Column, arr: pa.Array, keep: list[pa.Array], raw: bool = False) -> None:
+    """Point ``c`` at a string array's buffers (kept alive in ``keep``)."""
+    view = arr.view(pa.binary() if pa.types.is_string(arr.type) else pa.large_binary())
+    if not pa.types.is_binary(view.type):
+        view = view.cast(pa.binary())
+    keep.append(view)
+    validity, offsets, data = view.buffers()
+    c.offsets, c.data = offsets.address + 4 * view.offset, data.address if data is not None else None
+    if validity is not None and view.null_count:
+        c.valid, c.bit0, c.nulls = validity.address, view.offset, view.null_count
+    c.raw = int(raw)
+
+
+def json_values(
+    columns: list[pa.Array],
+    names: list[str],
+    files: pa.Array,
+    ingest_ts: str,
+    raw: list[bool] | None = None,
+    event_ts: pa.Array | None = None,
+) -> pa.Array:
+    """Record values (``{"ingest_ts", ["event_ts",] "source_file", "data": {...}}``) from
+    string columns: text, or a typed column's JSON literals where ``raw`` says so;
+    ``event_ts`` the rows' event times as ISO text. The same bytes as
+    :func:`kappa_ingest.records.encode_batch`'s polars encoder."""
     lib = load()
     n = len(files)
     cols = (_Column * len(columns))()
-    keep = []  # the binary views whose buffers the C code reads
-    for c, arr in zip(cols, columns, strict=True):
-        view = arr.view(pa.binary() if pa.types.is_string(arr.type) else pa.large_binary())
-        if not pa.types.is_binary(view.type):
-            view = view.cast(pa.binary())
-        keep.append(view)
-        validity, offsets, data = view.buffers()
-        c.offsets, c.data = offsets.address + 4 * view.offset, data.address if data is not None else None
-        if validity is not None and view.null_count:
-            c.valid, c.bit0, c.nulls = validity.address, view.offset, view.null_count
+    keep: list[pa.Array] = []  # the binary views whose buffers the C code reads
+    for i, (c, arr) in enumerate(zip(cols, columns, strict=True)):
+        _column(c, arr, keep, bool(raw and raw[i]))
+    event = None
+    if event_ts is not None:
+        event = _Column()
+        _column(event, event_ts, keep)
     rendered = [(json.dumps(name, ensure_ascii=False) + ":").encode() for name in names]
     name_ptrs = (ctypes.c_char_p * len(rendered))(*rendered)
     name_lens = (ctypes.c_int64 * len(rendered))(*map(len, rendered))
     encoded = files.dictionary_encode()
-    head = '{"ingest_ts":' + json.dumps(ingest_ts) + ',"source_file":'
+    lead = '{"ingest_ts":' + json.dumps(ingest_ts)
+    head = "" if event is not None else lead
+    lead = lead + ',"event_ts":'
     prefixes = [
-        (head + json.dumps(f, ensure_ascii=False) + ',"data":{').encode() for f in encoded.dictionary.to_pylist()
+        (head + ',"source_file":' + json.dumps(f, ensure_ascii=False) + ',"data":{').encode()
+        for f in encoded.dictionary.to_pylist()
     ]
     prefix_ptrs = (ctypes.c_char_p * len(prefixes))(*prefixes)
     prefix_lens = (ctypes.c_int64 * len(prefixes))(*map(len, prefixes))
     index = encoded.indices.cast(pa.int32())
     index_ptr = index.buffers()[1].address + 4 * index.offset
     extra = (ctypes.c_int64 * len(cols))()
-    size = lib.kj_size(n, len(cols), cols, name_lens, index_ptr, prefix_lens, extra)
+    event_ptr = ctypes.byref(event) if event is not None else None
+    lead_bytes = lead.encode()
+    size = lib.kj_size(n, len(cols), cols, name_lens, index_ptr, prefix_lens, extra, event_ptr, len(lead_bytes))
     if size >= 2**31:
         raise NativeUnavailable(f"a batch of {size:,} bytes of values exceeds Arrow's 2 GiB binary array")
     # Arrow's memory pool keeps freed pages: fresh ones per batch cost ~2 ms of page faults.
     offsets = pa.allocate_buffer(4 * (n + 1))
     data = pa.allocate_buffer(max(size, 1))
     written = lib.kj_write(n, len(cols), cols, name_ptrs, name_lens, index_ptr, prefix_ptrs, prefix_lens, extra,
-                           offsets.address, data.address)  # fmt: skip
+                           offsets.address, data.address, event_ptr, lead_bytes, len(lead_bytes))  # fmt: skip
     return pa.Array.from_buffers(pa.binary(), n, [None, offsets, data.slice(0, written)])
 
 

@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 from kappa_ingest.columns import BLOCK_COL, BLOCK_LEN_COL, CORRUPT_COL, EVENT_TS_COL, FILE_COL, LINE_COL, REJECT_COL
+from kappa_ingest.typed import Typing
 
 BOM = "\ufeff"
 REJECT_SCHEMA = pa.schema([("source_file", pa.string()), ("reason", pa.string()), ("line", pa.string())])
@@ -325,6 +326,61 @@ class RowParser:
         marked = np.asarray(bad.fill_null(False))
         return Parsed(rows, reject_batch(rejected.column(FILE_COL), pa.array(reasons, pa.string()), lines), 0,
                       np.flatnonzero(marked), columns, np.flatnonzero(~marked))  # fmt: skip
+
+
+def move_to_rejects(parsed: Parsed, batch: pa.RecordBatch, bad: np.ndarray, reasons: list[str]) -> Parsed:
+    """``parsed`` with its clean rows where ``bad`` is set moved to the rejects, with
+    ``reasons`` (one per such row) and their text: the line as read where the batch has
+    lines, else the fields Spark parsed, as JSON."""
+    import json
+
+    rows = parsed.rows
+    at = parsed.row_at[bad] if parsed.row_at is not None else np.flatnonzero(bad)
+    if LINE_COL in batch.schema.names:
+        lines = batch.column(LINE_COL).take(pa.array(at)).cast(pa.binary()).to_pylist()
+        text = [b.decode("utf-8", errors="backslashreplace") for b in lines]
+    else:
+        picked = batch.take(pa.array(at)).select(list(parsed.columns))
+        text = [json.dumps(r, default=str, ensure_ascii=False) for r in picked.to_pylist()]
+    moved = reject_batch(rows.column(FILE_COL).filter(pa.array(bad)), pa.array(reasons, pa.string()),
+                         pa.array(text, pa.string()))  # fmt: skip
+    rejects = pa.Table.from_batches([parsed.rejects, moved]).combine_chunks().to_batches()[0]
+    before = parsed.reject_at if parsed.reject_at is not None else np.arange(0)
+    keep = pa.array(~bad)
+    row_at = parsed.row_at[~bad] if parsed.row_at is not None else None
+    return Parsed(rows.filter(keep), rejects, parsed.skipped, np.concatenate([before, at]), parsed.columns, row_at,
+                  parsed.failed)  # fmt: skip
+
+
+@dataclass
+class Typed:
+    """A parser whose clean rows get their typed values (:mod:`kappa_ingest.typed`): a row
+    with a field that does not convert is moved to the rejects, the reason naming the first
+    such column and its value."""
+
+    inner: BatchParser
+    typing: Typing
+
+    @property
+    def counts_lines(self) -> bool:
+        return self.inner.counts_lines
+
+    def fresh(self) -> Typed:
+        return Typed(self.inner.fresh(), self.typing)
+
+    def __call__(self, batch: pa.RecordBatch) -> Parsed:
+        parsed = self.inner(batch)
+        rows, failures = self.typing.apply(parsed.rows)
+        parsed.rows = rows
+        if not failures:
+            return parsed
+        reason = np.full(rows.num_rows, None, dtype=object)
+        for mask, why in failures:
+            at = np.flatnonzero(mask)
+            free = reason[at] == None  # noqa: E711 - numpy's elementwise comparison
+            reason[at[free]] = np.asarray(why, dtype=object)[free]
+        bad = reason != None  # noqa: E711
+        return move_to_rejects(parsed, batch, bad, list(reason[bad]))
 
 
 def malformed_detail(line: str | None, header_fields: int, delimiter: str, quote: str) -> str:

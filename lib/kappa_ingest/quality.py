@@ -16,7 +16,6 @@ GX is imported only here, and only when a suite is given (it takes ~3 s to impor
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import warnings
@@ -391,8 +390,7 @@ class Checked:
         return Checked(self.inner.fresh(), self.checks)
 
     def __call__(self, batch: pa.RecordBatch) -> Any:
-        from kappa_ingest.columns import FILE_COL, LINE_COL
-        from kappa_ingest.parsing import Parsed, reject_batch
+        from kappa_ingest.parsing import move_to_rejects
 
         parsed = self.inner(batch)
         rows = parsed.rows
@@ -402,24 +400,11 @@ class Checked:
             failed[index] = int(mask.sum())
             why.append(reason)
             first[(first < 0) & mask] = j
+        parsed.failed = failed
         bad = first >= 0
         if not bad.any():
-            parsed.failed = failed
             return parsed
-        at = parsed.row_at[bad]
-        if LINE_COL in batch.schema.names:  # the line as read
-            lines = batch.column(LINE_COL).take(pa.array(at)).cast(pa.binary()).to_pylist()
-            text = [b.decode("utf-8", errors="backslashreplace") for b in lines]
-        else:  # Spark parsed it: its fields as JSON
-            picked = rows.filter(pa.array(bad)).select(list(parsed.columns))
-            text = [json.dumps(r, default=str) for r in picked.to_pylist()]
-        reasons = [why[j] for j in first[bad]]
-        moved = reject_batch(rows.column(FILE_COL).filter(pa.array(bad)), pa.array(reasons, pa.string()),
-                             pa.array(text, pa.string()))  # fmt: skip
-        rejects = pa.Table.from_batches([parsed.rejects, moved]).combine_chunks().to_batches()[0]
-        before = parsed.reject_at if parsed.reject_at is not None else np.arange(0)
-        return Parsed(rows.filter(pa.array(~bad)), rejects, parsed.skipped, np.concatenate([before, at]),
-                      parsed.columns, parsed.row_at[~bad], failed)  # fmt: skip
+        return move_to_rejects(parsed, batch, bad, [why[j] for j in first[bad]])
 
 
 def parsed_frame(source: Any, suite: Suite, skip: frozenset = frozenset()) -> Any:
@@ -436,8 +421,7 @@ def parsed_frame(source: Any, suite: Suite, skip: frozenset = frozenset()) -> An
     columns = suite.columns(every)
     from pyspark.sql.pandas.types import to_arrow_type
 
-    spark_types = {f.name: f.dataType for f in source.df.schema.fields}
-    schema = StructType([StructField(c, spark_types.get(c, StringType())) for c in columns])
+    schema = StructType([StructField(c, source.types.get(c, StringType())) for c in columns])
     arrow_types = {f.name: to_arrow_type(f.dataType) for f in schema.fields}
     parser, parts, ordered = source.parser, source.plan.parts, source.ordered
 

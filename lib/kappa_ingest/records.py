@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 
 from kappa_ingest.columns import EVENT_TS_COL, FILE_COL
@@ -119,35 +120,76 @@ def encode_batch(batch: pa.RecordBatch, spec: RecordSpec, now_ms: int) -> Encode
 
     ``now_ms`` is the conversion time (``ingest_ts`` and, without event time, the record
     timestamp). Values are ``{"ingest_ts", ["event_ts",] "source_file", "data": {...}}``
-    with ``data`` in header order and empty fields null. Text columns (every column, unless
-    ``--schema`` types them) are encoded by the C loop of :mod:`kappa_ingest.native` where
-    it builds; typed ones, event time, and machines without a C compiler use polars.
+    with ``data`` in header order and empty fields null. The C loop of
+    :mod:`kappa_ingest.native` writes them where it builds, typed columns from their JSON
+    literals rendered here as polars renders them; machines without a C compiler use polars.
     """
-    values = None if spec.event_time else _native_values(batch, spec, now_ms)
+    values = _native_values(batch, spec, now_ms)
     if values is None:
         return _encode_polars(batch, spec, now_ms)
     files = batch.column(FILE_COL)
     keys = None
     if spec.key_column is not None:
-        keys = batch.column(spec.key_column).cast(pa.string()).view(pa.binary())
+        keys = _text(batch.column(spec.key_column)).view(pa.binary())
+    if spec.event_time:
+        micros = np.asarray(pc.cast(batch.column(EVENT_TS_COL), pa.timestamp("us", tz="UTC")).cast(pa.int64()))
+        stamps = pa.array(micros // 1000)  # floored, as polars' epoch("ms")
+    else:
+        stamps = pa.array(np.full(batch.num_rows, now_ms, dtype=np.int64))
     return Encoded(
         keys=keys,
         values=values,
-        timestamps_ms=pa.array(np.full(batch.num_rows, now_ms, dtype=np.int64)),
+        timestamps_ms=stamps,
         source_files=files.cast(pa.string()) if not pa.types.is_string(files.type) else files,
     )
+
+
+def _text(arr: pa.Array) -> pa.Array:
+    """A column as text the way polars casts it (a key of a typed column)."""
+    if pa.types.is_string(arr.type):
+        return arr
+    s = pl.from_arrow(arr)
+    assert isinstance(s, pl.Series)
+    return s.cast(pl.String).to_arrow().cast(pa.string())
+
+
+def json_literals(arr: pa.Array) -> tuple[pa.Array, bool]:
+    """A typed column's values as JSON text, byte for byte as the polars encoder writes
+    them; and whether that text is a literal (written unquoted) rather than a string."""
+    kind = arr.type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return arr, False
+    if pa.types.is_boolean(kind):
+        return pc.if_else(arr, "true", "false"), True
+    s = pl.from_arrow(arr)
+    assert isinstance(s, pl.Series)
+    dtype = s.dtype
+    if isinstance(dtype, pl.Datetime | pl.Date):
+        return _json_ready_series(s).to_arrow().cast(pa.string()), False
+    if isinstance(dtype, pl.Decimal):
+        s = s.cast(pl.Float64)
+    if s.dtype.is_float():  # JSON has no NaN nor infinities: polars writes null
+        s = pl.select(pl.when(s.is_finite()).then(s)).to_series()
+    return s.cast(pl.String).to_arrow().cast(pa.string()), True
+
+
+def _json_ready_series(s: pl.Series) -> pl.Series:
+    return pl.select(_json_ready(pl.lit(s), s.dtype)).to_series()
 
 
 def _native_values(batch: pa.RecordBatch, spec: RecordSpec, now_ms: int) -> pa.Array | None:
     from kappa_ingest import native
 
-    columns = [batch.column(c) for c in spec.columns]
-    if not all(pa.types.is_string(c.type) or pa.types.is_large_string(c.type) for c in columns):
-        return None
     try:
-        return native.json_values(columns, list(spec.columns), batch.column(FILE_COL), iso_ms(now_ms))
+        native.load()
     except native.NativeUnavailable:
         return None
+    rendered = [json_literals(batch.column(c)) for c in spec.columns]
+    event = None
+    if spec.event_time:
+        event = json_literals(batch.column(EVENT_TS_COL))[0]
+    return native.json_values([t for t, _ in rendered], list(spec.columns), batch.column(FILE_COL), iso_ms(now_ms),
+                              [raw for _, raw in rendered], event)  # fmt: skip
 
 
 def _encode_polars(batch: pa.RecordBatch, spec: RecordSpec, now_ms: int) -> Encoded:

@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pytest
 
 from kappa_ingest import native
-from kappa_ingest.columns import FILE_COL
+from kappa_ingest.columns import EVENT_TS_COL, FILE_COL
 from kappa_ingest.parsing import _count_byte
 from kappa_ingest.records import RecordSpec, _encode_polars, encode_batch
 
@@ -75,3 +75,47 @@ def test_quote_counts_match_arrow(kind):
     for part in (lines, lines.slice(3, 20), lines.slice(41, 1), lines.slice(5, 0)):
         expected = np.asarray(pc.count_substring(part, '"'))
         assert list(_count_byte(part, b'"')) == list(expected)
+
+
+def _typed_batch(n: int, seed: int = 2) -> pa.RecordBatch:
+    """Every type --schema offers, edge values and nulls among them, and an event time."""
+    import datetime as dt
+    from decimal import Decimal
+
+    rnd = random.Random(seed)
+    floats = [0.0, -0.0, 1.0, 1e20, 1e-7, 0.1, 123456789.123, float("nan"), float("inf"), float("-inf"), 5e-324,
+              1.7976931348623157e308, None]  # fmt: skip
+    ints = [0, -1, 2**63 - 1, -(2**63), None]
+    moments = [dt.datetime(2024, 2, 29, 23, 59, 59, 999_999, tzinfo=dt.UTC), dt.datetime(1969, 12, 31, 23, 59, 59,
+               500, tzinfo=dt.UTC), dt.datetime(1, 1, 1, tzinfo=dt.UTC), None]  # fmt: skip
+    pick = lambda values: [rnd.choice(values) for _ in range(n)]  # noqa: E731
+    columns = {
+        "i": pa.array(pick(ints), pa.int64()),
+        "s": pa.array(pick([0, 32767, -32768, None]), pa.int16()),
+        "d": pa.array(pick(floats), pa.float64()),
+        "f": pa.array(pick([1.1, -0.0, 3.4e38, None]), pa.float32()),
+        "m": pa.array(pick([Decimal("1.50"), Decimal("-0.01"), Decimal("99999999.99"), None]), pa.decimal128(10, 2)),
+        "b": pa.array(pick([True, False, None]), pa.bool_()),
+        "day": pa.array(pick([dt.date(2024, 2, 29), dt.date(1, 1, 1), None]), pa.date32()),
+        "t": pa.array(pick(moments), pa.timestamp("us", tz="UTC")),
+        "text": pa.array(pick(["a\"b", "é", None, ""]), pa.string()),
+    }
+    stamps = pa.array(pick([m for m in moments if m is not None]), pa.timestamp("us", tz="UTC"))
+    files = pa.array(pick(["file:/a.csv", "file:/b\tc.csv"]))
+    return pa.RecordBatch.from_arrays([*columns.values(), stamps, files], names=[*columns, EVENT_TS_COL, FILE_COL])
+
+
+@pytest.mark.parametrize("key", ["i", "d", "text"])
+def test_c_typed_values_and_event_time_are_polars_bytes(key):
+    try:
+        native.load()
+    except native.NativeUnavailable as e:
+        pytest.skip(str(e))
+    batch = _typed_batch(2000)
+    spec = RecordSpec(tuple(batch.schema.names[:-2]), "run", key_column=key, event_time=True)
+    fast, reference = encode_batch(batch, spec, 1795334121513), _encode_polars(batch, spec, 1795334121513)
+    assert fast.values.to_pylist() == reference.values.to_pylist()
+    assert fast.keys.to_pylist() == reference.keys.to_pylist()
+    assert fast.timestamps_ms.to_pylist() == reference.timestamps_ms.to_pylist()
+    some = json.loads(fast.values[0].as_py())
+    assert list(some) == ["ingest_ts", "event_ts", "source_file", "data"]

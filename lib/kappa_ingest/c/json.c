@@ -1,14 +1,18 @@
 /*
- * Record values (contract §2) for text columns, in C: one pass per Arrow batch instead
- * of polars' struct -> JSON encoder (~3 µs a row for 30 columns on this machine).
+ * Record values (contract §2), in C: one pass per Arrow batch instead of polars' struct
+ * -> JSON encoder (~3 µs a row for 30 columns on this machine).
  *
- * A value is  prefix[file] + "name":value, ... + "}}"  where Python renders the parts
- * that are the same for many rows: each file's prefix
- * {"ingest_ts":"...","source_file":"...","data":{  and each column's "name":. A value is
- * null for a null field, else the text as a JSON string, escaped exactly as polars (and
- * serde_json) escape: \" \\ \b \t \n \f \r, other bytes below 0x20 as \u00xx, the rest
- * (UTF-8 included) as is. kj_size bounds the output's size, kj_write fills Arrow buffers
- * (int32 offsets, data) that Python allocated with it.
+ * A value is  [lead + event] + prefix[file] + "name":value, ... + "}}"  where Python
+ * renders the parts that are the same for many rows: each file's prefix
+ * {"ingest_ts":"...","source_file":"...","data":{  (with event time, the lead
+ * {"ingest_ts":"...","event_ts":  and the row's event time as a JSON string come first,
+ * and the prefix starts at ,"source_file"), and each column's "name":. A value is null
+ * for a null field; a text column's is the text as a JSON string, escaped exactly as
+ * polars (and serde_json) escape: \" \\ \b \t \n \f \r, other bytes below 0x20 as
+ * \u00xx, the rest (UTF-8 included) as is; a typed column's (raw) is its JSON literal,
+ * which Python rendered (numbers, true/false), copied as it is. kj_size bounds the
+ * output's size, kj_write fills Arrow buffers (int32 offsets, data) that Python allocated
+ * with it.
  */
 #include <stdint.h>
 #include <string.h>
@@ -19,6 +23,7 @@ typedef struct {
     const uint8_t *valid;   /* Arrow validity bitmap, NULL when no field is null */
     int64_t bit0;           /* the array's offset into its bitmap */
     int64_t nulls;          /* how many fields are null */
+    int64_t raw;            /* 1: the text is a JSON literal, written unquoted */
 } kj_column;
 
 static const char HEX[] = "0123456789abcdef";
@@ -76,28 +81,58 @@ static int64_t extra_in(const uint8_t *data, int64_t len) {
  * buffer, which Arrow allows); col_extra[c] gets at least the bytes escaping adds to
  * column c. One pass over each column's data buffer, not per field. */
 int64_t kj_size(int64_t n, int ncols, const kj_column *cols, const int64_t *name_lens,
-                const int32_t *file_index, const int64_t *prefix_lens, int64_t *col_extra) {
+                const int32_t *file_index, const int64_t *prefix_lens, int64_t *col_extra,
+                const kj_column *event, int64_t lead_len) {
     int64_t total = 0;
     for (int c = 0; c < ncols; c++) {
         const kj_column *col = &cols[c];
         int64_t fixed = name_lens[c] + (c > 0); /* "name": and the comma before it */
         int64_t text = col->offsets[n] - col->offsets[0];
-        col_extra[c] = extra_in(col->data + col->offsets[0], text);
-        total += n * fixed + text + col_extra[c] + 2 * (n - col->nulls) + 4 * col->nulls;
+        col_extra[c] = col->raw ? 0 : extra_in(col->data + col->offsets[0], text);
+        total += n * fixed + text + col_extra[c] + (col->raw ? 0 : 2 * (n - col->nulls)) + 4 * col->nulls;
     }
+    if (event) /* ISO times: nothing to escape */
+        total += n * (lead_len + 2) + (event->offsets[n] - event->offsets[0]) + 4 * event->nulls;
     for (int64_t i = 0; i < n; i++) total += prefix_lens[file_index[i]] + 2;
     return total;
+}
+
+static inline uint8_t *quoted(uint8_t *out, const kj_column *col, int64_t i, int64_t extra) {
+    if (is_null(col, i)) {
+        memcpy(out, "null", 4);
+        return out + 4;
+    }
+    const uint8_t *text = col->data + col->offsets[i];
+    int32_t len = col->offsets[i + 1] - col->offsets[i];
+    if (col->raw) {
+        memcpy(out, text, (size_t)len);
+        return out + len;
+    }
+    *out++ = '"';
+    if (extra) {
+        out = escape(out, text, len);
+    } else {
+        memcpy(out, text, (size_t)len);
+        out += len;
+    }
+    *out++ = '"';
+    return out;
 }
 
 /* Write the n values into out_data, their n + 1 offsets into out_offsets; col_extra as
  * kj_size gave it (a column with nothing to escape is copied without looking). Returns
  * the bytes written. */
 int64_t kj_write(int64_t n, int ncols, const kj_column *cols, const char **names, const int64_t *name_lens,
-              const int32_t *file_index, const char **prefixes, const int64_t *prefix_lens,
-              const int64_t *col_extra, int32_t *out_offsets, uint8_t *out_data) {
+                 const int32_t *file_index, const char **prefixes, const int64_t *prefix_lens,
+                 const int64_t *col_extra, int32_t *out_offsets, uint8_t *out_data,
+                 const kj_column *event, const char *lead, int64_t lead_len) {
     uint8_t *out = out_data;
     for (int64_t i = 0; i < n; i++) {
         out_offsets[i] = (int32_t)(out - out_data);
+        if (event) {
+            memcpy(out, lead, (size_t)lead_len);
+            out = quoted(out + lead_len, event, i, 0);
+        }
         int f = file_index[i];
         memcpy(out, prefixes[f], (size_t)prefix_lens[f]);
         out += prefix_lens[f];
@@ -105,22 +140,7 @@ int64_t kj_write(int64_t n, int ncols, const kj_column *cols, const char **names
             const kj_column *col = &cols[c];
             if (c > 0) *out++ = ',';
             memcpy(out, names[c], (size_t)name_lens[c]);
-            out += name_lens[c];
-            if (is_null(col, i)) {
-                memcpy(out, "null", 4);
-                out += 4;
-                continue;
-            }
-            const uint8_t *text = col->data + col->offsets[i];
-            int32_t len = col->offsets[i + 1] - col->offsets[i];
-            *out++ = '"';
-            if (col_extra[c]) {
-                out = escape(out, text, len);
-            } else {
-                memcpy(out, text, (size_t)len);
-                out += len;
-            }
-            *out++ = '"';
+            out = quoted(out + name_lens[c], col, i, col_extra[c]);
         }
         *out++ = '}';
         *out++ = '}';
