@@ -277,7 +277,13 @@ def default_config() -> Any:
 
 
 _FIELD_NAMES = {f.name for f in fields(IngestConfig)}
-_YAML_ALIASES = {"input": "inputs", "null_value": "null_values", "kafka_opt": "kafka_opts", "master": "spark_master", "lock_lease": "lock_lease_s"}
+_YAML_ALIASES = {
+    "input": "inputs",
+    "null_value": "null_values",
+    "kafka_opt": "kafka_opts",
+    "master": "spark_master",
+    "lock_lease": "lock_lease_s",
+}
 _NOT_IN_YAML = {"config_file", "lineage", "topic_config", "from_topic", "runs", "since", "until"}
 
 

@@ -97,12 +97,7 @@ def reader_options(cfg: IngestConfig) -> dict[str, str]:
 
 
 def _lines_possible(cfg: IngestConfig) -> bool:
-    return (
-        not cfg.multiline
-        and not _sorted_by_event_time(cfg)
-        and cfg.escape == cfg.quote
-        and cfg.encoding == "utf-8"
-    )
+    return not cfg.multiline and not _sorted_by_event_time(cfg) and cfg.escape == cfg.quote and cfg.encoding == "utf-8"
 
 
 def _sorted_by_event_time(cfg: IngestConfig) -> bool:

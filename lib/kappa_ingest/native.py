@@ -90,8 +90,14 @@ _SIGNATURES = {
 
 
 class _Column(ctypes.Structure):  # kj_column of c/json.c
-    _fields_ = [("offsets", _P), ("data", _P), ("valid", _P), ("bit0", _c.c_int64), ("nulls", _c.c_int64),
-                ("raw", _c.c_int64)]
+    _fields_ = [
+        ("offsets", _P),
+        ("data", _P),
+        ("valid", _P),
+        ("bit0", _c.c_int64),
+        ("nulls", _c.c_int64),
+        ("raw", _c.c_int64),
+    ]
 
 
 class NativeUnavailable(RuntimeError):

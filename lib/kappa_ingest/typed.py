@@ -96,7 +96,9 @@ class Typing:
                 typed, failed = convert(text, types[name])
                 arrays[name] = typed
                 if failed.any():
-                    failures.append((failed, _reasons(text, failed, f"{name}: ", f"is not {_a(type_name(types[name]))}")))
+                    failures.append(
+                        (failed, _reasons(text, failed, f"{name}: ", f"is not {_a(type_name(types[name]))}"))
+                    )
         if self.event_column is not None:
             source = arrays[self.event_column]
             if pa.types.is_timestamp(source.type):
@@ -109,7 +111,9 @@ class Typing:
             failed &= ~empty
             if failed.any():
                 fmt = f" in format {self.event_format!r}" if self.event_format else ""
-                failures.append((failed, _reasons(source, failed, f"{self.event_column}: ", f"is not a timestamp{fmt}")))
+                failures.append(
+                    (failed, _reasons(source, failed, f"{self.event_column}: ", f"is not a timestamp{fmt}"))
+                )
             arrays[EVENT_TS_COL] = stamps
         out = pa.RecordBatch.from_arrays(list(arrays.values()), names=list(arrays))
         return out, failures

@@ -117,3 +117,13 @@ def test_the_installed_conf_file_is_found_from_any_directory_and_named(tmp_path,
     bare = load(["--input", "a.csv", "--topic", "t"])
     assert bare.config_file is None and "compression.type" not in bare.producer_settings()
     assert "no conf/ingest.yaml found" in _render_settings(bare.masked())[0]
+
+
+def test_null_value_tokens_from_the_command_line_or_yaml(tmp_path):
+    cli = load(["--input", "a.csv", "--topic", "t", "--null-value", "NA", "--null-value", "\\N", "--null-value", "NA"])
+    assert cli.null_values == ("NA", "\\N")
+    f = tmp_path / "c.yaml"
+    f.write_text('input: [a.csv]\ntopic: t\nnull-value: [NA, "\\\\N"]\n')
+    assert load(["--config", str(f)]).null_values == ("NA", "\\N")
+    with pytest.raises(UsageError, match="--null-value"):
+        load(["--input", "a.csv", "--topic", "t", "--null-value", ""])
