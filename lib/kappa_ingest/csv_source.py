@@ -466,6 +466,16 @@ def reject_reason(schema: StructType, cfg: IngestConfig) -> Column:
     if text_cols:
         has_replacement = F.instr(F.concat_ws("", *text_cols), REPLACEMENT_CHAR) > 0
         reason = reason.when(has_replacement, F.lit(f"bytes not valid in {cfg.encoding} (decoded as U+FFFD)"))
+    if _sorted_by_event_time(cfg):
+        # A row Spark cannot sort by its event time is quarantined, not sent out of order;
+        # the reasons read as typed.py's.
+        name = cfg.event_time_column
+        fmt = f" in format {cfg.event_time_format!r}" if cfg.event_time_format else ""
+        reason = reason.when(F.col(name).isNull(), F.lit(f"{name}: empty, and it is the event time"))
+        reason = reason.when(
+            F.col(EVENT_TS_COL).isNull(),
+            F.concat(F.lit(f"{name}: '"), F.col(name), F.lit(f"' is not a timestamp{fmt}")),
+        )
     return reason
 
 
