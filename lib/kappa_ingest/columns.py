@@ -1,6 +1,7 @@
 """Names of the columns the source adds beside the CSV's own (the double underscore keeps
 them apart from any header)."""
 
+PREFIX = "__kappa"  # every column below starts with it
 FILE_COL = "__kappa_file"  # the row's source file (path or URI)
 EVENT_TS_COL = "__kappa_event_ts"  # parsed --event-time-column
 REJECT_COL = "__kappa_reject"  # why Spark's CSV reader marked the row, or null

@@ -105,7 +105,7 @@ def _sorted_by_event_time(cfg: IngestConfig) -> bool:
     return bool(cfg.event_time_column and (cfg.order_by_event_time or cfg.replay_speed))
 
 
-def typing(cfg: IngestConfig, declared: StructType | None) -> Typing:
+def typing_for(cfg: IngestConfig, declared: StructType | None) -> Typing:
     """What turns the fields' text into the records' values, the same on every read path."""
     types = tuple(
         (f.name, f.dataType.simpleString()) for f in (declared.fields if declared else ())
@@ -138,7 +138,7 @@ def read(spark: SparkSession, cfg: IngestConfig, pinned: Plan | None = None, pat
     if cfg.strict_header and len(headers) > 1:
         raise InputError(_differ(layouts))
     declared = _declared_schema(cfg)
-    typed = typing(cfg, declared)
+    typed = typing_for(cfg, declared)
     _check_columns(cfg, headers, declared)
     first = headers[0].columns
     spec = RecordSpec(first, cfg.run_id, cfg.key_column, cfg.event_time_column is not None)
@@ -471,7 +471,8 @@ def reject_reason(schema: StructType, cfg: IngestConfig) -> Column:
         # the reasons read as typed.py's.
         name = cfg.event_time_column
         fmt = f" in format {cfg.event_time_format!r}" if cfg.event_time_format else ""
-        reason = reason.when(F.col(name).isNull(), F.lit(f"{name}: empty, and it is the event time"))
+        empty = F.col(name).isNull() | F.col(name).isin(*cfg.null_values) if cfg.null_values else F.col(name).isNull()
+        reason = reason.when(empty, F.lit(f"{name}: empty, and it is the event time"))
         reason = reason.when(
             F.col(EVENT_TS_COL).isNull(),
             F.concat(F.lit(f"{name}: '"), F.col(name), F.lit(f"' is not a timestamp{fmt}")),

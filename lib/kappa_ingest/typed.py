@@ -29,12 +29,11 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kappa_ingest.columns import EVENT_TS_COL
+from kappa_ingest.columns import EVENT_TS_COL, PREFIX
 from kappa_ingest.errors import UsageError
 
-_INTS = {"tinyint": (pl.Int8, "TINYINT"), "smallint": (pl.Int16, "SMALLINT"), "int": (pl.Int32, "INT"),
-         "bigint": (pl.Int64, "BIGINT")}  # fmt: skip
-_FLOATS = {"float": (pl.Float32, "FLOAT"), "double": (pl.Float64, "DOUBLE")}
+_INTS = {"tinyint": pl.Int8, "smallint": pl.Int16, "int": pl.Int32, "bigint": pl.Int64}
+_FLOATS = {"float": pl.Float32, "double": pl.Float64}
 _DECIMAL = re.compile(r"decimal\((\d+),(\d+)\)")
 _OTHERS = {"boolean", "date", "timestamp", "string"}
 _TIME = r"[ T]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?"
@@ -86,7 +85,7 @@ class Typing:
         failures: list[tuple[np.ndarray, list[str]]] = []
         types = dict(self.types)
         for name in names:
-            if name.startswith("__kappa"):
+            if name.startswith(PREFIX):  # the source's own columns
                 continue
             text = arrays[name]
             if tokens is not None and (pa.types.is_string(text.type) or pa.types.is_large_string(text.type)):
@@ -135,9 +134,9 @@ def convert(text: pa.Array, simple: str) -> tuple[pa.Array, np.ndarray]:
     assert isinstance(s, pl.Series)
     s = s.cast(pl.String)
     if simple in _INTS:
-        out = s.cast(_INTS[simple][0], strict=False)
+        out = s.cast(_INTS[simple], strict=False)
     elif simple in _FLOATS:
-        out = s.cast(_FLOATS[simple][0], strict=False)
+        out = s.cast(_FLOATS[simple], strict=False)
     elif m := _DECIMAL.fullmatch(simple):
         return _decimals(s, int(m.group(1)), int(m.group(2)))
     elif simple == "boolean":

@@ -66,6 +66,16 @@ def test_the_line_path_and_sparks_reader_make_the_same_records(spark, kafka, tmp
     assert lines["quarantine"]["reasons"] == sparks["quarantine"]["reasons"]
     assert lines["rows_read"] == sparks["rows_read"] == 3000
 
+    # Against Python's csv module: each row once, sent or quarantined; text kept as read.
+    with open(path, newline="", encoding="utf-8") as f:
+        table = {r["id"]: r for r in csv.DictReader(f)}
+    sent = [r.value["data"] for r in by_lines]
+    assert len({d["id"] for d in sent}) == len(sent) and {d["id"] for d in sent} <= set(table)
+    assert len(sent) + lines["rows_quarantined"] == len(table) == 3000
+    for d in sent:
+        text = table[d["id"]]["txt"]
+        assert d["txt"] == (None if text in ("", "NA", "\\N") else text), (d, table[d["id"]])
+
     reasons = lines["quarantine"]["reasons"]
     for expected in ("i: '2147483648' is not an INT", "i: ' 5' is not an INT", "d: '0x10' is not a DOUBLE",
                      "m: '100000000.00' is not a DECIMAL(10,2)", "b: 'yes' is not a BOOLEAN",
