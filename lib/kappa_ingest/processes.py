@@ -41,8 +41,13 @@ def reap(pid: int) -> None:
         pass
 
 
+# A SIGKILLed JVM takes a moment to go (its memory is torn down first): how long to wait.
+KILL_WAIT_S = 10.0
+
+
 def stop(pids: Sequence[int], timeout_s: float) -> None:
-    """SIGTERM to each, in order; SIGKILL to any still alive after ``timeout_s``; reaped."""
+    """SIGTERM to each, in order; SIGKILL to any still alive after ``timeout_s``; gone
+    (or a zombie) and reaped when it returns."""
     for pid in pids:
         signal_group(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
@@ -51,5 +56,8 @@ def stop(pids: Sequence[int], timeout_s: float) -> None:
             time.sleep(0.1)
         if alive(pid):
             signal_group(pid, signal.SIGKILL)
+    deadline = time.monotonic() + KILL_WAIT_S
     for pid in pids:
+        while alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
         reap(pid)
