@@ -49,6 +49,17 @@ def barrier(tmp_path: Path) -> tuple[dict, object]:
     return {"PYTHONPATH": str(hook)}, release
 
 
+def released_together(procs: dict[str, subprocess.Popen], release, timeout_s: float = 180) -> dict[str, int]:
+    """Open the barrier the runs wait at; their exit codes. Each run's process group is
+    stopped after, whatever happened."""
+    try:
+        release()
+        return {r: p.wait(timeout_s) for r, p in procs.items()}
+    finally:
+        for p in procs.values():
+            stop_group(p)
+
+
 def wait_for(condition, timeout_s: float, what: str, proc: subprocess.Popen | None = None, log: Path | None = None):
     deadline = time.monotonic() + timeout_s
     while not condition():

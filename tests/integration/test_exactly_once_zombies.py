@@ -25,6 +25,7 @@ from faults import (
     error_lines,
     executors,
     landed_mid_send,
+    released_together,
     signal_tree,
     stop_group,
     summary,
@@ -132,12 +133,7 @@ def test_two_runs_of_the_same_files_started_together_without_the_lock_send_each_
         runs[run_id] = cli(*_args(directory, topic, metrics, "--bootstrap-servers", bs, "--master", "local[2]",
                                   "--no-lock", "--target-rate", "6000", "--run-id", run_id),
                            log=tmp_path / f"{run_id}.log", env=env)  # fmt: skip
-    try:
-        release()
-        codes = {r: p.wait(180) for r, p in runs.items()}
-    finally:
-        for p in runs.values():
-            stop_group(p)
+    codes = released_together(runs, release)
     assert set(codes.values()) <= {0, 6}, {r: (tmp_path / f"{r}.log").read_text()[-2000:] for r in runs}
     assert not _claims(bs, topic), "a run without the lock took it"
     reports = [summary(metrics, r) for r in runs]

@@ -13,7 +13,7 @@ import time
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from faults import barrier, cli, error_lines, stop_group, wait_for
+from faults import barrier, cli, error_lines, released_together, stop_group, wait_for
 from helpers import consume_all
 from kappa_ingest import config, datagen, delivery, lock
 from kappa_ingest.errors import LockHeld
@@ -140,12 +140,7 @@ def test_two_runs_released_together_one_holds_the_lock_the_other_exits_6(kafka, 
     env, release = barrier(tmp_path)
     logs = {r: tmp_path / f"{r}.log" for r in ("a", "b")}
     procs = {r: cli(*common, "--run-id", r, log=logs[r], env=env) for r in ("a", "b")}
-    try:
-        release()
-        codes = {r: p.wait(180) for r, p in procs.items()}
-    finally:
-        for p in procs.values():
-            stop_group(p)
+    codes = released_together(procs, release)
     assert sorted(codes.values()) == [0, 6], {r: (tmp_path / f"{r}.log").read_text()[-1500:] for r in procs}
     loser = next(r for r, c in codes.items() if c == 6)
     winner = next(r for r in procs if r != loser)
