@@ -21,7 +21,7 @@ from kappa_ingest.errors import KafkaUnavailable
 from kappa_ingest.kafka_settings import connection_conf
 
 TIMEOUT_S = 10.0
-DESCRIBE_TRIES = 3
+DESCRIBE_BOUND_S = 30.0  # see Admin.describe
 # A dead leader is replaced within Kafka's broker.session.timeout.ms (9 s) and an election.
 END_OFFSETS_TIMEOUT_S = 30.0
 # librdkafka's own connection chatter; the errors that matter reach error_cb and are raised.
@@ -86,11 +86,14 @@ class Admin:
         broker with auto.create.topics.enable that would create it with the broker's defaults."""
         from confluent_kafka import TopicCollection
 
-        # A request sent to a broker that has just died is waited for until it times out:
-        # within the same bound, a few shorter tries, each to a broker that is up then.
-        tries = DESCRIBE_TRIES
-        for attempt in range(1, tries + 1):
-            wait = self.timeout_s / tries
+        # Describing asks the broker the metadata names as controller; one that has just
+        # died stays named (by the client, and by the others until they fence it, within
+        # broker.session.timeout.ms: 9 s by default). So: short tries, each from a client
+        # that learns the cluster afresh, for longer than that.
+        wait = self.timeout_s / 3
+        deadline = time.monotonic() + max(self.timeout_s, DESCRIBE_BOUND_S)
+        while True:
+            last = time.monotonic() + wait >= deadline
             try:
                 found = self.client.describe_topics(TopicCollection([topic]), request_timeout=wait)[topic].result(wait)
                 break
@@ -98,13 +101,12 @@ class Admin:
                 err = e.args[0]
                 if err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.TOPIC_AUTHORIZATION_FAILED):
                     return None
-                if attempt == tries or not (err.retriable() or err.code() == KafkaError._TIMED_OUT):
+                if last or not (err.retriable() or err.code() == KafkaError._TIMED_OUT):
                     raise self._unavailable(f"no metadata for topic {topic}", err) from e
             except TimeoutError as e:  # the future's own wait (an admin request gets no answer)
-                if attempt == tries:
-                    raise self._unavailable(
-                        f"no metadata for topic {topic}", f"no answer in {self.timeout_s:.0f} s"
-                    ) from e
+                if last:
+                    raise self._unavailable(f"no metadata for topic {topic}", f"no answer in {wait:.0f} s") from e
+            self.client = AdminClient(self.conf)
         return TopicShape(len(found.partitions), min((len(p.replicas) for p in found.partitions), default=0))
 
     def partitions(self, topic: str) -> int | None:
