@@ -23,7 +23,8 @@ _CAUSES = [
     (re.compile(r"DeliveryFailed: (.*)"), KafkaUnavailable, "{0}"),
     (re.compile(r"HeaderMismatch: (.*)"), InputError, "{0}"),
     (re.compile(r"RecordTooLarge: (.*)"), InputError, "{0}"),
-    (re.compile(r"(kafka\.errors\.\w+|KafkaTimeoutError|KafkaException)[:\s]*(.*)"), KafkaUnavailable,
+    # The name followed by its message, or alone on its line: not a quoted ``except KafkaException as e:``.
+    (re.compile(r"(?m)(kafka\.errors\.\w+|KafkaTimeoutError|KafkaException)(?::[ \t]*(.*)|[ \t]*$)"), KafkaUnavailable,
      "Kafka refused or did not answer the producer: {0}: {1}"),
     (re.compile(r"(SaslAuthenticationException|AuthorizationException)[:\s]*(.*)"), KafkaUnavailable,
      "Kafka refused the producer: {0}: {1}"),
@@ -104,7 +105,7 @@ def classify(e: BaseException) -> KappaError:
         for pattern, kind, message in _CAUSES:
             m = pattern.search(where)
             if m:
-                return kind(message.format(*(g.strip()[:300] for g in m.groups())))
+                return kind(message.format(*((g or "").strip()[:300] for g in m.groups())))
     return KappaError(f"the Spark job failed: {_cause_line(text)[:400]}")
 
 

@@ -21,7 +21,6 @@ from kappa_ingest.errors import KafkaUnavailable
 from kappa_ingest.kafka_settings import connection_conf
 
 TIMEOUT_S = 10.0
-DESCRIBE_BOUND_S = 30.0  # see Admin.describe
 # A dead leader is replaced within Kafka's broker.session.timeout.ms (9 s) and an election.
 END_OFFSETS_TIMEOUT_S = 30.0
 # librdkafka's own connection chatter; the errors that matter reach error_cb and are raised.
@@ -87,11 +86,10 @@ class Admin:
         from confluent_kafka import TopicCollection
 
         # Describing asks the broker the metadata names as controller; one that has just
-        # died stays named (by the client, and by the others until they fence it, within
-        # broker.session.timeout.ms: 9 s by default). So: short tries, each from a client
-        # that learns the cluster afresh, for longer than that.
+        # died stays named by the client (and by the others until they fence it). So:
+        # short tries within the bound, each from a client that learns the cluster afresh.
         wait = self.timeout_s / 3
-        deadline = time.monotonic() + max(self.timeout_s, DESCRIBE_BOUND_S)
+        deadline = time.monotonic() + self.timeout_s
         while True:
             last = time.monotonic() + wait >= deadline
             try:

@@ -26,3 +26,10 @@ def test_a_task_error_of_ours_wins_over_kafkas_named_earlier():
         "cimpl.KafkaException: KafkaError", "kappa_ingest.sinks.producer.DeliveryFailed: 3 records"
     )
     assert str(classify(RuntimeError(text))).startswith("3 records")
+
+
+def test_a_quoted_except_clause_alone_is_no_kafka_error():
+    text = (
+        '  File "/x/sinks/confluent_sink.py", line 301, in _txn\n    except KafkaException as e:\njava.io.EOFException'
+    )
+    assert "as e:" not in str(classify(RuntimeError(text)))
