@@ -56,6 +56,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _distinct_free_ports(count: int, taken: set[int]) -> list[int]:
+    """``count`` free ports, none twice and none in ``taken``: a port just probed and released
+    may be handed out again, and two listeners of one broker on the same port fail its config."""
+    ports: list[int] = []
+    for _ in range(100 * count + 100):
+        if len(ports) == count:
+            return ports
+        candidate = free_port()
+        if candidate not in taken and candidate not in ports:
+            ports.append(candidate)
+    raise KafkaUnavailable(f"could not find {count} distinct free ports on 127.0.0.1")
+
+
 def _port_open(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
@@ -181,7 +194,9 @@ def start(
     java = shutil.which("java")
     if java is None:
         raise UsageError("Java 17 is needed to run the local Kafka broker; install a JDK")
-    ports = [((port if (i == 0 and port) else free_port()), free_port()) for i in range(brokers)]
+    chosen = _distinct_free_ports(2 * brokers - (1 if port else 0), taken={port} if port else set())
+    flat = ([port] if port else []) + chosen
+    ports = [(flat[2 * i], flat[2 * i + 1]) for i in range(brokers)]
     voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports))
     # May start with "-": passed as --cluster-id=ID so it is never read as an option.
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -190,9 +205,11 @@ def start(
     cluster, secured, scram = _prepare_security(state_dir, security, users)
     # Secured, the controllers take mutual TLS only: see kafka_security.broker_properties.
     protocols = ("SASL_SSL", "SSL") if security == SASL_SSL else ("PLAINTEXT", "PLAINTEXT")
+    node_dirs = [state_dir / f"broker-{node_id}" for node_id in range(1, brokers + 1)]
     try:
-        for node_id in range(1, brokers + 1):
-            node_dir = state_dir / f"broker-{node_id}"
+        # Every node's storage is formatted before any broker starts: the format tool is a JVM
+        # of its own, and it need not run beside brokers already taking memory and threads.
+        for node_id, node_dir in enumerate(node_dirs, start=1):
             if node_dir.exists():
                 shutil.rmtree(node_dir)
             (node_dir / "logs").mkdir(parents=True)
@@ -202,6 +219,7 @@ def start(
             )
             kafka_security.write_private(props, text.encode())  # may hold the admin's password
             _format(java, classpath, node_dir, cluster_id, scram)
+        for node_id, node_dir in enumerate(node_dirs, start=1):
             pid = _launch(java, classpath, node_dir, heap)
             started.append(Broker(node_id, ports[node_id - 1][0], ports[node_id - 1][1], pid))
             cluster = replace(cluster, brokers=tuple(started))
@@ -240,13 +258,27 @@ def _format(java: str, classpath: str, node_dir: Path, cluster_id: str, scram: l
     args = ["kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
             "-c", str(node_dir / "server.properties"), "--ignore-formatted", *scram]  # fmt: skip
     kafka_security.write_private(argfile, "\n".join(_argfile_quoted(a) for a in args).encode())
+    log = node_dir / "logs" / "format.log"
     try:
-        fmt = subprocess.run([java, "-cp", classpath, f"@{argfile}"], capture_output=True, text=True, check=False)
+        # A small heap: the tool writes a few files, and a default heap (a quarter of the
+        # machine) is a large reservation beside running brokers and Spark.
+        with open(log, "wb") as out:
+            fmt = subprocess.run([java, "-Xmx128m", "-cp", classpath, f"@{argfile}"],
+                                 stdout=out, stderr=subprocess.STDOUT, check=False)  # fmt: skip
     finally:
         argfile.unlink()
     if fmt.returncode != 0:
-        last = (fmt.stderr.strip().splitlines() or ["no output"])[-1]
-        raise KafkaUnavailable(f"formatting {node_dir.name} storage failed: {last[:300]}")
+        cause = _java_failure(log.read_text(errors="replace"))
+        raise KafkaUnavailable(f"formatting {node_dir.name} storage failed (exit {fmt.returncode}): {cause}; see {log}")
+
+
+def _java_failure(output: str) -> str:
+    """The line of a failed Java tool's output that says why: its deepest cause (``Caused by:``)
+    or its exception, not a stack frame; else its last line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    said = [line for line in lines if not line.startswith(("at ", "... "))]
+    causes = [line for line in said if line.startswith("Caused by:") or "Exception" in line or "Error" in line]
+    return ((causes or said or ["no output"])[-1])[:300]
 
 
 def _argfile_quoted(arg: str) -> str:

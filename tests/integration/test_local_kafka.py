@@ -54,3 +54,13 @@ def test_cli_start_status_stop(tmp_path):
     assert stopped.returncode == 0 and "stopped" in stopped.stdout
     status = subprocess.run([cli, "kafka", "status", "--dir", state], capture_output=True, text=True, timeout=30)
     assert status.returncode == 1 and "no local Kafka" in status.stdout
+
+
+def test_a_storage_format_that_fails_says_its_exception_and_starts_nothing(tmp_path):
+    with pytest.raises(local_kafka.KafkaUnavailable) as failed:
+        local_kafka.start(tmp_path / "k", brokers=2, properties={"log.retention.ms": "not-a-number"})
+    said = str(failed.value)
+    # The exception's own line, not the stack frame Java prints last.
+    assert "formatting broker-1 storage failed" in said and "not-a-number" in said, said
+    assert "StorageTool.main" not in said and str(tmp_path / "k" / "broker-1" / "logs" / "format.log") in said
+    assert local_kafka.status(tmp_path / "k") is None
