@@ -10,3 +10,7 @@ LINE_COL = "__kappa_line"  # a raw line (the fast path reads lines)
 BLOCK_COL = "__kappa_block"  # the byte offset of the row's split: 0 for a file's first split
 BLOCK_LEN_COL = "__kappa_block_len"  # the length of the line's split (its ledger unit)
 ROW_HASH_COL = "__kappa_row_hash"  # a row's hash over its own file's columns, in that file's order (a shuffle's key)
+FIRST_COL = "__kappa_first"  # a shuffled line is its file's first (a header, or data with a BOM)
+LINE_NO_COL = "__kappa_line_no"  # a shuffled line's number in its split
+KEY_COL = "__kappa_key"  # a shuffled line's --key-column text (an ordered replay's partitioning)
+EVENT_US_COL = "__kappa_event_us"  # a shuffled line's event time, UTC microseconds (an ordered replay's sort)

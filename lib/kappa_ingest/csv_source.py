@@ -37,12 +37,13 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StringType, StructField, StructType
 
-from kappa_ingest import splits
+from kappa_ingest import line_shuffle, splits
 from kappa_ingest.columns import (
     BLOCK_COL,
     BLOCK_LEN_COL,
     CORRUPT_COL,
     EVENT_TS_COL,
+    EVENT_US_COL,
     FILE_COL,
     LINE_COL,
     REJECT_COL,
@@ -77,6 +78,12 @@ class Source:
     shuffled: bool = False  # rows repartitioned: each task holds one part of many splits
     types: dict[str, DataType] = field(default_factory=dict)  # the --schema types of the columns it names
 
+    def event_micros(self) -> Column:
+        """Each row's event time in UTC microseconds, as the rows were sorted by (ordered runs)."""
+        if EVENT_US_COL in self.df.columns:  # lines sorted before they were parsed
+            return F.col(EVENT_US_COL)
+        return F.unix_micros(F.col(EVENT_TS_COL))
+
 
 def reader_options(cfg: IngestConfig) -> dict[str, str]:
     """Spark CSV options for the configured dialect."""
@@ -97,7 +104,7 @@ def reader_options(cfg: IngestConfig) -> dict[str, str]:
 
 
 def _lines_possible(cfg: IngestConfig) -> bool:
-    return not cfg.multiline and not _sorted_by_event_time(cfg) and cfg.escape == cfg.quote and cfg.encoding == "utf-8"
+    return not cfg.multiline and cfg.escape == cfg.quote and cfg.encoding == "utf-8"
 
 
 def _sorted_by_event_time(cfg: IngestConfig) -> bool:
@@ -144,28 +151,61 @@ def read(spark: SparkSession, cfg: IngestConfig, pinned: Plan | None = None, pat
     spec = RecordSpec(first, cfg.run_id, cfg.key_column, cfg.event_time_column is not None)
     # Without drift the parsers need no per-file lookup.
     by_file = {splits.canonical_file(p): lay for p, lay in layouts.items()} if len(set(layouts.values())) > 1 else {}
-    if _lines_possible(cfg) and plan.parts == 1:  # (the lines path never shuffles: an incremental run's never does)
+    # A resumed run keeps its original's parts only if they were made the same way.
+    if _lines_possible(cfg) and (plan.parts == 1 or plan.parts_by == splits.BY_LINES):
         lines = spark.read.text(paths).select(
             F.col("value").alias(LINE_COL),
             F.col("_metadata.file_path").alias(FILE_COL),
             F.col("_metadata.file_block_start").alias(BLOCK_COL),
             F.col("_metadata.file_block_length").alias(BLOCK_LEN_COL),
         )
+        head = layouts[paths[0]]
+        line_parser = LineParser(head.columns, cfg.delimiter, cfg.quote, head.header_line, by_file)
         splits_read = lines.rdd.getNumPartitions()
-        if pinned is not None or cfg.incremental or cfg.partitions is None or cfg.partitions <= splits_read:
-            head = layouts[paths[0]]
-            parser = _typed(LineParser(head.columns, cfg.delimiter, cfg.quote, head.header_line, by_file), typed)
+        moved = _moved_lines(spark, cfg, lines, line_parser, typed, splits_read, plan.parts if pinned else None)
+        if moved is None:
             tasks = min(splits_read, cfg.partitions or splits_read)
             df = lines.coalesce(tasks) if tasks < splits_read else lines
-            return Source(df, spec, parser, "lines", tuple(paths), read_bytes, plan, tasks, headers,
-                          types=_types(declared))  # fmt: skip
+            return Source(df, spec, _typed(line_parser, typed), "lines", tuple(paths), read_bytes, plan, tasks,
+                          headers, types=_types(declared))  # fmt: skip
+        df, parts, tasks, shuffled = moved
+        plan = Plan(plan.files, plan.split_bytes, parts, splits.BY_LINES if parts > 1 else "")
+        parser = _typed(line_shuffle.after_shuffle(line_parser), typed)
+        return Source(df, spec, parser, "lines", tuple(paths), read_bytes, plan, tasks, headers,
+                      _sorted_by_event_time(cfg), shuffled, _types(declared))  # fmt: skip
     # Spark reads text too: the typed values are made by the same code as on the line path.
     groups = [([p for p in paths if layouts[p].columns == h.columns], _text_schema(h.columns)) for h in headers]
     df, parts, tasks, shuffled = _spark_csv(spark, cfg, groups, plan.parts if pinned is not None else None)
-    plan = Plan(plan.files, plan.split_bytes, parts)
+    plan = Plan(plan.files, plan.split_bytes, parts, splits.BY_ROWS if parts > 1 else "")
     parser = _typed(RowParser(first, cfg.delimiter, cfg.quote, by_file), typed)
     return Source(df, spec, parser, "spark-csv", tuple(paths), read_bytes, plan, tasks, headers,
                   _sorted_by_event_time(cfg), shuffled, _types(declared))  # fmt: skip
+
+
+def _moved_lines(
+    spark: SparkSession,
+    cfg: IngestConfig,
+    lines: DataFrame,
+    parser: LineParser,
+    typed: Typing,
+    splits_read: int,
+    parts: int | None,
+) -> tuple[DataFrame, int, int, bool] | None:
+    """The raw lines shuffled or sorted before they are parsed, where the run asks for it
+    (:mod:`kappa_ingest.line_shuffle`): with the parts per split, the number of tasks and
+    whether they were shuffled; None where the scan's own tasks and order will do.
+    ``parts`` fixed: a resumed run keeps its original's."""
+    if cfg.order_by_event_time:  # each key's rows in one task, in event-time order
+        parts = parts or cfg.partitions or spark.sparkContext.defaultParallelism
+        return line_shuffle.by_key_in_event_time_order(
+            line_shuffle.marked(lines, parser, typed, cfg.key_column), parts), parts, parts, True  # fmt: skip
+    if _sorted_by_event_time(cfg):  # paced: each split's rows in event-time order, in its own task
+        return line_shuffle.in_event_time_order(line_shuffle.marked(lines, parser, typed)), 1, splits_read, False
+    if parts is None and not cfg.incremental and cfg.partitions is not None and cfg.partitions > splits_read:
+        parts = cfg.partitions
+    if parts is None or parts == 1:
+        return None
+    return line_shuffle.by_line(line_shuffle.marked(lines, parser), parts), parts, parts, True
 
 
 def _typed(parser: BatchParser, typed: Typing) -> BatchParser:

@@ -26,7 +26,7 @@ from kappa_ingest import ledger
 from kappa_ingest.errors import InputError, UsageError
 from kappa_ingest.inputs import resolve_inputs
 from kappa_ingest.ledger import Entry
-from kappa_ingest.splits import INCREMENTAL_SPLIT_BYTES, InputFile, Plan, Unit, local_file
+from kappa_ingest.splits import BY_ROWS, INCREMENTAL_SPLIT_BYTES, InputFile, Plan, Unit, local_file
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,10 @@ def _plan_of(f: InputFile, entries: list[Entry]) -> Plan:
     """The split size and parts the entries of one file were delivered with (entries of
     runs before the split size was recorded: the longest unit's length)."""
     split = max(e.split_bytes for e in entries) or max(e.unit.length for e in entries)
-    return Plan((f,), max(split, 1), entries[0].unit.parts)
+    parts = entries[0].unit.parts
+    # Entries from before the line path shuffled do not say: parts were Spark's parsed rows'.
+    by = entries[0].parts_by or (BY_ROWS if parts > 1 else "")
+    return Plan((f,), max(split, 1), parts, by)
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,7 @@ def select(backlog: Backlog, on_changed: str, max_files: int | None, max_bytes: 
     deferred: list[InputFile] = []
     for f, plan in backlog.partial:
         pinned = pinned or plan
-        if (plan.split_bytes, plan.parts) == (pinned.split_bytes, pinned.parts):
+        if (plan.split_bytes, plan.parts, plan.parts_by) == (pinned.split_bytes, pinned.parts, pinned.parts_by):
             queue.append(f)
         else:  # split differently by another run: its turn comes in a later run
             deferred.append(f)
@@ -132,7 +135,7 @@ def select(backlog: Backlog, on_changed: str, max_files: int | None, max_bytes: 
         total += f.size
     plan = None
     if pinned is not None:
-        plan = Plan(tuple(taken), pinned.split_bytes, pinned.parts)
+        plan = Plan(tuple(taken), pinned.split_bytes, pinned.parts, pinned.parts_by)
     new = {f.path for f in backlog.new}
     partial = {f.path for f, _ in backlog.partial}
     changed = {f.path for f, _ in backlog.changed}

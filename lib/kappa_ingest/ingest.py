@@ -404,6 +404,7 @@ def _task_delivery(
         ledger_conf=conf,
         files=files,
         parts=source.plan.parts,
+        parts_by=source.plan.parts_by,
         split_bytes=source.plan.split_bytes,
         transaction_timeout_s=timeout_s,
         kafka_timeout_s=delivery.kafka_timeout_s(cfg.producer_settings()),
@@ -437,14 +438,12 @@ def _event_span(cfg: IngestConfig, source: csv_source.Source) -> tuple[int, int]
     """The first event time and the span to the last (ms): where --replay-speed paces from."""
     from pyspark.sql import functions as F
 
-    from kappa_ingest.columns import EVENT_TS_COL
-
     with _side_jobs(cfg, "pace", "the events' time span"):
-        ts = F.col(EVENT_TS_COL)
-        row = spark_action(lambda: source.df.agg(F.min(ts).alias("a"), F.max(ts).alias("b")).collect()[0])
+        us = source.event_micros()
+        row = spark_action(lambda: source.df.agg(F.min(us).alias("a"), F.max(us).alias("b")).collect()[0])
     if row["a"] is None:
         return 0, 0
-    first, last = (int(t.timestamp() * 1000) for t in (row["a"], row["b"]))
+    first, last = row["a"] // 1000, row["b"] // 1000
     return first, last - first
 
 
@@ -695,6 +694,7 @@ def _account(
                 cfg.lineage,
                 cfg.delivery,
                 split_bytes=plan.split_bytes,
+                parts_by=plan.parts_by,
             )
             for u in planned
             if u.file in read_files and u not in seen and u not in before and u not in taken

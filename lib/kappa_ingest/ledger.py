@@ -64,6 +64,7 @@ class Entry:
     delivered_at_ms: int = field(default_factory=lambda: time.time_ns() // 1_000_000)
     status: str = "delivered"
     split_bytes: int = 0  # the run's split size (0: not recorded), so a later run splits the file alike
+    parts_by: str = ""  # with parts > 1, what put a row in its part (splits.BY_LINES, BY_ROWS; "": not recorded)
 
     def key(self) -> bytes:
         u = self.unit
@@ -86,6 +87,7 @@ class Entry:
         """The entry as a row of the Delta ``ledger`` table."""
         d = asdict(self)
         u = d.pop("unit")
+        del d["parts_by"]  # (the table's columns stay those it was made with)
         return {**d, "file": u["file"], "split_start": u["start"], "split_length": u["length"], "part": u["part"],
                 "parts": u["parts"]}  # fmt: skip
 

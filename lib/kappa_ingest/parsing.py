@@ -26,7 +26,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from kappa_ingest.columns import BLOCK_COL, BLOCK_LEN_COL, CORRUPT_COL, EVENT_TS_COL, FILE_COL, LINE_COL, REJECT_COL
+from kappa_ingest.columns import (
+    BLOCK_COL,
+    BLOCK_LEN_COL,
+    CORRUPT_COL,
+    EVENT_TS_COL,
+    FILE_COL,
+    FIRST_COL,
+    LINE_COL,
+    REJECT_COL,
+)
 from kappa_ingest.typed import Typing
 
 BOM = "\ufeff"
@@ -136,18 +145,24 @@ def _as_binary(arr: pa.Array) -> pa.Array:
 class LineParser:
     """Parses batches of raw lines for one task; remembers which files' headers it has seen."""
 
-    counts_lines = True  # a batch position is a line of the file (headers and blank lines included)
-
     columns: tuple[str, ...]
     delimiter: str = ","
     quote: str = '"'
     header_line: str | None = None  # the header (BOM removed) of files not in by_file; None: no header
     by_file: dict[str, Layout] = field(default_factory=dict)  # canonical file -> its layout
+    # Lines moved by a shuffle (kappa_ingest.line_shuffle): each file's first line is the
+    # one marked so (FIRST_COL), checked when it was marked; a position is not a line.
+    marked: bool = False
     _seen: set[str] = field(default_factory=set)
+
+    @property
+    def counts_lines(self) -> bool:
+        """Whether a batch position is a line of the file (headers and blank lines included)."""
+        return not self.marked
 
     def fresh(self) -> LineParser:
         """A parser for a new task (no file seen yet)."""
-        return LineParser(self.columns, self.delimiter, self.quote, self.header_line, self.by_file)
+        return LineParser(self.columns, self.delimiter, self.quote, self.header_line, self.by_file, self.marked)
 
     def __call__(self, batch: pa.RecordBatch) -> Parsed:
         lines = _as_binary(batch.column(LINE_COL))
@@ -157,7 +172,10 @@ class LineParser:
         n = len(lines)
         keep = np.ones(n, dtype=bool)
         skipped = 0
-        lines, skipped = self._first_lines(lines, files, batch.column(BLOCK_COL), keep, layout.header_line)
+        if self.marked:
+            lines, skipped = self._marked_first_lines(lines, batch.column(FIRST_COL), keep, layout.header_line)
+        else:
+            lines, skipped = self._first_lines(lines, files, batch.column(BLOCK_COL), keep, layout.header_line)
         blank = np.asarray(pc.equal(pc.binary_length(lines), 0).fill_null(False))
         skipped += int((blank & keep).sum())
         keep &= ~blank
@@ -225,12 +243,21 @@ class LineParser:
                 skipped += 1
             elif raw.startswith(BOM.encode()):
                 replaced[int(pos)] = raw[len(BOM.encode()) :]
-        if replaced:
-            values = lines.to_pylist()
-            for pos, value in replaced.items():
-                values[pos] = value
-            lines = pa.array(values, type=lines.type)
-        return lines, skipped
+        return _replaced(lines, replaced), skipped
+
+    @staticmethod
+    def _marked_first_lines(
+        lines: pa.Array, first: pa.Array, keep: np.ndarray, header_line: str | None
+    ) -> tuple[pa.Array, int]:
+        """Drop the headers marked before a shuffle (checked then); take the BOM off a
+        header-less file's first line."""
+        at = np.flatnonzero(np.asarray(first.fill_null(False)))
+        if header_line is not None:
+            keep[at] = False
+            return lines, len(at)
+        bom = BOM.encode()
+        return _replaced(lines, {int(p): lines[int(p)].as_py()[len(bom) :] for p in at
+                                 if lines[int(p)].as_py().startswith(bom)}), 0  # fmt: skip
 
     def _parse(self, lines: pa.Array, columns: tuple[str, ...]) -> tuple[pa.Table, list[tuple[int, int]]]:
         """Arrow's CSV reader over the lines joined by newlines; rows of another width are
@@ -278,6 +305,16 @@ class LineParser:
                 reject_batch(files.take(pos), pa.array([reason] * len(pos), pa.string()), pa.array(text, pa.string()))
             )
         return pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
+
+
+def _replaced(lines: pa.Array, values_at: dict[int, bytes]) -> pa.Array:
+    """``lines`` with the few lines at the given positions replaced."""
+    if not values_at:
+        return lines
+    values = lines.to_pylist()
+    for pos, value in values_at.items():
+        values[pos] = value
+    return pa.array(values, type=lines.type)
 
 
 def _plain(col: pa.ChunkedArray | pa.Array) -> pa.Array:

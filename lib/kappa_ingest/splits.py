@@ -51,6 +51,10 @@ class InputFile:
     splittable: bool
 
 
+BY_LINES = "lines"  # a hash of the raw line (or, ordered, of the key's text as Arrow parses it)
+BY_ROWS = "rows"  # a hash of the row Spark's CSV reader parsed (or of its key column)
+
+
 @dataclass(frozen=True)
 class Plan:
     """The units a run reads: its files (with size and modification time), the split size
@@ -59,6 +63,7 @@ class Plan:
     files: tuple[InputFile, ...]
     split_bytes: int
     parts: int = 1
+    parts_by: str = ""  # with parts > 1, what put a row in its part: BY_LINES or BY_ROWS
 
     def splits(self, f: InputFile) -> list[tuple[int, int]]:
         """``(start, length)`` of each split of ``f``, as Spark's file scan makes them."""
@@ -95,11 +100,15 @@ class Plan:
         return out
 
     def to_json(self) -> dict:
-        return {"split_bytes": self.split_bytes, "parts": self.parts, "files": [asdict(f) for f in self.files]}
+        return {"split_bytes": self.split_bytes, "parts": self.parts, "parts_by": self.parts_by,
+                "files": [asdict(f) for f in self.files]}  # fmt: skip
 
     @classmethod
     def from_json(cls, d: dict) -> Plan:
-        return cls(tuple(InputFile(**f) for f in d["files"]), int(d["split_bytes"]), int(d.get("parts", 1)))
+        parts = int(d.get("parts", 1))
+        # Plans from before the line path shuffled: parts were always Spark's parsed rows'.
+        by = d.get("parts_by", BY_ROWS if parts > 1 else "")
+        return cls(tuple(InputFile(**f) for f in d["files"]), int(d["split_bytes"]), parts, by)
 
 
 def canonical_file(spark_path: str) -> str:

@@ -325,7 +325,8 @@ def entry_for(task_input: TaskInput, d: TaskDelivery, stats: TaskStats, unit: Un
     t = task_input.tallies[unit]
     size, mtime = d.files.get(unit.file, (-1, -1))
     return Entry(d.topic, unit, size, mtime, d.run_id, d.lineage, d.mode, t.lines, t.rows_read, t.rows_sent,
-                 t.rows_quarantined, t.bytes_sent, stats.task_id, stats.attempt, split_bytes=d.split_bytes)  # fmt: skip
+                 t.rows_quarantined, t.bytes_sent, stats.task_id, stats.attempt, split_bytes=d.split_bytes,
+                 parts_by=d.parts_by)  # fmt: skip
 
 
 def open_transactional(make: MakeProducer, txid: str, d: TaskDelivery, stats: TaskStats) -> PartitionProducer:

@@ -1,0 +1,117 @@
+"""Raw lines moved between tasks before they are parsed: the line path's shuffle and sort.
+
+Two kinds of run need rows in other tasks, or another order, than the file scan gives:
+more producers than the files split into (``--partitions``), and replays in event-time
+order (``--order-by-event-time``, ``--replay-speed``). A raw line is one string, cheaper
+to move and sort than the parsed row, so each scan task marks its lines and they are
+moved and sorted as they are; the sink parses them after, on the line path, each batch
+cut by split (:mod:`kappa_ingest.sinks.task_input`).
+
+A line's marks: whether it is its file's first line (the header, or a BOM to take off:
+position tells no more once lines move), its number in its split (ties in event time
+keep the file's order) and, for an ordered replay, its key and event time, found by the
+same Arrow parser and typing the sink uses. A line that does not parse has neither and
+sorts first; the sink quarantines it with its reason.
+
+A row's part of its split is a function of its own text (its line, or its key), never of
+the files read beside it, so a unit is the same rows in every run and in its resume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from kappa_ingest.columns import (
+    BLOCK_COL,
+    EVENT_TS_COL,
+    EVENT_US_COL,
+    FILE_COL,
+    FIRST_COL,
+    KEY_COL,
+    LINE_COL,
+    LINE_NO_COL,
+)
+from kappa_ingest.parsing import LineParser, Parsed
+from kappa_ingest.typed import TS_TYPE, Typing
+
+
+def marked(lines: DataFrame, parser: LineParser, order: Typing | None = None, key: str | None = None) -> DataFrame:
+    """``lines`` (the file scan's raw lines) with their marks; ``order``: the typing that
+    finds each line's event time (and ``key``, its key), for a replay in that order."""
+    ddl = f"{', '.join(f'`{f.name}` {f.dataType.simpleString()}' for f in lines.schema.fields)}," \
+          f" {FIRST_COL} boolean, {LINE_NO_COL} long"  # fmt: skip
+    if order is not None:
+        ddl += f", {KEY_COL} string, {EVENT_US_COL} long"
+    event_only = Typing(null_values=order.null_values, event_column=order.event_column,
+                        event_format=order.event_format) if order is not None else None  # fmt: skip
+
+    def mark(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from kappa_ingest.sinks.task_input import segments
+
+        parse = parser.fresh()
+        counted: dict[tuple[str, int], int] = {}  # a split's lines may come over several batches
+        schema = None
+        for batch in batches:
+            schema = schema or _schema(batch.schema, event_only is not None)
+            # A scan task reads its splits' lines in order; a batch may hold several splits.
+            for file, start, _, rows, _ in segments(batch):
+                before = counted.get((file, start), 0)
+                counted[(file, start)] = before + rows.num_rows
+                line_no = np.arange(before, before + rows.num_rows, dtype=np.int64)
+                out = [*rows.columns, pa.array((line_no == 0) & (start == 0)), pa.array(line_no)]
+                if event_only is not None:
+                    out += _key_and_event_time(parse(rows), rows.num_rows, key, event_only)
+                yield pa.RecordBatch.from_arrays(out, schema=schema)
+
+    return lines.mapInArrow(mark, ddl)
+
+
+def _schema(scan: pa.Schema, ordered: bool) -> pa.Schema:
+    fields = [*scan, pa.field(FIRST_COL, pa.bool_()), pa.field(LINE_NO_COL, pa.int64())]
+    if ordered:
+        fields += [pa.field(KEY_COL, pa.string()), pa.field(EVENT_US_COL, pa.int64())]
+    return pa.schema(fields)
+
+
+def _key_and_event_time(parsed: Parsed, n: int, key: str | None, event_only: Typing) -> list[pa.Array]:
+    """The key's text and the event time of each line that parses; null for the others."""
+    typed, _ = event_only.apply(parsed.rows.select([event_only.event_column]))
+    at = pa.array(parsed.row_at if parsed.row_at is not None else np.arange(parsed.rows.num_rows))
+    keys = parsed.rows.column(key) if key else pa.nulls(parsed.rows.num_rows, pa.string())
+    micros = typed.column(EVENT_TS_COL).cast(TS_TYPE).cast(pa.int64())
+    return [_scatter(keys, at, n, pa.string()), _scatter(micros, at, n, pa.int64())]
+
+
+def _scatter(values: pa.Array, at: pa.Array, n: int, type_: pa.DataType) -> pa.Array:
+    """``values`` placed at positions ``at`` of an array of ``n``, null elsewhere."""
+    if len(at) == n:
+        return values.cast(type_)
+    where = np.full(n, -1, dtype=np.int64)
+    where[np.asarray(at)] = np.arange(len(at))
+    return values.cast(type_).take(pa.array(where, mask=where < 0))
+
+
+def by_line(df: DataFrame, parts: int) -> DataFrame:
+    """Marked lines in ``parts`` parts, each line's part a hash of its text."""
+    return df.repartition(parts, F.col(LINE_COL))
+
+
+def by_key_in_event_time_order(df: DataFrame, parts: int) -> DataFrame:
+    """Marked lines in ``parts`` parts by their key, each part in event-time order."""
+    return in_event_time_order(df.repartition(parts, F.col(KEY_COL)))
+
+
+def in_event_time_order(df: DataFrame) -> DataFrame:
+    """Each task's marked lines in event-time order, ties in file order."""
+    return df.sortWithinPartitions(F.col(EVENT_US_COL), F.col(FILE_COL), F.col(BLOCK_COL), F.col(LINE_NO_COL))
+
+
+def after_shuffle(parser: LineParser) -> LineParser:
+    """The sink's parser for marked lines."""
+    return replace(parser, marked=True)
