@@ -151,7 +151,8 @@ def run_ingest(args: argparse.Namespace, cfg: Any = None, replay: Any = None) ->
         # The pipeline's imports (Arrow, polars, the Delta writer: ~0.8 s) run while the JVM starts.
         importing.start()
         quick = input_bytes < QUICK_JIT_BYTES  # start-up outweighs steady state on smaller inputs
-        spark = build_session(f"kappa-ingest {cfg.run_id}", cfg.spark_master, _spark_conf(args), quick_jit=quick)
+        spark = build_session(f"kappa-ingest {cfg.run_id}", cfg.spark_master, {**_sorting_memory(cfg), **_spark_conf(args)},
+                              quick_jit=quick)  # fmt: skip
     except BaseException as e:
         # ingest() writes the report from here on; before it, this does.
         if kafka is not None:
@@ -190,6 +191,14 @@ def run_ingest(args: argparse.Namespace, cfg: Any = None, replay: Any = None) ->
         if held is not None:
             held.release()
     return 0
+
+
+def _sorting_memory(cfg: Any) -> dict[str, str]:
+    """A local run that sorts its raw lines (an ordered replay) gets a 2 GB driver heap: at
+    1 GB the sort spills, and its shuffle took 4.2-5.0 s for 1M rows (432 MB) against
+    3.3-3.7 s (measured with a noop write, local[2])."""
+    local = (cfg.spark_master or "local[*]").startswith("local")
+    return {"spark.driver.memory": "2g"} if local and cfg.order_by_event_time else {}
 
 
 def _spark_conf(args: argparse.Namespace) -> dict[str, str]:

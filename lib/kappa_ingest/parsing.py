@@ -153,6 +153,7 @@ class LineParser:
     # Lines moved by a shuffle (kappa_ingest.line_shuffle): each file's first line is the
     # one marked so (FIRST_COL), checked when it was marked; a position is not a line.
     marked: bool = False
+    wanted: tuple[str, ...] = ()  # only these columns' values (the others are split, not kept); (): all
     _seen: set[str] = field(default_factory=set)
 
     @property
@@ -162,7 +163,8 @@ class LineParser:
 
     def fresh(self) -> LineParser:
         """A parser for a new task (no file seen yet)."""
-        return LineParser(self.columns, self.delimiter, self.quote, self.header_line, self.by_file, self.marked)
+        return LineParser(self.columns, self.delimiter, self.quote, self.header_line, self.by_file, self.marked,
+                          self.wanted)  # fmt: skip
 
     def __call__(self, batch: pa.RecordBatch) -> Parsed:
         lines = _as_binary(batch.column(LINE_COL))
@@ -193,7 +195,8 @@ class LineParser:
 
         idx = np.flatnonzero(keep)
         good_lines = lines.take(pa.array(idx)).view(pa.string()) if len(idx) else pa.array([], pa.string())
-        table, bad = self._parse(good_lines, columns)
+        kept = self.wanted or columns
+        table, bad = self._parse(good_lines, columns, kept)
         if bad:
             # Group by field count: each count is its own reason.
             by_count: dict[int, list[int]] = {}
@@ -206,11 +209,11 @@ class LineParser:
                 keep &= ~mask
             idx = np.flatnonzero(keep)
         rows = pa.RecordBatch.from_arrays(
-            [*(_plain(table.column(c)) for c in columns), files.take(pa.array(idx))],
-            names=[*columns, FILE_COL],
+            [*(_plain(table.column(c)) for c in kept), files.take(pa.array(idx))],
+            names=[*kept, FILE_COL],
         )
         at = np.concatenate([np.flatnonzero(mask) for mask, _ in reasons]) if reasons else None
-        return Parsed(rows, self._reject_batch(reasons, files, lines), skipped, at, columns, idx)
+        return Parsed(rows, self._reject_batch(reasons, files, lines), skipped, at, kept, idx)
 
     def _first_lines(
         self, lines: pa.Array, files: pa.Array, blocks: pa.Array, keep: np.ndarray, header_line: str | None
@@ -259,7 +262,9 @@ class LineParser:
         return _replaced(lines, {int(p): lines[int(p)].as_py()[len(bom) :] for p in at
                                  if lines[int(p)].as_py().startswith(bom)}), 0  # fmt: skip
 
-    def _parse(self, lines: pa.Array, columns: tuple[str, ...]) -> tuple[pa.Table, list[tuple[int, int]]]:
+    def _parse(
+        self, lines: pa.Array, columns: tuple[str, ...], kept: tuple[str, ...]
+    ) -> tuple[pa.Table, list[tuple[int, int]]]:
         """Arrow's CSV reader over the lines joined by newlines; rows of another width are
         reported by their 1-based number and field count instead of being parsed."""
         bad: list[tuple[int, int]] = []
@@ -269,7 +274,7 @@ class LineParser:
             return "skip"
 
         if len(lines) == 0:
-            return pa.table({c: pa.array([], pa.string()) for c in columns}), bad
+            return pa.table({c: pa.array([], pa.string()) for c in kept}), bad
         joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(lines)], pa.int32()), lines), "\n")
         size = pc.binary_length(joined)[0].as_py()
         table = pcsv.read_csv(
@@ -284,7 +289,8 @@ class LineParser:
                 invalid_row_handler=on_invalid,
             ),
             convert_options=pcsv.ConvertOptions(
-                column_types={c: pa.string() for c in columns},
+                column_types={c: pa.string() for c in kept},
+                include_columns=list(kept),
                 null_values=[""],
                 strings_can_be_null=True,
                 quoted_strings_can_be_null=True,

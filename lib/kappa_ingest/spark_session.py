@@ -77,6 +77,10 @@ def build_session(
         master = master or "local[*]"
         if start_up_aids and master.startswith("local"):  # workers run this venv's Python, with the package
             conf["spark.python.daemon.module"] = "kappa_ingest.worker_daemon"
+        if master.startswith("local"):
+            # Shuffle files (an ordered replay's raw lines) stay on this machine: compressing
+            # them costs CPU and saves no network (measured: 0.6 s of a 5 s map stage, 1M rows).
+            conf.setdefault("spark.shuffle.compress", "false")
         builder = builder.master(master)
         for k, v in conf.items():
             builder = builder.config(k, v)
