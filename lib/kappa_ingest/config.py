@@ -384,7 +384,7 @@ def _parse_kv(items: list[str]) -> dict[str, str]:
 # Spark's CSV reader accepts these charsets only; Python's codec names map onto them.
 SPARK_CHARSETS = {
     "utf_8": "utf-8", "iso8859_1": "iso-8859-1", "ascii": "us-ascii", "utf_16": "utf-16",
-    "utf_16_be": "utf-16be", "utf_16_le": "utf-16le", "utf_32": "utf-32",
+    "utf_16_be": "utf-16be", "utf_16_le": "utf-16le", "utf_32": "utf-32", "cp1252": "windows-1252",
 }  # fmt: skip
 
 

@@ -37,7 +37,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StringType, StructField, StructType
 
-from kappa_ingest import line_shuffle, splits
+from kappa_ingest import line_shuffle, splits, transcode
 from kappa_ingest.columns import (
     BLOCK_COL,
     BLOCK_LEN_COL,
@@ -104,7 +104,8 @@ def reader_options(cfg: IngestConfig) -> dict[str, str]:
 
 
 def _lines_possible(cfg: IngestConfig) -> bool:
-    return not cfg.multiline and cfg.escape == cfg.quote and cfg.encoding == "utf-8"
+    encoding_ok = cfg.encoding == "utf-8" or transcode.table(cfg.encoding) is not None
+    return not cfg.multiline and cfg.escape == cfg.quote and encoding_ok
 
 
 def _sorted_by_event_time(cfg: IngestConfig) -> bool:
@@ -160,7 +161,8 @@ def read(spark: SparkSession, cfg: IngestConfig, pinned: Plan | None = None, pat
             F.col("_metadata.file_block_length").alias(BLOCK_LEN_COL),
         )
         head = layouts[paths[0]]
-        line_parser = LineParser(head.columns, cfg.delimiter, cfg.quote, head.header_line, by_file)
+        line_parser = LineParser(head.columns, cfg.delimiter, cfg.quote, head.header_line, by_file,
+                                 encoding=cfg.encoding)  # fmt: skip
         splits_read = lines.rdd.getNumPartitions()
         moved = _moved_lines(spark, cfg, lines, line_parser, typed, splits_read, plan.parts if pinned else None)
         if moved is None:

@@ -17,7 +17,7 @@ header; a batch holds rows of one file (one ledger unit).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
+from kappa_ingest import transcode
 from kappa_ingest.columns import (
     BLOCK_COL,
     BLOCK_LEN_COL,
@@ -154,6 +155,7 @@ class LineParser:
     # one marked so (FIRST_COL), checked when it was marked; a position is not a line.
     marked: bool = False
     wanted: tuple[str, ...] = ()  # only these columns' values (the others are split, not kept); (): all
+    encoding: str = "utf-8"  # else a single-byte encoding, turned into UTF-8 first (kappa_ingest.transcode)
     _seen: set[str] = field(default_factory=set)
 
     @property
@@ -163,11 +165,15 @@ class LineParser:
 
     def fresh(self) -> LineParser:
         """A parser for a new task (no file seen yet)."""
-        return LineParser(self.columns, self.delimiter, self.quote, self.header_line, self.by_file, self.marked,
-                          self.wanted)  # fmt: skip
+        return replace(self, _seen=set())
 
     def __call__(self, batch: pa.RecordBatch) -> Parsed:
         lines = _as_binary(batch.column(LINE_COL))
+        undefined = None
+        if self.encoding != "utf-8":
+            byte_table = transcode.table(self.encoding)
+            assert byte_table is not None, self.encoding
+            lines, undefined = transcode.to_utf8(lines, byte_table)
         files = batch.column(FILE_COL)
         layout = layout_for(self.by_file, Layout(self.columns, self.header_line), files)
         columns = layout.columns
@@ -183,9 +189,14 @@ class LineParser:
         keep &= ~blank
 
         reasons: list[tuple[np.ndarray, str]] = []
-        invalid = _invalid_utf8(lines) & keep
+        if undefined is None:
+            invalid = _invalid_utf8(lines) & keep
+            reason = "bytes not valid in utf-8"
+        else:  # worded as Spark's CSV reader has it (csv_source.reject_reason)
+            invalid = undefined & keep
+            reason = f"bytes not valid in {self.encoding} (decoded as U+FFFD)"
         if invalid.any():
-            reasons.append((invalid, "bytes not valid in utf-8"))
+            reasons.append((invalid, reason))
             keep &= ~invalid
         quotes = _count_byte(lines, self.quote.encode())
         odd = (quotes % 2 == 1) & keep

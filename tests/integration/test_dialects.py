@@ -3,7 +3,9 @@ run, each read back from the topic and compared with Python's csv module."""
 
 from __future__ import annotations
 
+import csv
 import gzip
+import io
 
 import pytest
 
@@ -23,13 +25,30 @@ def test_semicolons_without_header(spark, kafka, tmp_path):
     assert {"_c0": "a", "_c1": "b;c", "_c2": None} in [r.value["data"] for r in records]
 
 
-def test_latin1_goes_through_sparks_reader(spark, kafka, tmp_path):
+@pytest.mark.parametrize("encoding", ["latin-1", "windows-1252"])
+def test_single_byte_encodings_take_the_line_path_with_sparks_records(spark, kafka, tmp_path, encoding):
+    text = 'id,city,price\n1,Zürich,5\n2,Besançon,€ 3\n3,\u00ff\u00e6,\n4,caf\u00e9 "au lait",9\n5,ragged\n'
+    raw = text.encode(encoding, errors="replace")
+    if encoding == "windows-1252":  # a byte Windows-1252 leaves undefined: quarantined on both paths
+        raw += b"6,bad\x81byte,1\n"
     path = tmp_path / "in.csv"
-    path.write_bytes("id,city\n1,Zürich\n2,Besançon\n".encode("latin-1"))
-    _, summary, records = run(spark, kafka, tmp_path, inputs=[str(path)], encoding="latin-1")
-    assert summary["read_path"] == "spark-csv"
-    _, expected, _ = csv_rows(path, encoding="latin-1")
-    assert sorted((r.value["data"] for r in records), key=str) == sorted(expected, key=str)
+    path.write_bytes(raw)
+    runs = {}
+    for name, extra in (("lines", {}), ("spark", {"multiline": True})):
+        runs[name] = run(
+            spark, kafka, tmp_path, inputs=[str(path)], encoding=encoding, topic=f"enc-{encoding}-{name}", **extra
+        )
+    (_, lines, by_lines), (_, sparks, by_spark) = runs["lines"], runs["spark"]
+    assert lines["read_path"] == "lines" and sparks["read_path"] == "spark-csv"
+    assert sorted(r.raw_value[r.raw_value.index(b'"data"') :] for r in by_lines) == sorted(
+        r.raw_value[r.raw_value.index(b'"data"') :] for r in by_spark
+    )
+    assert lines["quarantine"]["reasons"] == sparks["quarantine"]["reasons"]
+    good = text.encode(encoding, errors="replace").decode(encoding)  # (the undefined byte's row is quarantined)
+    header, *body = csv.reader(io.StringIO(good))
+    expected = [dict(zip(header, [v or None for v in r], strict=True)) for r in body if len(r) == len(header)]
+    assert sorted((r.value["data"] for r in by_lines), key=str) == sorted(expected, key=str)
+    assert {"id": "1", "city": "Zürich", "price": "5"} in [r.value["data"] for r in by_lines]
 
 
 def test_invalid_utf8_is_quarantined_not_mangled(spark, kafka, tmp_path):
