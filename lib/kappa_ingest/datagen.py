@@ -64,6 +64,15 @@ def debs2012_chunk(rng: np.random.Generator, first_id: int, n: int) -> pl.DataFr
     return pl.DataFrame(cols)
 
 
+def schema(layout: str) -> str:
+    """A layout's every column with its type, in order, as a Spark DDL schema (text is STRING)."""
+    if layout == "wide30":
+        kinds = {1: "STRING", 2: "INT", 0: "DOUBLE"}
+        return ", ".join(["id BIGINT", *(f"c{i:02d} {kinds[i % 3]}" for i in range(1, 31))])
+    return ", ".join(["ts TIMESTAMP", *(f"{c} INT" for c in DEBS_NUMERIC), *(f"{c} DOUBLE" for c in DEBS_FLOATS),
+                      *(f"{c} BOOLEAN" for c in DEBS_BOOLS)])  # fmt: skip
+
+
 LAYOUTS: dict[str, Callable[[np.random.Generator, int, int], pl.DataFrame]] = {
     "wide30": wide30_chunk,
     "debs2012": debs2012_chunk,

@@ -12,7 +12,7 @@ import json
 import threading
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -76,6 +76,12 @@ class SparkRunMetrics:
     stages: list[StageInfo]
     tasks: list[TaskInfo]
     executors: dict[str, ExecutorInfo]
+    job_stages: list[frozenset[int]] = field(default_factory=list)  # each job's stages
+
+    def same_jobs(self, stage_ids: set[int]) -> set[int]:
+        """The stages of every job that ran one of ``stage_ids`` (a shuffle's map stage with
+        the stage reading it)."""
+        return set(stage_ids).union(*(job for job in self.job_stages if job & stage_ids))
 
 
 def parse_time(text: str | None) -> datetime | None:
@@ -174,7 +180,7 @@ def collect(spark: SparkSession, job_group: str) -> SparkRunMetrics:
         e["id"]: ExecutorInfo(e["id"], e["hostPort"].rsplit(":", 1)[0], e.get("totalCores", 0))
         for e in api.get("/allexecutors")
     }
-    return SparkRunMetrics(stages, tasks, executors)
+    return SparkRunMetrics(stages, tasks, executors, [frozenset(j["stageIds"]) for j in jobs])
 
 
 def _error_line(message: str | None) -> str | None:

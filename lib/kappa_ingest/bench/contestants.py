@@ -8,10 +8,11 @@ import re
 import shutil
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from kappa_ingest import datagen
 from kappa_ingest.bench.monitor import Usage
 
 # The best settings found for Kafka's own producer on this broker (README, "Performance").
@@ -32,6 +33,8 @@ class Context:
     kafka_jars: Path
     small_input: Path  # the first classic_rows rows of the layout, for the slow baselines
     secure: Any = None  # the SASL_SSL broker (a LocalKafka) of the contestants that need one
+    layout: str = ""
+    latin1_input: Path | None = None  # the input in ISO-8859-1, for the encoding's contestants
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ class Contestant:
     available: Callable[[], str | None] = lambda: None  # a reason to skip, or None
     layouts: tuple[str, ...] = ()  # only these input layouts (default: every one)
     versus: str | None = None  # the contestant it is the same run as, but for one option: its cost
+    same_work: str | None = None  # the plain Spark contestant doing what its option does
 
     slow: bool = False  # a baseline run on classic_rows rows only (its rate is flat in size)
     secure: bool = False  # sends to the SASL_SSL broker (SCRAM-SHA-512 over TLS) instead of the plaintext one
@@ -115,6 +119,14 @@ def _plain_spark_cmd(ctx: Context, topic: str) -> list[str]:
             f"local[{ctx.partitions}]"]  # fmt: skip
 
 
+def _plain_spark_doing(path: ReadPath) -> Callable[[Context, str], list[str]]:
+    def cmd(ctx: Context, topic: str) -> list[str]:
+        base = _plain_spark_cmd(replace(ctx, input=_input(ctx, path)), topic)
+        return [*base, *path.plain(ctx)]
+
+    return cmd
+
+
 def _naive_partitions_cmd(ctx: Context, topic: str) -> list[str]:
     return [sys.executable, "-m", "kappa_ingest.bench.naive_partitions", str(ctx.small_input), topic, ctx.bootstrap_servers,
             f"local[{ctx.partitions}]", str(ctx.partitions)]  # fmt: skip
@@ -129,19 +141,24 @@ def _script_timing(usage: Usage, ctx: Context, topic: str) -> Timing:
 
 
 def _kappa_cmd(
-    sink: str, delivery: str, gate: bool = False, extra: tuple[str, ...] = (), secure: bool = False
+    sink: str,
+    delivery: str,
+    gate: bool = False,
+    extra: tuple[str, ...] = (),
+    secure: bool = False,
+    path: ReadPath | None = None,
 ) -> Callable[[Context, str], list[str]]:
     def cmd(ctx: Context, topic: str) -> list[str]:
         cli = str(Path(sys.executable).parent / "kappa-ingest")
         quality = ["--expectations", str(_quality_suite(ctx))] if gate else []
-        quality += list(extra)
+        quality += list(extra) + (path.kappa(ctx) if path else [])
         servers = ctx.secure.bootstrap_servers if secure else ctx.bootstrap_servers
         if secure:  # the admin (super user): the bench measures TLS and SASL, not ACL set-up
             quality += [f"--kafka-opt={k}={v}" for k, v in {
                 "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "admin",
                 "sasl.password": f"@{ctx.secure.secrets_dir / 'admin.password'}", "ssl.truststore.type": "PEM",
                 "ssl.truststore.location": str(ctx.secure.ca_file)}.items()]  # fmt: skip
-        return [cli, "ingest", "--input", str(ctx.input), "--topic", topic, "--sink", sink, "--delivery", delivery,
+        return [cli, "ingest", "--input", str(_input(ctx, path)), "--topic", topic, "--sink", sink, "--delivery", delivery,
                 "--bootstrap-servers", servers, "--master", f"local[{ctx.partitions}]",
                 "--partitions", str(ctx.partitions), "--metrics-dir", str(ctx.workdir / "metrics"),
                 "--run-id", f"bench-{topic}", *quality]  # fmt: skip
@@ -176,16 +193,50 @@ def _kappa(sink: str, delivery: str, gate: bool = False, secure: bool = False) -
                       versus=base if gate or secure else None, secure=secure)  # fmt: skip
 
 
-# The DEBS 2012 layout's event time, and a key (a sensor reading with 10,000 values).
-EVENT_TIME = ("--event-time-column", "ts", "--key-column", "mf01")
+@dataclass(frozen=True)
+class ReadPath:
+    """One way through the job an option sends rows on, and plain Spark doing the same."""
+
+    label: str
+    kappa: Callable[[Context], list[str]]
+    plain: Callable[[Context], list[str]]
+    layouts: tuple[str, ...] = ()
+    latin1: bool = False  # reads the ISO-8859-1 copy of the input
 
 
-def _replay(ordered: bool) -> Contestant:
-    base = "kappa-ingest confluent exactly-once event time"
-    name = base + (" ordered by key" if ordered else "")
-    extra = (*EVENT_TIME, "--order-by-event-time") if ordered else EVENT_TIME
-    return Contestant(name, "kappa-ingest", _kappa_cmd("confluent", "exactly-once", extra=extra), _kappa_timing,
-                      layouts=("debs2012",), versus=base if ordered else None)  # fmt: skip
+def _input(ctx: Context, path: ReadPath | None) -> Path:
+    if path is not None and path.latin1:
+        assert ctx.latin1_input is not None
+        return ctx.latin1_input
+    return ctx.input
+
+
+# The DEBS 2012 layout's event time, and a key (a sensor reading with 10,000 values);
+# wide30 has no time column.
+EVENT_TIME = ["--event-time-column", "ts", "--key-column", "mf01"]
+PATHS = [
+    ReadPath("typed", lambda ctx: ["--schema", datagen.schema(ctx.layout)],
+          lambda ctx: ["--schema", datagen.schema(ctx.layout)]),
+    ReadPath("event time + key", lambda ctx: EVENT_TIME, lambda ctx: ["--event-time", "ts", "--key", "mf01"],
+          layouts=("debs2012",)),
+    ReadPath("ordered by event time", lambda ctx: [*EVENT_TIME, "--order-by-event-time"],
+          lambda ctx: ["--event-time", "ts", "--key", "mf01", "--ordered"], layouts=("debs2012",)),
+    ReadPath("Latin-1", lambda ctx: ["--encoding", "latin-1"], lambda ctx: ["--encoding", "iso-8859-1"], latin1=True),
+]  # fmt: skip
+PLAIN_LINE_PATH = "kappa-ingest confluent exactly-once"
+
+
+def _paths() -> list[Contestant]:
+    """Each path's kappa-ingest run (against the plain line path: the option's cost) and
+    plain Spark doing the same work, on the same input."""
+    out = []
+    for path in PATHS:
+        plain = f"plain Spark {path.label}"
+        out.append(Contestant(plain, "baseline", _plain_spark_doing(path), _script_timing, layouts=path.layouts))
+        out.append(Contestant(f"{PLAIN_LINE_PATH} {path.label}", "kappa-ingest",
+                              _kappa_cmd("confluent", "exactly-once", path=path), _kappa_timing,
+                              layouts=path.layouts, versus=PLAIN_LINE_PATH, same_work=plain))  # fmt: skip
+    return out
 
 
 def _kappa_timing(usage: Usage, ctx: Context, topic: str) -> Timing:
@@ -211,9 +262,8 @@ CONTESTANTS = [
     _kappa("confluent", "exactly-once", gate=True),
     # SCRAM-SHA-512 over TLS to a broker with an authorizer, beside PLAINTEXT: what security costs.
     _kappa("confluent", "exactly-once", secure=True),
-    # --order-by-event-time (a shuffle by key, sorted by event time) beside the same run unordered.
-    _replay(ordered=False),
-    _replay(ordered=True),
+    # Each option's path (typed, event time and key, ordered, Latin-1) beside plain Spark doing the same.
+    *_paths(),
     _kappa("confluent", "at-least-once"),
     _kappa("spark", "at-least-once"),
     _kappa("kafka-python", "exactly-once"),

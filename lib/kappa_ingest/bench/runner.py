@@ -156,6 +156,12 @@ def summarise(results: list[RunResult]) -> list[dict[str, Any]]:
             versus = VERSUS.get(r["contestant"])
             if versus in by_name:
                 r["x_versus"], r["versus"] = round(r["rows_per_s"] / by_name[versus], 3), versus
+            # A path against plain Spark doing the same work: rows/s, and command to exit.
+            same = next((m for m in mine if m["contestant"] == SAME_WORK.get(r["contestant"])), None)
+            if same is not None:
+                r["same_work"] = same["contestant"]
+                r["x_same_work"] = round(r["rows_per_s"] / same["rows_per_s"], 2)
+                r["exit_vs_same_work"] = round(r["command_to_exit_s"] / same["command_to_exit_s"], 2)
             naive = by_name.get(NAIVE_FORM.get(r["contestant"], ""))
             r["x_naive"] = round(r["rows_per_s"] / naive, 2) if naive else None
             r["x_ceiling"] = round(r["rows_per_s"] / ceiling, 3) if ceiling else None
@@ -170,6 +176,7 @@ def summarise(results: list[RunResult]) -> list[dict[str, Any]]:
 
 
 VERSUS = {c.name: c.versus for c in CONTESTANTS if c.versus}
+SAME_WORK = {c.name: c.same_work for c in CONTESTANTS if c.same_work}
 
 # What each non-default sink is measured against (issue: "each at least 2x its naive form").
 NAIVE_FORM = {
@@ -201,6 +208,12 @@ def markdown(summary: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f" command to exit {r['command_to_exit_s']:.1f} s against {exits[(r['layout'], r['row_set'], r['versus'])]:.1f} s"
         for r in summary
         if r.get("x_versus") is not None
+    ]
+    lines += [
+        f"- {r['layout']} {r['row_set']:,}: {r['contestant']}: {r['x_same_work']:.2f}x the rows/s of"
+        f" {r['same_work']}; command to exit {r['exit_vs_same_work']:.2f}x its"
+        for r in summary
+        if r.get("x_same_work") is not None
     ]
     return "\n".join(lines) + "\n"
 
@@ -234,8 +247,20 @@ def _context(
     if not small.exists():
         datagen.generate(layout, min(rows, classic_rows), small)
     payload, _ = payload_file(data, tmp / f"{layout}-{rows}-payload.json")
+    latin1 = data_dir / f"{layout}-{rows}-latin1.csv"
+    if not latin1.exists():
+        _transcoded(data, latin1, "iso-8859-1")
     return Context(data, rows, cluster.bootstrap_servers, payload, tmp, min(rows, classic_rows), partitions,
-                   local_kafka.jars_dir(), small)  # fmt: skip
+                   local_kafka.jars_dir(), small, layout=layout, latin1_input=latin1)  # fmt: skip
+
+
+def _transcoded(source: Path, out: Path, encoding: str) -> None:
+    """``source`` (UTF-8) written in ``encoding``, a chunk of lines at a time."""
+    part = out.with_suffix(".part")
+    with open(source, encoding="utf-8", newline="") as f, open(part, "w", encoding=encoding, newline="") as g:
+        while chunk := f.readlines(1 << 24):
+            g.writelines(chunk)
+    part.rename(out)
 
 
 def _secure_settings(cluster: local_kafka.LocalKafka) -> dict[str, str]:
