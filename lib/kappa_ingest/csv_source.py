@@ -4,12 +4,13 @@ Two ways to read, chosen per run (``Source.mode``):
 
 - ``lines`` (the fast path): Spark reads raw lines with their file and split offset, and
   each task parses its Arrow batches with :class:`kappa_ingest.parsing.LineParser`. Used
-  for UTF-8, single-line records, RFC 4180 quoting (the quote escaped by doubling), and
-  when the files split into at least ``--partitions`` pieces.
+  for single-line records with RFC 4180 quoting (the quote escaped by doubling), in UTF-8
+  or a single-byte encoding (:mod:`kappa_ingest.transcode`). Where rows must move between
+  tasks (an ordered replay, more ``--partitions`` than the files split into) the raw
+  lines are shuffled and sorted before they are parsed (:mod:`kappa_ingest.line_shuffle`).
 - ``spark-csv``: Spark's CSV reader parses, in PERMISSIVE mode with a corrupt-record
-  column, for everything else: ``--multiline``, other encodings and escapes, rows sorted
-  by event time in Spark (``--order-by-event-time``, ``--replay-speed``), and more
-  partitions than the files split into (a shuffle).
+  column, for the rest: ``--multiline``, backslash escapes, multi-byte encodings other
+  than UTF-8 (UTF-16).
 
 Both read every field as text; ``--schema``, ``--null-value`` and the event time are
 applied to that text by :mod:`kappa_ingest.typed`, the same code whichever path read it.
@@ -20,10 +21,10 @@ not fit ``--schema``, bytes not valid in the encoding, an unparseable event time
 
 Every row carries its file and split (start and length), the unit the delivery ledger
 records; the split size is fixed by the run (:mod:`kappa_ingest.splits`), so a resumed
-run reads the same splits. A shuffle (more producers than splits) hash-partitions each
-row by its own values in its own file's column order, so a unit (a part of a split) is
-the same rows whichever other files a run reads beside it, and in whatever order their
-columns come (an ordered shuffle partitions by the key's value alike).
+run reads the same splits. A shuffle hash-partitions each row by its raw line (on Spark's
+reader: by its own values in its own file's column order), or an ordered one by its key,
+so a unit (a part of a split) is the same rows whichever other files a run reads beside
+it; the plan records which (``Plan.parts_by``), and a resumed run keeps its original's.
 """
 
 from __future__ import annotations

@@ -6,13 +6,14 @@ header; a batch holds rows of one file (one ledger unit).
 
 - :class:`LineParser`, the fast path: Spark reads raw lines (``read.text``) and each batch
   of lines is parsed here by Arrow's C++ CSV reader, so no Python object is made per row.
-  It handles RFC 4180 quoting on single-line records in UTF-8; a line is quarantined if
-  its bytes are not UTF-8, its quotes do not balance (a quoted newline without
-  ``--multiline``), or its field count differs from the header's. Each file's first line
-  is its header (checked against the one read for that file before the run) or, without a
-  header, data (BOM removed).
+  It handles RFC 4180 quoting on single-line records in UTF-8 (or a single-byte encoding,
+  turned into UTF-8 first); a line is quarantined if its bytes are not valid in the
+  encoding, its quotes do not balance (a quoted newline without ``--multiline``), or its
+  field count differs from the header's. Each file's first line is its header (checked
+  against the one read for that file before the run) or, without a header, data (BOM
+  removed); after a shuffle, the line marked first.
 - :class:`RowParser`: Spark's CSV reader has parsed the rows already (multiline records,
-  other encodings, typed schemas, event time); its reject marks are only split off.
+  backslash escapes, UTF-16); its reject marks are only split off.
 """
 
 from __future__ import annotations

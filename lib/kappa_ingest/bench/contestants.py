@@ -217,11 +217,13 @@ EVENT_TIME = ["--event-time-column", "ts", "--key-column", "mf01"]
 PATHS = [
     ReadPath("typed", lambda ctx: ["--schema", datagen.schema(ctx.layout)],
           lambda ctx: ["--schema", datagen.schema(ctx.layout)]),
-    ReadPath("event time + key", lambda ctx: EVENT_TIME, lambda ctx: ["--event-time", "ts", "--key", "mf01"],
+    ReadPath("event time and key", lambda ctx: EVENT_TIME, lambda ctx: ["--event-time", "ts", "--key", "mf01"],
           layouts=("debs2012",)),
     ReadPath("ordered by event time", lambda ctx: [*EVENT_TIME, "--order-by-event-time"],
           lambda ctx: ["--event-time", "ts", "--key", "mf01", "--ordered"], layouts=("debs2012",)),
     ReadPath("Latin-1", lambda ctx: ["--encoding", "latin-1"], lambda ctx: ["--encoding", "iso-8859-1"], latin1=True),
+    # Records that may span lines: Spark's CSV reader, each file read from its start.
+    ReadPath("multiline", lambda ctx: ["--multiline"], lambda ctx: ["--multiline"]),
 ]  # fmt: skip
 PLAIN_LINE_PATH = "kappa-ingest confluent exactly-once"
 

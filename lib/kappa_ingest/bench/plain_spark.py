@@ -21,6 +21,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("master")
     p.add_argument("--schema", help="a DDL schema of every column, in order")
     p.add_argument("--encoding")
+    p.add_argument("--multiline", action="store_true")
     p.add_argument("--event-time", help="a column parsed with to_timestamp, the record's timestamp")
     p.add_argument("--key", help="a column sent as the record's key")
     p.add_argument("--ordered", action="store_true", help="each key's rows in one task, sorted by event time")
@@ -35,6 +36,8 @@ def main(argv: list[str] | None = None) -> None:
     reader = spark.read.option("header", True).option("escape", '"')
     if a.encoding:
         reader = reader.option("encoding", a.encoding)
+    if a.multiline:
+        reader = reader.option("multiLine", True)
     if a.schema:
         reader = reader.schema(a.schema)
     df = reader.csv(a.path)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import tempfile
 from dataclasses import asdict, dataclass, replace
@@ -80,7 +81,9 @@ def _record_bytes(conf: dict[str, Any], topic: str) -> float:
 
 
 def run_contestant(c: Contestant, ctx: Context, layout: str, repeat: int, admin: Admin, broker_pid: int) -> RunResult:
-    topic = f"bench-{layout}-{ctx.rows}-{c.name.split(':')[0].replace(' ', '-')}-{repeat}-{os.getpid()}"
+    # Kafka takes letters, digits, '.', '_' and '-' in a topic's name.
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", c.name.split(":")[0])
+    topic = f"bench-{layout}-{ctx.rows}-{name}-{repeat}-{os.getpid()}"
     if c.secure:  # its own broker: the same settings, but SASL_SSL with an authorizer
         admin, broker_pid = Admin(ctx.secure.bootstrap_servers, _secure_settings(ctx.secure)), ctx.secure.brokers[0].pid
     admin.ensure_topic(topic, 2, 1)
