@@ -30,12 +30,13 @@ def main(argv: list[str]) -> int:
     p.add_argument("--partitions", type=int, default=2, help="Spark partitions and local[N] cores")
     p.add_argument("--out", default="bench-results")
     p.add_argument("--data", default="data", help="where generated inputs are kept between runs")
+    p.add_argument("--baseline", metavar="COMMIT", help="also run the plain line path as this commit has it")
     p.add_argument("--metrics-dir", default="metrics", help="the Delta metrics store the runs are appended to")
     args = p.parse_args(argv)
     exit_on_sigterm()  # stop the benchmark's broker on SIGTERM too
     run_bench(args.layout or ["wide30", "debs2012"], args.rows or [10, 100_000, 1_000_000], args.only, args.repeats, Path(args.out),
               Path(args.data), args.classic_rows, args.partitions, " ".join(["jobs/benchmark.py", *argv]),
-              Path(args.metrics_dir))  # fmt: skip
+              Path(args.metrics_dir), args.baseline)  # fmt: skip
     return 0
 
 

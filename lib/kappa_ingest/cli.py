@@ -109,7 +109,7 @@ def run_ingest(args: argparse.Namespace, cfg: Any = None, replay: Any = None) ->
     from kappa_ingest.phases import RunClock
     from kappa_ingest.preflight import preflight
     from kappa_ingest.report import RunReport
-    from kappa_ingest.spark_session import QUICK_JIT_BYTES, build_session, launched_by_spark_submit, stop_session
+    from kappa_ingest.spark_session import build_session, launched_by_spark_submit, quick_jit, stop_session
 
     clock = RunClock.from_process_start()
     cfg = cfg or config.load(args)
@@ -150,7 +150,7 @@ def run_ingest(args: argparse.Namespace, cfg: Any = None, replay: Any = None) ->
                     return 0
         # The pipeline's imports (Arrow, polars, the Delta writer: ~0.8 s) run while the JVM starts.
         importing.start()
-        quick = input_bytes < QUICK_JIT_BYTES  # start-up outweighs steady state on smaller inputs
+        quick = quick_jit(input_bytes)
         spark = build_session(f"kappa-ingest {cfg.run_id}", cfg.spark_master, {**_sorting_memory(cfg), **_spark_conf(args)},
                               quick_jit=quick)  # fmt: skip
     except BaseException as e:

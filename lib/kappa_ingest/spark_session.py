@@ -32,6 +32,13 @@ QUICK_JIT = "-XX:TieredStopAtLevel=1"
 QUICK_JIT_BYTES = 1 << 30
 
 
+def quick_jit(input_bytes: int) -> bool:
+    """Whether the driver JVM gets the quick compiler only: by the input's size, unless
+    KAPPA_INGEST_QUICK_JIT=1 or 0 says (``make bench`` measures both on the same input)."""
+    forced = os.environ.get("KAPPA_INGEST_QUICK_JIT")
+    return forced == "1" if forced in ("0", "1") else input_bytes < QUICK_JIT_BYTES
+
+
 def launched_by_spark_submit() -> bool:
     """True when a driver JVM was started by spark-submit before Python ran."""
     return "PYSPARK_GATEWAY_PORT" in os.environ

@@ -35,6 +35,7 @@ class Context:
     secure: Any = None  # the SASL_SSL broker (a LocalKafka) of the contestants that need one
     layout: str = ""
     latin1_input: Path | None = None  # the input in ISO-8859-1, for the encoding's contestants
+    baseline_lib: Path | None = None  # lib/ of the commit --baseline names, for the regression check
 
 
 @dataclass(frozen=True)
@@ -226,6 +227,7 @@ PATHS = [
     ReadPath("multiline", lambda ctx: ["--multiline"], lambda ctx: ["--multiline"]),
 ]  # fmt: skip
 PLAIN_LINE_PATH = "kappa-ingest confluent exactly-once"
+BASELINE = f"{PLAIN_LINE_PATH} at baseline"
 
 
 def _paths() -> list[Contestant]:
@@ -239,6 +241,20 @@ def _paths() -> list[Contestant]:
                               _kappa_cmd("confluent", "exactly-once", path=path), _kappa_timing,
                               layouts=path.layouts, versus=PLAIN_LINE_PATH, same_work=plain))  # fmt: skip
     return out
+
+
+def _full_jit_cmd(ctx: Context, topic: str) -> list[str]:
+    """The plain line path with the driver JVM's optimising compiler (C2) allowed."""
+    return ["env", "KAPPA_INGEST_QUICK_JIT=0", *_kappa_cmd("confluent", "exactly-once")(ctx, topic)]
+
+
+def _baseline_cmd(ctx: Context, topic: str) -> list[str]:
+    """The plain line path as the baseline commit runs it: its package first on the path
+    (driver and Python workers alike: Spark hands PYTHONPATH on to its workers)."""
+    assert ctx.baseline_lib is not None
+    cmd = _kappa_cmd("confluent", "exactly-once")(ctx, topic)
+    boot = f"import sys; sys.path.insert(0, {str(ctx.baseline_lib)!r}); from kappa_ingest.cli import main; sys.exit(main())"
+    return ["env", f"PYTHONPATH={ctx.baseline_lib}", sys.executable, "-c", boot, *cmd[1:]]
 
 
 def _kappa_timing(usage: Usage, ctx: Context, topic: str) -> Timing:
@@ -266,6 +282,10 @@ CONTESTANTS = [
     _kappa("confluent", "exactly-once", secure=True),
     # Each option's path (typed, event time and key, ordered, Latin-1) beside plain Spark doing the same.
     *_paths(),
+    # The driver JVM with C2 allowed, beside the quick compiler chosen for inputs under 1 GiB.
+    Contestant(f"{PLAIN_LINE_PATH} full JIT", "kappa-ingest", _full_jit_cmd, _kappa_timing, versus=PLAIN_LINE_PATH),
+    # The same plain line path at an earlier commit (jobs/benchmark.py --baseline REF): a regression check.
+    Contestant(BASELINE, "kappa-ingest", _baseline_cmd, _kappa_timing),
     _kappa("confluent", "at-least-once"),
     _kappa("spark", "at-least-once"),
     _kappa("kafka-python", "exactly-once"),

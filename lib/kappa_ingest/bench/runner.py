@@ -11,6 +11,7 @@ import json
 import os
 import re
 import statistics
+import subprocess
 import tempfile
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
@@ -21,7 +22,7 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 
 from kappa_ingest import datagen, local_kafka, plots
-from kappa_ingest.bench.contestants import CONTESTANTS, Contestant, Context
+from kappa_ingest.bench.contestants import BASELINE, CONTESTANTS, PATHS, PLAIN_LINE_PATH, Contestant, Context
 from kappa_ingest.bench.monitor import cpu_seconds, run_measured
 from kappa_ingest.columns import FILE_COL
 from kappa_ingest.records import RecordSpec, encode_batch, wall_clock_ms
@@ -156,9 +157,11 @@ def summarise(results: list[RunResult]) -> list[dict[str, Any]]:
                 round(r["rows_per_s"] / alo, 3) if alo and r["contestant"].endswith("exactly-once") else None
             )
             # A run against the same run without its one option: what the option costs.
-            versus = VERSUS.get(r["contestant"])
-            if versus in by_name:
-                r["x_versus"], r["versus"] = round(r["rows_per_s"] / by_name[versus], 3), versus
+            versus = next((m for m in mine if m["contestant"] == VERSUS.get(r["contestant"])), None)
+            if versus is not None:
+                r["versus"] = versus["contestant"]
+                r["x_versus"] = round(r["rows_per_s"] / versus["rows_per_s"], 3)
+                r["exit_vs_versus"] = round(r["command_to_exit_s"] / versus["command_to_exit_s"], 2)
             # A path against plain Spark doing the same work: rows/s, and command to exit.
             same = next((m for m in mine if m["contestant"] == SAME_WORK.get(r["contestant"])), None)
             if same is not None:
@@ -175,6 +178,7 @@ def summarise(results: list[RunResult]) -> list[dict[str, Any]]:
             r["exit_vs_plain_spark"] = (
                 round(r["command_to_exit_s"] / plain["command_to_exit_s"], 2) if same_rows else None
             )
+    regression(rows)
     return sorted(rows, key=lambda r: (r["layout"], r["row_set"]))
 
 
@@ -218,7 +222,82 @@ def markdown(summary: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         for r in summary
         if r.get("x_same_work") is not None
     ]
+    lines += targets_markdown(checks(summary))
     return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One bar a contestant's measured ratio must clear (issue 19's targets)."""
+
+    contestant: str  # a whole name, or a suffix naming every path contestant ("* typed")
+    measure: str  # a key of the summary row
+    bound: float
+    at_most: bool = False  # a time: lower is better
+
+    def check(self, row: dict[str, Any]) -> dict[str, Any] | None:
+        value = row.get(self.measure)
+        if value is None:
+            return None
+        met = value <= self.bound if self.at_most else value >= self.bound
+        return {"layout": row["layout"], "row_set": row["row_set"], "contestant": row["contestant"],
+                "measure": self.measure, "bound": ("≤ " if self.at_most else "≥ ") + f"{self.bound:g}",
+                "value": value, "met": met}  # fmt: skip
+
+
+def _path_targets() -> list[Target]:
+    out = []
+    for path in PATHS:
+        name = f"{PLAIN_LINE_PATH} {path.label}"
+        out += [Target(name, "x_versus", 0.6 if path.label == "ordered by event time" else 0.8),
+                Target(name, "x_same_work", 3.0)]  # fmt: skip
+    return out
+
+
+TARGETS = [
+    # The default sink on the plain line path against Kafka's own producer fed the same records.
+    Target(PLAIN_LINE_PATH, "x_ceiling", 1.0),
+    # Every option's path against the plain line path, and against plain Spark doing the same.
+    *_path_targets(),
+    # What a user waits for: a typed run against the plain Spark script (all text).
+    Target(f"{PLAIN_LINE_PATH} typed", "exit_vs_plain_spark", 1.0, at_most=True),
+    # An ordered replay's command to exit against the same files sent unordered.
+    Target(f"{PLAIN_LINE_PATH} ordered by event time", "exit_vs_versus", 1.3, at_most=True),
+    # No regression: the plain line path against the same path at the baseline commit (--baseline).
+    Target(BASELINE, "x_baseline_rate", 1.0),
+    Target(BASELINE, "x_baseline_exit", 1.0, at_most=True),
+]
+
+
+def regression(summary: list[dict[str, Any]]) -> None:
+    """Mark the baseline's row with today's plain line path against it: today's median
+    rows/s over the baseline's slowest run's, and command to exit over its longest (a
+    change inside the spread of the baseline's own runs is noise, not a regression)."""
+    for base in (r for r in summary if r["contestant"] == BASELINE):
+        now = next((r for r in summary if r["contestant"] == PLAIN_LINE_PATH and
+                    (r["layout"], r["row_set"]) == (base["layout"], base["row_set"])), None)  # fmt: skip
+        if now is not None:
+            base["x_baseline_rate"] = round(now["rows_per_s"] / base["rows_per_s_min"], 3)
+            base["x_baseline_exit"] = round(now["command_to_exit_s"] / base["command_to_exit_max_s"], 3)
+
+
+def checks(summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every target that this run measured, with its value and whether it holds."""
+    out = []
+    for t in TARGETS:
+        for row in summary:
+            if row["contestant"] == t.contestant and (found := t.check(row)) is not None:
+                out.append(found)
+    return out
+
+
+def targets_markdown(found: list[dict[str, Any]]) -> list[str]:
+    if not found:
+        return []
+    lines = ["", "| layout | contestant | measure | target | measured | |", "|" + " --- |" * 6]
+    lines += [f"| {c['layout']} | {c['contestant']} | {c['measure']} | {c['bound']} | {c['value']:.2f} | "
+              f"{'met' if c['met'] else '**not met**'} |" for c in found]  # fmt: skip
+    return lines
 
 
 def _x(v: float | None) -> str:
@@ -266,6 +345,15 @@ def _transcoded(source: Path, out: Path, encoding: str) -> None:
     part.rename(out)
 
 
+def _checkout(commit: str, into: Path) -> Path:
+    """The package of ``commit`` (its ``lib/``), unpacked from this repository with git archive."""
+    repo = Path(__file__).resolve().parents[3]
+    into.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(repo), "archive", commit, "lib"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into / "lib"
+
+
 def _secure_settings(cluster: local_kafka.LocalKafka) -> dict[str, str]:
     from kappa_ingest.kafka_security import client_settings
 
@@ -289,13 +377,17 @@ def run_bench(
     partitions: int,
     command: str,
     metrics_dir: Path | None = None,
+    baseline: str | None = None,
 ) -> Path:
-    """Run every selected contestant ``repeats`` times per layout and row set; returns the results directory."""
+    """Run every selected contestant ``repeats`` times per layout and row set; returns the
+    results directory. ``baseline`` (a git commit) adds that commit's plain line path."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = out_root / stamp
     out.mkdir(parents=True, exist_ok=True)
     chosen = [c for c in CONTESTANTS if not only or _selected(c.name, only)]
     skipped = {c.name: why for c in chosen if (why := c.available())}
+    if baseline is None and any(c.name == BASELINE for c in chosen):
+        skipped[BASELINE] = "no --baseline COMMIT given"
     chosen = [c for c in chosen if c.name not in skipped]
     results: list[RunResult] = []
     with tempfile.TemporaryDirectory(prefix="kappa-bench-") as tmp:
@@ -304,11 +396,12 @@ def run_bench(
         try:
             if any(c.secure for c in chosen):
                 secure = local_kafka.start(Path(tmp) / "kafka-sasl", heap="1g", security="sasl_ssl")
+            baseline_lib = _checkout(baseline, Path(tmp) / "baseline") if baseline else None
             admin = Admin(cluster.bootstrap_servers)
             for layout in layouts:
                 for rows in row_sets:
                     ctx = replace(_context(layout, rows, data_dir, classic_rows, partitions, cluster, Path(tmp)),
-                                  secure=secure)  # fmt: skip
+                                  secure=secure, baseline_lib=baseline_lib)  # fmt: skip
                     for c in chosen:
                         if c.layouts and layout not in c.layouts:
                             continue
@@ -324,9 +417,12 @@ def run_bench(
                 secure.stop()
     summary = summarise(results)
     meta = {"command": command, "started_at": stamp, "machine": f"{os.cpu_count()} cores", "skipped": skipped,
-            "row_sets": row_sets, "classic_rows": classic_rows, "partitions": partitions, "repeats": repeats}  # fmt: skip
+            "row_sets": row_sets, "classic_rows": classic_rows, "partitions": partitions, "repeats": repeats,
+            "baseline": baseline}  # fmt: skip
+    found = checks(summary)
     (out / "results.json").write_text(
-        json.dumps({"meta": meta, "summary": summary, "runs": [asdict(r) for r in results]}, indent=2) + "\n"
+        json.dumps({"meta": meta, "summary": summary, "targets": found, "runs": [asdict(r) for r in results]}, indent=2)
+        + "\n"
     )
     (out / "results.md").write_text(markdown(summary, meta))
     (out / "rows_per_s.png").write_bytes(plots.png(plots.bench_results(summary)))
