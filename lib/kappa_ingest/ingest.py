@@ -765,25 +765,27 @@ def _reconcile(
     sent_by_file: dict[str, int] = {}
     for e in entries:
         sent_by_file[e.unit.file] = sent_by_file.get(e.unit.file, 0) + e.rows_sent
+    units = {u: r for s in stats for u, r in s.offset_runs().items()}
+    sent_by_unit = {e.unit: e.rows_sent for e in entries if e.unit in units}
     if resumption is not None:
         # The runs before this one may have sent rows of the units this one sends: count them all.
         runs = set(resumption.lineage_runs) | {e.run_id for e in resumption.delivered.values()}
         start = {p: resumption.root_offsets_before.get(p, o) for p, o in sent.before.items()}
-        found = reconcile.read_back(sent.conf, cfg.topic, start, sent.after, runs)
+        found = reconcile.read_back(sent.conf, cfg.topic, start, sent.after, runs, units=units)
         rows_by_file: dict[str, int] = {}
         for e in [*resumption.delivered.values(), *entries]:
             rows_by_file[e.unit.file] = rows_by_file.get(e.unit.file, 0) + e.rows_sent
-        own = reconcile.check(cfg.delivery, report.rows_sent, delta, growth, failed, found, cfg.run_id, sent_by_file)
+        own = reconcile.check(cfg.delivery, report.rows_sent, delta, growth, failed, found, cfg.run_id, sent_by_file,
+                              sent_by_unit)  # fmt: skip
         lineage = reconcile.check_lineage(cfg.delivery, found, runs, rows_by_file)
-        report.add_verdict(reconcile.Verdict([*own.checks[:1], *lineage.checks], lineage.verified_by,
+        by_unit = [c for c in own.checks if c[0].endswith("unit by unit")]
+        report.add_verdict(reconcile.Verdict([*own.checks[:1], *by_unit, *lineage.checks], lineage.verified_by,
                                              lineage.duplicates, lineage.duplicates_by_file))  # fmt: skip
     else:
         found = None
-        units = {u: r for s in stats for u, r in s.offset_runs().items()}
         others = _other_writers(cfg, report, sent)
         if cfg.verify == "read-back" or failed or growth is None or delta != growth or others:
             found = reconcile.read_back(sent.conf, cfg.topic, sent.before, sent.after, {cfg.run_id}, units=units)
-        sent_by_unit = {e.unit: e.rows_sent for e in entries if e.unit in units}
         report.add_verdict(reconcile.check(cfg.delivery, report.rows_sent, delta, growth, failed, found, cfg.run_id,
                                            sent_by_file, sent_by_unit))  # fmt: skip
     if sent.dead_letters is not None:

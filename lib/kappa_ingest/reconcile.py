@@ -224,11 +224,13 @@ def check_lineage(mode: str, found: ReadBack, lineage_runs: set[str], rows_by_fi
     how = (
         f"read back: {got:,} records of the resumed runs counted by a read_committed consumer in {found.seconds:.1f} s"
     )
+    # In either mode the duplicates are the ones the consumer found, file by file.
+    extra = {f: n - rows_by_file.get(f, 0) for f, n in by_file.items() if n > rows_by_file.get(f, 0)}
+    duplicates = sum(extra.values())
     if mode == "exactly-once":
         ok = got == want and all(by_file.get(f, 0) == n for f, n in rows_by_file.items())
         name = "every row of the original input is in the topic exactly once (all runs of the lineage)"
-        return Verdict([(name, ok, want, got)], how)
+        return Verdict([(name, ok, want, got)], how, duplicates, extra)
     ok = all(by_file.get(f, 0) >= n for f, n in rows_by_file.items())
-    extra = {f: n - rows_by_file.get(f, 0) for f, n in by_file.items() if n > rows_by_file.get(f, 0)}
     name = "every row of the original input is in the topic (all runs of the lineage)"
-    return Verdict([(name, ok, f">= {want}", got)], how, max(0, got - want), extra)
+    return Verdict([(name, ok, f">= {want}", got)], how, duplicates, extra)

@@ -85,6 +85,7 @@ def test_a_stage_run_again_after_its_shuffle_output_was_lost_sends_nothing_twice
     assert len(again) >= 2, report["tasks"]  # attempt 0 of the first stage run, and of the next
     assert report["delivery"]["committed_by_failed_attempts"]["rows"] == sum(expected.values())
     assert report["status"] == "succeeded" and all(c["ok"] for c in report["checks"]), report["checks"]
+    assert_c_loops(report)
     assert_delivered(consume_all(kafka.bootstrap_servers, topic), expected, [report])
 
 
@@ -214,4 +215,7 @@ def test_transactions_a_failed_run_left_open_are_ended_by_the_next_run_at_its_st
     assert time.monotonic() - started < 90
     assert not _open_transactions(bs, scope)
     assert _reaches_end(bs, topic, 10)
-    assert_delivered(consume_all(bs, topic), expected, [report, summary(metrics, "failed")])
+    failed = summary(metrics, "failed")
+    for r in (report, failed):
+        assert_c_loops(r)
+    assert_delivered(consume_all(bs, topic), expected, [report, failed])

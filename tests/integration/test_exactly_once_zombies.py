@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from faults import (
+    assert_c_loops,
     assert_delivered,
     barrier,
     cli,
@@ -86,7 +87,10 @@ def test_a_run_paused_past_its_lease_is_taken_over_from_another_host_and_stops(k
     taker = summary(metrics, "successor")
     assert taker["delivery"]["lock"]["taken_over_from"] == ["paused"], taker["delivery"]["lock"]
     assert taker["rows_sent"] + taker["delivery"]["rows_skipped"] >= FILES * ROWS_EACH - paused_with
-    assert_delivered(consume_all(bs, topic), expected, [taker, summary(metrics, "paused")])
+    reports = [taker, summary(metrics, "paused")]
+    for r in reports:
+        assert_c_loops(r)
+    assert_delivered(consume_all(bs, topic), expected, reports)
 
 
 def test_an_executor_paused_while_its_task_is_retried_and_another_run_sends_the_same_files(kafka, tmp_path, landing):
@@ -121,6 +125,8 @@ def test_an_executor_paused_while_its_task_is_retried_and_another_run_sends_the_
     assert rc in (0, 6), out[-3000:]
     reports = [summary(metrics, "first"), summary(metrics, "second")]
     assert reports[0]["duplicates"]["failed_attempts"], "Spark did not run the paused executor's task again"
+    for r in reports:
+        assert_c_loops(r)
     assert_delivered(consume_all(bs, topic), expected, reports)
 
 
@@ -139,4 +145,6 @@ def test_two_runs_of_the_same_files_started_together_without_the_lock_send_each_
     reports = [summary(metrics, r) for r in runs]
     # Each unit was sent by one of them: what each sent adds up to the input.
     assert sum(r["rows_sent"] for r in reports) == FILES * ROWS_EACH, [r["rows_sent"] for r in reports]
+    for r in reports:
+        assert_c_loops(r)
     assert_delivered(consume_all(bs, topic), expected, reports)

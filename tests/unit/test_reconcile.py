@@ -81,3 +81,12 @@ def test_a_resumed_lineage_holds_every_row_of_its_files():
     twice = reconcile.check_lineage("at-least-once", back, runs, {"/a": 90, "/b": 50})
     assert twice.checks[0][1] and twice.duplicates == 10 and twice.duplicates_by_file == {"/a": 10}
     assert not reconcile.check_lineage("at-least-once", back, runs, {"/a": 101, "/b": 50}).checks[0][1]
+
+
+def test_a_resumed_lineages_duplicates_are_the_ones_the_consumer_found_in_every_mode():
+    back = reconcile.ReadBack(Counter({("run1", "/a"): 60, ("run2", "/a"): 45, ("run2", "/b"): 45}))
+    runs = {"run1", "run2"}
+    # 105 of /a's 100 rows and 45 of /b's 50: the totals balance, the files do not.
+    verdict = reconcile.check_lineage("exactly-once", back, runs, {"/a": 100, "/b": 50})
+    assert not verdict.checks[0][1]
+    assert verdict.duplicates == 5 and verdict.duplicates_by_file == {"/a": 5}
