@@ -1,0 +1,80 @@
+"""What a task does with a transactional error, by librdkafka's classification: retriable
+ones are called again, an abortable one aborts, a fatal one gets a new producer and no
+further call. (The real faults: test_exactly_once_recovery.py pauses the coordinator while
+a unit commits; test_confluent_producers.py fences a producer on every front end.)"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from kappa_ingest.delivery import TaskDelivery
+from kappa_ingest.sinks import writers
+from kappa_ingest.sinks.partition_runner import TaskStats
+from kappa_ingest.sinks.producer import TransactionFailed
+
+
+class Scripted:
+    """A producer whose transactional calls fail as scripted, then succeed."""
+
+    def __init__(self, init: list[TransactionFailed] = (), commit: list[TransactionFailed] = ()) -> None:
+        self.init_errors, self.commit_errors = list(init), list(commit)
+        self.calls: list[str] = []
+        self.closed = False
+
+    def init_transactions(self, timeout_s: float) -> None:
+        self.calls.append("init")
+        if self.init_errors:
+            raise self.init_errors.pop(0)
+
+    def commit(self, timeout_s: float) -> None:
+        self.calls.append("commit")
+        if self.commit_errors:
+            raise self.commit_errors.pop(0)
+
+    def abort(self, timeout_s: float) -> None:
+        self.calls.append("abort")
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _task() -> TaskDelivery:
+    return TaskDelivery("exactly-once", "r", "r", "t", "_l", {}, {}, kafka_timeout_s=30.0)
+
+
+def _error(**flags: bool) -> TransactionFailed:
+    return TransactionFailed("testing", "scripted", **flags)
+
+
+def test_a_retriable_init_is_called_again_on_the_same_producer():
+    p = Scripted(init=[_error(retriable=True), _error(retriable=True)])
+    assert writers.open_transactional(lambda txid: p, "x", _task(), TaskStats(0, 0, 0, 0, "h")) is p
+    assert p.calls == ["init", "init", "init"] and not p.closed
+
+
+def test_a_fatal_init_gets_a_new_producer_and_no_further_call_on_the_old():
+    first, second = Scripted(init=[_error(fatal=True)]), Scripted()
+    made = iter([first, second])
+    got = writers.open_transactional(lambda txid: next(made), "x", _task(), TaskStats(0, 0, 0, 0, "h"))
+    assert got is second and second.calls == ["init"]
+    assert first.calls == ["init"] and first.closed  # no abort, no second init on a fatal producer
+
+
+def test_a_retriable_commit_is_called_again_and_counted_an_abortable_one_is_not():
+    stats = TaskStats(0, 0, 0, 0, "h")
+    p = Scripted(commit=[_error(retriable=True), _error(retriable=True)])
+    writers.commit(p, _task(), stats, began=time.monotonic())
+    assert p.calls == ["commit"] * 3 and stats.commit_retries == 2
+    q = Scripted(commit=[_error(abortable=True)])
+    with pytest.raises(TransactionFailed):
+        writers.commit(q, _task(), stats, began=time.monotonic())
+    assert q.calls == ["commit"]
+
+
+@pytest.mark.parametrize(("flags", "aborted"), [({"fatal": True}, False), ({"abortable": True}, True)])
+def test_only_a_producer_left_usable_is_asked_to_abort(flags, aborted):
+    p = Scripted()
+    writers._abort(p, TaskStats(0, 0, 0, 0, "h"), _error(**flags))
+    assert ("abort" in p.calls) is aborted
