@@ -34,6 +34,7 @@ from faults import (
 )
 from helpers import consume_all, expected_rows, high_watermarks
 from kappa_ingest import datagen, failpoints
+from kappa_ingest.ledger import DEFAULT_TOPIC
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -179,11 +180,12 @@ def test_transactions_a_failed_run_left_open_are_ended_by_the_next_run_at_its_st
     held.mkdir()
     first = cli(*common, "--partitions", "4", "--kafka-opt", "delivery.timeout.ms=5000",
                 "--kafka-opt", "request.timeout.ms=2000", "--kafka-opt", "transaction.timeout.ms=600000",
-                "--run-id", "failed", log=log, env={failpoints.ENV: f"{failpoints.MID_SEND}:{held}"})  # fmt: skip
-    point = failpoints.MID_SEND
+                "--run-id", "failed", log=log, env={failpoints.ENV: f"{failpoints.BEFORE_COMMIT}:{held}"})  # fmt: skip
+    point = failpoints.BEFORE_COMMIT
     try:
-        # Two units sent and committed; the brokers die while the next two are half sent
-        # (their records in the topic, their commits held back): their transactions open.
+        # Two units sent and committed; the brokers die while the next two are about to
+        # commit (their records and ledger entries written, not committed): their
+        # transactions open, on the data topic and on the ledger, which every run reads.
         wait_for(lambda: len(_markers(held, point)) == 2, 180, "two units started", first, log)
         _release_all(held, point)
         wait_for(lambda: len(_markers(held, point)) == 2, 120, "the next two units started", first, log)
@@ -202,6 +204,7 @@ def test_transactions_a_failed_run_left_open_are_ended_by_the_next_run_at_its_st
     left = _open_transactions(bs, scope)
     assert left, "the brokers' death left no transaction open: the fault landed between units"
     assert not _reaches_end(bs, topic, 5), "nothing held a read_committed consumer back"
+    assert not _reaches_end(bs, DEFAULT_TOPIC, 5), "nothing held the ledger's readers back"
     started = time.monotonic()
     second = cli(*common, "--run-id", "next", log=tmp_path / "next.log")
     try:
