@@ -26,7 +26,6 @@ from faults import (
     committed,
     executor_of,
     executors,
-    landed_mid_send,
     sent_so_far,
     stop_group,
     summary,
@@ -185,17 +184,20 @@ def test_transactions_a_failed_run_left_open_are_ended_by_the_next_run_at_its_st
     try:
         # Two units sent and committed; the brokers die while the next two are about to
         # commit (their records and ledger entries written, not committed): their
-        # transactions open, on the data topic and on the ledger, which every run reads.
-        wait_for(lambda: len(_markers(held, point)) == 2, 180, "two units started", first, log)
+        # transactions stay open, on the data topic and on the ledger, which every run reads.
+        # (The ledger is not read meanwhile: its readers wait for the units held open.)
+        wait_for(lambda: len(_markers(held, point)) == 2, 180, "two units about to commit", first, log)
         _release_all(held, point)
-        wait_for(lambda: len(_markers(held, point)) == 2, 120, "the next two units started", first, log)
-        wait_for(lambda: len(committed(bs, "failed")) == 2, 30, "two units committed", first, log)
-        wait_for(lambda: sent_so_far(bs, topic) > 10_000 + 2 + 2, 30, "their first records in the topic", first, log)
-        landed_mid_send(bs, ["failed"], 20_000)
+        # Two slots: the next two units begin once the first two have committed.
+        wait_for(lambda: len(_markers(held, point)) == 2, 120, "the next two units about to commit", first, log)
+        assert sent_so_far(bs, topic) >= 20_000, "every record of the four units written"
         for b in cluster.now.brokers:
             os.kill(b.pid, signal.SIGKILL)
         _release_all(held, point)
-        assert first.wait(120) == 4, log.read_text()[-2000:]
+        # Its commits are retried while the transactions may live (ten minutes); a scheduler
+        # gives up sooner and kills it: nothing of the run is left to end them but the next run.
+        time.sleep(3)
+        assert first.poll() is None, log.read_text()[-2000:]
     finally:
         stop_group(first)
         cluster.heal()
@@ -218,7 +220,6 @@ def test_transactions_a_failed_run_left_open_are_ended_by_the_next_run_at_its_st
     assert time.monotonic() - started < 90
     assert not _open_transactions(bs, scope)
     assert _reaches_end(bs, topic, 10)
-    failed = summary(metrics, "failed")
-    for r in (report, failed):
-        assert_c_loops(r)
-    assert_delivered(consume_all(bs, topic), expected, [report, failed])
+    assert_c_loops(report)
+    assert len(committed(bs, "failed")) == 2  # the fault landed mid-run: two of its four units were in
+    assert_delivered(consume_all(bs, topic), expected, [report])
