@@ -30,7 +30,7 @@ it; the plan records which (``Plan.parts_by``), and a resumed run keeps its orig
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -38,7 +38,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StringType, StructField, StructType
 
-from kappa_ingest import line_shuffle, splits, transcode
+from kappa_ingest import line_shuffle, split_reader, splits, transcode
 from kappa_ingest.columns import (
     BLOCK_COL,
     BLOCK_LEN_COL,
@@ -168,7 +168,12 @@ def read(spark: SparkSession, cfg: IngestConfig, pinned: Plan | None = None, pat
         moved = _moved_lines(spark, cfg, lines, line_parser, typed, splits_read, plan.parts if pinned else None)
         if moved is None:
             tasks = min(splits_read, cfg.partitions or splits_read)
-            df = lines.coalesce(tasks) if tasks < splits_read else lines
+            files = [spark_file_path(u) for u in lines.inputFiles()]
+            if split_reader.usable(files):  # each task reads its splits itself, Spark's JVM none of their lines
+                df, tasks = split_reader.frame(spark, plan, files, tasks)
+                line_parser = replace(line_parser, reads_splits=True)
+            else:
+                df = lines.coalesce(tasks) if tasks < splits_read else lines
             return Source(df, spec, _typed(line_parser, typed), "lines", tuple(paths), read_bytes, plan, tasks,
                           headers, types=_types(declared))  # fmt: skip
         df, parts, tasks, shuffled = moved
@@ -183,6 +188,12 @@ def read(spark: SparkSession, cfg: IngestConfig, pinned: Plan | None = None, pat
     parser = _typed(RowParser(first, cfg.delimiter, cfg.quote, by_file), typed)
     return Source(df, spec, parser, "spark-csv", tuple(paths), read_bytes, plan, tasks, headers,
                   _sorted_by_event_time(cfg), shuffled, _types(declared))  # fmt: skip
+
+
+def spark_file_path(uri: str) -> str:
+    """A file's name as Spark's scan gives it in ``_metadata.file_path`` (``file:/a%20b.csv``)
+    from the one ``DataFrame.inputFiles`` gives (``file:///a%20b.csv``)."""
+    return "file:/" + uri.removeprefix("file:///") if uri.startswith("file:///") else uri
 
 
 def _moved_lines(

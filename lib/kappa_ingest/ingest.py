@@ -213,6 +213,8 @@ def _ingest(
             source = sent.source or source  # its parser also takes out records too large for Kafka
             outcome = sent.outcome
         inherited, elsewhere = _inherited(cfg.run_id, outcome.stats)
+        if sent is not None and outcome.error is not None:
+            inherited += _committed_by_failed_tasks(cfg, sent, outcome.stats, inherited)
         report.add_run(outcome.stats, spark_metrics.collect(spark, group), inherited)
         report.add_headers(source.headers, outcome.stats, inherited)
         if elsewhere:  # found committed by another run of the scope while this one ran: not sent by it
@@ -658,6 +660,27 @@ def _inherited(run_id: str, stats: list[TaskStats]) -> tuple[list[Entry], list[E
             out.setdefault(e.unit, e)
     own = [e for e in out.values() if e.run_id == run_id]
     return own, [e for e in out.values() if e.run_id != run_id]
+
+
+def _committed_by_failed_tasks(
+    cfg: IngestConfig, sent: Sent, stats: list[TaskStats], known: list[Entry]
+) -> list[Entry]:
+    """After a failed job, the units its failed tasks committed before they failed (a task
+    holds several): the ledger's entries of this run that no successful task reported.
+    Their rows are in the topic, so in the report. Nothing if Kafka does not answer now."""
+    topic = sent.task_delivery.ledger_topic
+    if topic is None or sent.after is None:
+        return []
+    seen = {e.unit for s in stats for e in s.entries()} | {e.unit for e in known}
+    try:
+        entries = ledger.read(sent.conf, topic, timeout_s=10.0)
+    except KappaError:
+        return []
+    found: dict[Unit, Entry] = {}
+    for e in entries:
+        if e.run_id == cfg.run_id and e.topic == cfg.topic and e.unit not in seen:
+            found[e.unit] = e
+    return list(found.values())
 
 
 def _account(

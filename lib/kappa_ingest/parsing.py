@@ -48,6 +48,7 @@ REASON_MALFORMED = "malformed"  # Spark's mark; made precise by malformed_detail
 
 class BatchParser(Protocol):
     counts_lines: bool  # whether a batch position is a line of the file
+    reads_splits: bool  # handed its splits, the task reads their lines itself (kappa_ingest.split_reader)
 
     def fresh(self) -> BatchParser:
         """A parser for a new task."""
@@ -157,6 +158,7 @@ class LineParser:
     marked: bool = False
     wanted: tuple[str, ...] = ()  # only these columns' values (the others are split, not kept); (): all
     encoding: str = "utf-8"  # else a single-byte encoding, turned into UTF-8 first (kappa_ingest.transcode)
+    reads_splits: bool = False  # the task is handed its splits and reads their lines (kappa_ingest.split_reader)
     _seen: set[str] = field(default_factory=set)
 
     @property
@@ -206,7 +208,10 @@ class LineParser:
             keep &= ~odd
 
         idx = np.flatnonzero(keep)
-        good_lines = lines.take(pa.array(idx)).view(pa.string()) if len(idx) else pa.array([], pa.string())
+        if len(idx) == n:  # the common batch: every line kept, none copied
+            good_lines = lines.view(pa.string())
+        else:
+            good_lines = lines.take(pa.array(idx)).view(pa.string()) if len(idx) else pa.array([], pa.string())
         kept = self.wanted or columns
         table, bad = self._parse(good_lines, columns, kept)
         if bad:
@@ -221,7 +226,7 @@ class LineParser:
                 keep &= ~mask
             idx = np.flatnonzero(keep)
         rows = pa.RecordBatch.from_arrays(
-            [*(_plain(table.column(c)) for c in kept), files.take(pa.array(idx))],
+            [*(_plain(table.column(c)) for c in kept), files if len(idx) == n else files.take(pa.array(idx))],
             names=[*kept, FILE_COL],
         )
         at = np.concatenate([np.flatnonzero(mask) for mask, _ in reasons]) if reasons else None
@@ -347,6 +352,7 @@ class RowParser:
     row's file has no such column): each file's rows keep only its own."""
 
     counts_lines = False  # a batch position is one of Spark's records (a header is not one; a record may span lines)
+    reads_splits = False
 
     columns: tuple[str, ...]
     delimiter: str = ","
@@ -419,6 +425,10 @@ class Typed:
     @property
     def counts_lines(self) -> bool:
         return self.inner.counts_lines
+
+    @property
+    def reads_splits(self) -> bool:
+        return self.inner.reads_splits
 
     def fresh(self) -> Typed:
         return Typed(self.inner.fresh(), self.typing)

@@ -386,6 +386,10 @@ class Checked:
     def counts_lines(self) -> bool:
         return self.inner.counts_lines
 
+    @property
+    def reads_splits(self) -> bool:
+        return self.inner.reads_splits
+
     def fresh(self) -> Checked:
         return Checked(self.inner.fresh(), self.checks)
 

@@ -125,6 +125,10 @@ class SizeChecked:
     def counts_lines(self) -> bool:
         return self.inner.counts_lines
 
+    @property
+    def reads_splits(self) -> bool:
+        return self.inner.reads_splits
+
     def fresh(self) -> SizeChecked:
         return SizeChecked(self.inner.fresh(), self.spec, self.limit, self.fixed_header_bytes, self.strict)
 

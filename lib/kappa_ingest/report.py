@@ -115,10 +115,15 @@ class RunReport:
         if not self.dry_run:
             self.rows_sent = self.rows_converted
             self.bytes_sent = sum(s.bytes_sent for s in stats) + sum(e.bytes_sent for e in inherited)
-        # Spark's own input count, independent of the parsers': every line or row it read.
-        spark_records = sum(t.records_read for t in spark.tasks if t.status == "SUCCESS")
+        # Every line or row read, counted apart from the parsers: by Spark's input metrics,
+        # or where tasks read their splits themselves, by their readers.
         lines = sum(s.rows_read + s.lines_skipped + s.lines_dropped for s in stats)
-        if any(t.stage_attempt for t in spark.tasks):  # a stage run again (lost shuffle output) read input again
+        spark_records = sum(t.records_read for t in spark.tasks if t.status == "SUCCESS")
+        if stats and all(s.lines_read >= 0 for s in stats):
+            read = sum(s.lines_read for s in stats)
+            self.check("lines the tasks read = rows read + header/blank lines + lines of units delivered before",
+                       read == lines, lines, read)  # fmt: skip
+        elif any(t.stage_attempt for t in spark.tasks):  # a stage run again (lost shuffle output) read input again
             self.check("Spark's input records >= rows read + header/blank lines + lines of units delivered before"
                        " (a stage ran again)", spark_records >= lines, f">= {lines}", spark_records)  # fmt: skip
         else:

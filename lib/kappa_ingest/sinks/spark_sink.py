@@ -38,7 +38,7 @@ from kappa_ingest.sinks.partition_runner import (
     converted,
     parse_at,
 )
-from kappa_ingest.sinks.task_input import TaskInput
+from kappa_ingest.sinks.task_input import TaskInput, lines_of
 from kappa_ingest.sinks.writers import entry_for
 from kappa_ingest.splits import Unit
 
@@ -74,7 +74,7 @@ def send(
             task_input.add(unit, rows.num_rows, parsed, enc)
             return parsed, enc
 
-        for enc in converted(batches, task_input, convert):
+        for enc in converted(lines_of(batches, parse, stats), task_input, convert):
             for lo, hi in pacing.slices(enc):
                 batch = kafka_batch(enc.slice(lo, hi), spec.run_id)
                 yield _to(batch, delivery.topic) if dead_letters else batch

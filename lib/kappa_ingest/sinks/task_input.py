@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -49,6 +50,23 @@ def segments(
         yield names[codes[lo]], int(starts[lo]), int(lengths[lo]), batch.slice(lo, hi - lo), at
 
 
+def lines_of(handed: Iterator[pa.RecordBatch], parser: BatchParser, stats: Any = None) -> Iterator[pa.RecordBatch]:
+    """What a task parses: the batches it was handed, or, handed its splits (a parser that
+    ``reads_splits``), their lines, read here; ``stats.lines_read`` counts those lines, the
+    report's account of every line read (Spark's input metrics, where Spark reads them)."""
+    if not parser.reads_splits:
+        yield from handed
+        return
+    from kappa_ingest import split_reader
+
+    if stats is not None:
+        stats.lines_read = 0
+    for batch in split_reader.read(handed):
+        if stats is not None:
+            stats.lines_read += batch.num_rows
+        yield batch
+
+
 def parsed_units(
     batches: Iterator[pa.RecordBatch], parser: BatchParser, parts: int, skip: frozenset[Unit], ordered: bool
 ) -> Iterator[Parsed]:
@@ -59,7 +77,7 @@ def parsed_units(
     ctx = TaskContext.get()
     assert ctx is not None
     parse = parser.fresh()
-    for _unit, rows in TaskInput(ctx.partitionId(), parts, skip, ordered=ordered).units(batches):
+    for _unit, rows in TaskInput(ctx.partitionId(), parts, skip, ordered=ordered).units(lines_of(batches, parser)):
         yield parse(rows)
 
 

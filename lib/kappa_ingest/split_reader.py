@@ -1,0 +1,165 @@
+"""A task's splits of local files read by its Python worker, straight into Arrow.
+
+Spark's text scan reads lines in the JVM (Hadoop's LineRecordReader), makes a row of each
+and sends them to the Python worker as Arrow batches: per row work on a JVM that shares
+the cores with the worker and the broker, and a JIT compiling that work during the run.
+Where every input is a local file (a path each executor reads, as the plan's files are),
+each task is handed its splits instead (``path, start, length``: :func:`frame`) and its
+Python worker reads their bytes itself (:func:`read`), a few MB at a time, into batches
+of the same columns the text scan gives (line, file, split start and length), with the
+same lines in each split:
+
+- a line ends at ``\\n``, ``\\r\\n`` or a lone ``\\r`` (LineRecordReader's default), its
+  terminator not part of it; a last line without one ends at the end of the file;
+- a split ``[start, start + length)`` holds the lines that begin in ``(start, start +
+  length]`` (the first split: from 0): a split after the first skips the line it begins
+  in, and reads on past its end to finish the last line it began. Every line is in one
+  split, as Hadoop has it, so a unit of the ledger is the same lines on either path;
+- a ``.gz`` file is left to Spark's scan (one split, Hadoop's codec judging the stream).
+
+Line bounds are found with numpy over each chunk's bytes; a line's bytes are copied once,
+into the batch (a line holds no ``\\r`` or ``\\n``, so the chunk less those bytes is the
+batch's data). Nothing per line is a Python object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from urllib.parse import unquote, urlparse
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+
+from kappa_ingest.columns import BLOCK_COL, BLOCK_LEN_COL, FILE_COL, LINE_COL
+from kappa_ingest.splits import Plan, canonical_file
+
+CHUNK_BYTES = 2 << 20  # about Spark's 10,000-row Arrow batches of the test layouts
+SPLITS_DDL = f"{FILE_COL} string, {BLOCK_COL} long, {BLOCK_LEN_COL} long"
+LF, CR = 10, 13
+
+
+def usable(uris: list[str]) -> bool:
+    """Whether every input is a local uncompressed file, which the tasks can read themselves.
+    (A ``.gz`` file is one split either way; Hadoop's codec is left to judge a damaged
+    stream or one with trailing bytes, as the hostile-input tests pin down.)"""
+    return bool(uris) and all(urlparse(u).scheme == "file" and not u.endswith(".gz") for u in uris)
+
+
+def assignments(plan: Plan, uris: list[str], tasks: int) -> list[list[tuple[str, int, int]]]:
+    """The splits of ``uris`` (Spark's names of the files: ``file:/...``) in ``tasks``
+    groups of about equal bytes, largest splits placed first, as Spark packs a scan's."""
+    splits = []
+    for uri in uris:
+        f = plan.file(canonical_file(uri))
+        assert f is not None, uri
+        splits += [(uri, start, length) for start, length in plan.splits(f)]
+    splits.sort(key=lambda s: -s[2])
+    groups: list[list[tuple[str, int, int]]] = [[] for _ in range(max(1, min(tasks, len(splits))))]
+    load = [0] * len(groups)
+    for s in splits:
+        i = load.index(min(load))
+        groups[i].append(s)
+        load[i] += s[2] or 1
+    for g in groups:  # each task reads its splits in file order
+        g.sort(key=lambda s: (s[0], s[1]))
+    return groups
+
+
+def frame(spark: SparkSession, plan: Plan, uris: list[str], tasks: int) -> tuple[DataFrame, int]:
+    """One row per split, each task's splits in a partition of their own; and the tasks."""
+    groups = assignments(plan, uris, tasks)
+    rdd = spark.sparkContext.parallelize(groups, len(groups)).flatMap(lambda g: g)
+    return spark.createDataFrame(rdd, SPLITS_DDL), len(groups)
+
+
+def read(handed: Iterator[pa.RecordBatch], chunk_bytes: int = CHUNK_BYTES) -> Iterator[pa.RecordBatch]:
+    """The lines of the splits a task was handed, as batches of the text scan's columns."""
+    for batch in handed:
+        for uri, start, length in zip(*(batch.column(c).to_pylist() for c in (FILE_COL, BLOCK_COL, BLOCK_LEN_COL)),
+                                      strict=True):  # fmt: skip
+            file = pa.scalar(uri, pa.string())
+            for lines in split_lines(unquote(urlparse(uri).path), start, length, chunk_bytes):
+                n = len(lines)
+                yield pa.RecordBatch.from_arrays(
+                    [lines, pa.repeat(file, n), pa.repeat(pa.scalar(start, pa.int64()), n),
+                     pa.repeat(pa.scalar(length, pa.int64()), n)],
+                    names=[LINE_COL, FILE_COL, BLOCK_COL, BLOCK_LEN_COL],
+                )  # fmt: skip
+
+
+def split_lines(path: str, start: int, length: int, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pa.Array]:
+    """The lines of the split ``[start, start + length)`` of ``path``, a binary array per
+    chunk read (see the module's docstring for which lines a split holds)."""
+    end = start + length
+    with open(path, "rb") as f:
+        if start:
+            f.seek(start)
+        at = start  # the file offset of buf[0]
+        buf = b""
+        skip = start != 0  # the line the split begins in is the previous split's
+        want = chunk_bytes
+        while True:
+            data = f.read(want)
+            eof = not data
+            buf = buf + data if buf else data
+            if not buf:
+                return
+            lines, used, last = _complete_lines(buf, at, end, skip, eof)
+            if lines is not None:
+                skip = False
+                if len(lines):
+                    yield lines
+            if last or eof:
+                return
+            # No line ended in the buffer (a long one): read as much again next time.
+            want = chunk_bytes if used else len(buf)
+            buf, at = buf[used:], at + used
+
+
+def _complete_lines(buf: bytes, at: int, end: int, skip: bool, eof: bool) -> tuple[pa.Array | None, int, bool]:
+    """The complete lines of ``buf`` (at file offset ``at``) that begin at or before
+    ``end``, as ``(lines, bytes used, whether the split's last line is among them)``;
+    ``lines`` is None if the line to skip has not ended within ``buf``."""
+    t = np.frombuffer(buf, dtype=np.uint8)
+    lf, cr = t == LF, t == CR
+    lone_cr = cr.copy()
+    lone_cr[:-1] &= ~lf[1:]  # a CR before an LF is the CRLF's first byte
+    if not eof and cr[-1]:
+        lone_cr[-1] = False  # an LF may follow in the next chunk: not ended yet
+    ends = np.flatnonzero(lf | lone_cr) + 1  # where the next line begins
+    starts = np.concatenate([[0], ends])
+    if eof and ends.size and ends[-1] == len(t):
+        starts = starts[:-1]  # the file ends with a line end: no line after it
+    complete = ends.size  # lines [starts[i], ends[i]) have ended; at eof the rest is one more
+    first = 0
+    if skip:
+        if not complete:
+            return (None, 0, False) if not eof else (pa.array([], pa.binary()), len(t), True)
+        first = 1
+    n_lines = len(starts) if eof else complete
+    # Lines that begin after the split's end are the next split's; so is an unfinished one.
+    within = int(np.searchsorted(starts[:n_lines], end - at, side="right"))
+    last = eof or within < n_lines or int(starts[complete]) > end - at
+    lo, hi = first, max(first, within)
+    if hi <= lo:
+        return pa.array([], pa.binary()), int(ends[complete - 1]) if complete else 0, last
+    begin = int(starts[lo])
+    stop = int(ends[hi - 1]) if hi - 1 < complete else len(t)
+    region = t[begin:stop]
+    data = region[~(lf[begin:stop] | cr[begin:stop])]  # a line's bytes hold neither: one copy
+    line_starts = starts[lo:hi]
+    line_stops = np.append(ends[lo : min(hi, complete)], [len(t)] * (hi - min(hi, complete)))
+    # Each line's length: its bytes less its terminator's (LF, CRLF or CR; none at eof).
+    terminators = np.zeros(hi - lo, dtype=np.int64)
+    ended = min(hi, complete) - lo
+    if ended > 0:
+        term_at = ends[lo : lo + ended] - 1  # the terminator's last byte
+        terminators[:ended] = 1 + ((t[term_at] == LF) & (term_at > 0) & (t[np.maximum(term_at - 1, 0)] == CR) &
+                                   (term_at - 1 >= line_starts[:ended]))  # fmt: skip
+    lengths = (line_stops - line_starts) - terminators
+    offsets = np.zeros(hi - lo + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    lines = pa.Array.from_buffers(pa.binary(), hi - lo, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    used = int(ends[complete - 1]) if complete else 0
+    return lines, used, last

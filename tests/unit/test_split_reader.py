@@ -1,0 +1,77 @@
+"""The Python worker's own reading of a split gives the lines Hadoop's LineRecordReader
+(Spark's text scan) gives: the same terminators, the same line in the same split. Against
+a line-by-line transcription of LineRecordReader here; against Spark's scan itself in
+tests/integration/test_split_reader_vs_spark.py."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from kappa_ingest import split_reader
+
+
+def _hadoop(data: bytes, start: int, length: int) -> list[bytes]:
+    """LineRecordReader, line by line: a split after the first skips the line it begins
+    in; lines are read while the position is at or before the split's end."""
+
+    def read_line(pos: int) -> tuple[bytes, int] | None:
+        if pos >= len(data):
+            return None
+        i = pos
+        while i < len(data) and data[i] not in (10, 13):
+            i += 1
+        if i == len(data):
+            return data[pos:i], i
+        crlf = data[i] == 13 and i + 1 < len(data) and data[i + 1] == 10
+        return data[pos:i], i + (2 if crlf else 1)
+
+    pos, end, out = start, start + length, []
+    if start:
+        first = read_line(pos)
+        if first is None:
+            return []
+        pos = first[1]
+    while pos <= end and (line := read_line(pos)) is not None:
+        out.append(line[0])
+        pos = line[1]
+    return out
+
+
+def _ours(path, data: bytes, split: int, chunk: int) -> list[list[bytes]]:
+    return [
+        [b for arr in split_reader.split_lines(str(path), s, min(split, len(data) - s), chunk_bytes=chunk)
+         for b in arr.to_pylist()]
+        for s in range(0, max(len(data), 1), split)
+    ]  # fmt: skip
+
+
+def _text(rnd: random.Random, n: int) -> bytes:
+    pieces = []
+    for _ in range(n):
+        line = bytes(rnd.choice(b'ab,"\xc3\xa9 ') for _ in range(rnd.choice([0, 0, 1, 3, 10, 40])))
+        pieces.append(line + rnd.choice([b"\n", b"\n", b"\r\n", b"\r", b"\r\r\n", b"\n\r"]))
+    text = b"".join(pieces)
+    return text if rnd.random() < 0.5 else text.rstrip(b"\r\n")  # with and without a last line end
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_every_line_in_the_split_hadoop_puts_it_in(tmp_path, seed):
+    rnd = random.Random(seed)
+    data = _text(rnd, rnd.choice([1, 5, 50, 300]))
+    path = tmp_path / "in.csv"
+    path.write_bytes(data)
+    for split in {1, 2, 3, 7, 16, 64, 999, max(1, len(data) // 3)}:
+        want = [_hadoop(data, s, min(split, len(data) - s)) for s in range(0, max(len(data), 1), split)]
+        for chunk in (1, 5, 1 << 20):
+            assert _ours(path, data, split, chunk) == want, (split, chunk)
+
+
+@pytest.mark.parametrize("data", [b"", b"\n", b"\r\n", b"\r", b"a", b"a\n", b"\n\n", b"\r\r", b"a\r\nb", b"x" * 5000])
+def test_edge_files(tmp_path, data):
+    path = tmp_path / "in.csv"
+    path.write_bytes(data)
+    for split in (1, 2, 3, 10_000):
+        want = [_hadoop(data, s, min(split, len(data) - s)) for s in range(0, max(len(data), 1), split)]
+        assert _ours(path, data, split, 2) == want, split
