@@ -1,8 +1,8 @@
 """Fault injection for the fault tests: a task held at a named point of its transaction
 while the test breaks something there (kills the executor, pauses the coordinator).
 
-Off unless ``KAPPA_INGEST_HOLD_AT=<point>:<dir>`` is in the task's environment (executors
-inherit it from the driver's on a local master). At ``point`` the task writes
+Off unless ``KAPPA_INGEST_HOLD_AT=<point>[,<point>...]:<dir>`` is in the task's environment
+(executors inherit it from the driver's on a local master). At ``point`` the task writes
 ``<dir>/<name>.<point>`` and waits while that file exists, ten minutes at most; the test
 deletes it to let the task go on. A run without the variable pays one lookup per unit.
 """
@@ -25,7 +25,7 @@ def hold(point: str, name: str) -> None:
     if not spec:
         return
     wanted, _, directory = spec.partition(":")
-    if wanted != point:
+    if point not in wanted.split(","):
         return
     marker = Path(directory) / f"{name.replace('/', '_')}.{point}"
     marker.write_text(str(os.getpid()))

@@ -179,16 +179,26 @@ def test_transactions_a_failed_run_left_open_are_ended_by_the_next_run_at_its_st
     held.mkdir()
     first = cli(*common, "--partitions", "4", "--kafka-opt", "delivery.timeout.ms=5000",
                 "--kafka-opt", "request.timeout.ms=2000", "--kafka-opt", "transaction.timeout.ms=600000",
-                "--run-id", "failed", log=log, env={failpoints.ENV: f"{failpoints.BEFORE_COMMIT}:{held}"})  # fmt: skip
-    point = failpoints.BEFORE_COMMIT
+                "--run-id", "failed", log=log,
+                env={failpoints.ENV: f"{failpoints.MID_SEND},{failpoints.BEFORE_COMMIT}:{held}"})  # fmt: skip
+    sending, point = failpoints.MID_SEND, failpoints.BEFORE_COMMIT
+
+    def pair_to(at: str, what: str) -> None:
+        """Both units of the two slots held at ``at``, then let go."""
+        wait_for(lambda: len(_markers(held, at)) == 2, 180, what, first, log)
+        _release_all(held, at)
+
     try:
         # Two units sent and committed; the brokers die while the next two are about to
         # commit (their records and ledger entries written, not committed): their
         # transactions stay open, on the data topic and on the ledger, which every run reads.
-        # (The ledger is not read meanwhile: its readers wait for the units held open.)
-        wait_for(lambda: len(_markers(held, point)) == 2, 180, "two units about to commit", first, log)
-        _release_all(held, point)
+        # Each pair is held first as it begins sending, when both have read the ledger: a
+        # unit whose ledger entry is written and not committed holds up the ledger's readers,
+        # the other unit's too. (So the test reads no ledger either while units are held.)
+        pair_to(sending, "two units sending")
+        pair_to(point, "two units about to commit")
         # Two slots: the next two units begin once the first two have committed.
+        pair_to(sending, "the next two units sending")
         wait_for(lambda: len(_markers(held, point)) == 2, 120, "the next two units about to commit", first, log)
         assert sent_so_far(bs, topic) >= 20_000, "every record of the four units written"
         for b in cluster.now.brokers:
