@@ -12,6 +12,8 @@ call that):
    ``reprocess``     ``kappa-ingest reprocess``: the history a topic was given, from the ledger
 3. ``csv_source``    the inputs as a DataFrame, in units the ledger records (``splits``):
                      raw lines (fast path) or Spark-parsed rows, each file by its own header
+   ``split_reader``  on the fast path over local files: each task handed its splits reads
+                     their lines itself, as Hadoop's LineRecordReader cuts them
    ``quality``       with ``--expectations``: a Great Expectations suite on every parsed
                      row before sending (fail, quarantine rows, or warn)
 4. ``parsing``       per Arrow batch, on the executors: clean rows and quarantined rows
