@@ -168,7 +168,7 @@ def read(spark: SparkSession, cfg: IngestConfig, pinned: Plan | None = None, pat
         moved = _moved_lines(spark, cfg, lines, line_parser, typed, splits_read, plan.parts if pinned else None)
         if moved is None:
             tasks = min(splits_read, cfg.partitions or splits_read)
-            files = [spark_file_path(u) for u in lines.inputFiles()]
+            files = [split_reader.spark_file_path(u) for u in lines.inputFiles()]
             if split_reader.usable(files):  # each task reads its splits itself, Spark's JVM none of their lines
                 df, tasks = split_reader.frame(spark, plan, files, tasks)
                 line_parser = replace(line_parser, reads_splits=True)
@@ -188,12 +188,6 @@ def read(spark: SparkSession, cfg: IngestConfig, pinned: Plan | None = None, pat
     parser = _typed(RowParser(first, cfg.delimiter, cfg.quote, by_file), typed)
     return Source(df, spec, parser, "spark-csv", tuple(paths), read_bytes, plan, tasks, headers,
                   _sorted_by_event_time(cfg), shuffled, _types(declared))  # fmt: skip
-
-
-def spark_file_path(uri: str) -> str:
-    """A file's name as Spark's scan gives it in ``_metadata.file_path`` (``file:/a%20b.csv``)
-    from the one ``DataFrame.inputFiles`` gives (``file:///a%20b.csv``)."""
-    return "file:/" + uri.removeprefix("file:///") if uri.startswith("file:///") else uri
 
 
 def _moved_lines(

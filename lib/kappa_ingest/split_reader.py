@@ -46,6 +46,12 @@ def usable(uris: list[str]) -> bool:
     return bool(uris) and all(urlparse(u).scheme == "file" and not u.endswith(".gz") for u in uris)
 
 
+def spark_file_path(uri: str) -> str:
+    """A file's name as Spark's scan gives it in ``_metadata.file_path`` (``file:/a%20b.csv``)
+    from the one ``DataFrame.inputFiles`` gives (``file:///a%20b.csv``)."""
+    return "file:/" + uri.removeprefix("file:///") if uri.startswith("file:///") else uri
+
+
 def assignments(plan: Plan, uris: list[str], tasks: int) -> list[list[tuple[str, int, int]]]:
     """The splits of ``uris`` (Spark's names of the files: ``file:/...``) in ``tasks``
     groups of about equal bytes, largest splits placed first, as Spark packs a scan's."""

@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from helpers import run
-from kappa_ingest import csv_source, split_reader, splits
+from kappa_ingest import split_reader, splits
 from kappa_ingest.columns import BLOCK_COL, BLOCK_LEN_COL, FILE_COL, LINE_COL
 
 pytestmark = pytest.mark.integration
@@ -41,7 +41,7 @@ def test_each_split_holds_the_lines_sparks_text_scan_gives_it(spark, tmp_path):
         F.col("value"), F.col("_metadata.file_path"), F.col("_metadata.file_block_start"),
         F.col("_metadata.file_block_length"))  # fmt: skip
     sparks = Counter((r[1], r[2], r[3], r[0].encode()) for r in scan.collect())
-    files = [csv_source.spark_file_path(u) for u in spark.read.text([str(p) for p in paths]).inputFiles()]
+    files = [split_reader.spark_file_path(u) for u in spark.read.text([str(p) for p in paths]).inputFiles()]
     assert split_reader.usable(files)
     handed = spark.createDataFrame([s for g in split_reader.assignments(plan, files, 4) for s in g],
                                    split_reader.SPLITS_DDL).toArrow().to_batches()  # fmt: skip
