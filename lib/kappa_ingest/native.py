@@ -85,6 +85,7 @@ _SIGNATURES = {
     "kp_err2str": (_c.c_char_p, [_c.c_int]),
     "kp_destroy": (None, [_P]),
     "kj_size": (_c.c_int64, [_c.c_int64, _c.c_int, _P, _P, _P, _P, _P, _P, _c.c_int64]),
+    "kj_not_literal": (_c.c_int64, [_c.c_int64, _P, _c.c_int, _c.c_int]),
     "kj_write": (_c.c_int64, [_c.c_int64, _c.c_int, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _c.c_char_p, _c.c_int64]),
 }
 
@@ -223,6 +224,21 @@ def _column(c: _Column, arr: pa.Array, keep: list[pa.Array], raw: bool = False) 
     if validity is not None and view.null_count:
         c.valid, c.bit0, c.nulls = validity.address, view.offset, view.null_count
     c.raw = int(raw)
+
+
+LITERAL_KINDS = {"boolean": (1, 0), "tinyint": (2, 2), "smallint": (2, 4), "int": (2, 9), "bigint": (2, 18),
+                 "double": (3, 0), "date": (4, 0), "timestamp": (5, 0)}  # fmt: skip
+
+
+def already_literal(text: pa.Array, simple: str) -> bool:
+    """Whether every field of a text column of Spark type ``simple`` (one of LITERAL_KINDS)
+    is already its value's JSON literal (c/json.c's ``kj_not_literal`` says which are)."""
+    lib = load()
+    col = _Column()
+    keep: list[pa.Array] = []
+    _column(col, text, keep)
+    kind, digits = LITERAL_KINDS[simple]
+    return lib.kj_not_literal(len(text), ctypes.byref(col), kind, digits) == 0
 
 
 def json_values(

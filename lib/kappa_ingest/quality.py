@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kappa_ingest.errors import UsageError
+from kappa_ingest.typed import materialized
 
 GATES = ("fail", "quarantine", "warn")
 
@@ -397,7 +398,7 @@ class Checked:
         from kappa_ingest.parsing import move_to_rejects
 
         parsed = self.inner(batch)
-        rows = parsed.rows
+        rows = materialized(parsed.rows)
         first = np.full(rows.num_rows, -1)
         failed, why = {}, []
         for j, (index, reason, mask) in enumerate(self.checks.failing(rows)):
@@ -431,7 +432,7 @@ def parsed_frame(source: Any, suite: Suite, skip: frozenset = frozenset()) -> An
 
     def rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for parsed in parsed_units(batches, parser, parts, skip, ordered):
-            out = parsed.rows
+            out = materialized(parsed.rows)
             n = out.num_rows
             if n:
                 names = out.schema.names

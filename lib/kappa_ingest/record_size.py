@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kappa_ingest.columns import FILE_COL, LINE_COL
+from kappa_ingest.typed import materialized
 
 FRAMING_BYTES = 128
 BROKER_MAX_DEFAULT = 1_048_588  # Kafka's message.max.bytes
@@ -200,7 +201,7 @@ def moved(parsed: Any, batch: pa.RecordBatch, which: np.ndarray, reasons: list[s
     if LINE_COL in batch.schema.names:  # a clean row's line is valid UTF-8: no Python copy of it
         text = batch.column(LINE_COL).take(pa.array(at)).cast(pa.string())
     else:
-        picked = rows.take(pa.array(which)).select(list(parsed.columns))
+        picked = materialized(rows.take(pa.array(which)).select(list(parsed.columns)))
         text = pa.array([json.dumps(r, default=str) for r in picked.to_pylist()], pa.string())
     out = reject_batch(rows.column(FILE_COL).take(pa.array(which)).cast(pa.string()), pa.array(reasons, pa.string()),
                        text)  # fmt: skip

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 
+from kappa_ingest import typed
 from kappa_ingest.columns import EVENT_TS_COL, FILE_COL
 
 TIMESTAMP_HEADER = "__kappa_ts"  # read by kappa.ingest.TimestampFromHeader (interceptor.py)
@@ -177,6 +178,13 @@ def _json_ready_series(s: pl.Series) -> pl.Series:
     return pl.select(_json_ready(pl.lit(s), s.dtype)).to_series()
 
 
+def _literals(batch: pa.RecordBatch, column: str) -> tuple[pa.Array, bool]:
+    kind = typed.literal_type(batch.schema.field(column))
+    if kind is not None:
+        return batch.column(column), kind not in ("date", "timestamp")  # those two are JSON strings
+    return json_literals(batch.column(column))
+
+
 def _native_values(batch: pa.RecordBatch, spec: RecordSpec, now_ms: int) -> pa.Array | None:
     from kappa_ingest import native
 
@@ -184,7 +192,7 @@ def _native_values(batch: pa.RecordBatch, spec: RecordSpec, now_ms: int) -> pa.A
         native.load()
     except native.NativeUnavailable:
         return None
-    rendered = [json_literals(batch.column(c)) for c in spec.columns]
+    rendered = [_literals(batch, c) for c in spec.columns]
     event = None
     if spec.event_time:
         event = json_literals(batch.column(EVENT_TS_COL))[0]
@@ -193,7 +201,7 @@ def _native_values(batch: pa.RecordBatch, spec: RecordSpec, now_ms: int) -> pa.A
 
 
 def _encode_polars(batch: pa.RecordBatch, spec: RecordSpec, now_ms: int) -> Encoded:
-    df = pl.from_arrow(batch)
+    df = pl.from_arrow(typed.materialized(batch))
     assert isinstance(df, pl.DataFrame)
     schema = df.schema
     ingest_ts = iso_ms(now_ms)

@@ -42,6 +42,11 @@ _ISO = r"^\d{4}-\d{2}-\d{2}(" + _TIME + _OFFSET + "?)?$"
 _ZONED = _TIME + _OFFSET + "$"
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 TS_TYPE = pa.timestamp("us", tz="UTC")
+# A typed column whose every field is already written as the JSON literal of its value
+# ("true", "42", "50.125": c/json.c's kj_not_literal) stays text, its field tagged with its
+# type under this key: the records copy the text, neither parsed nor formatted (a third
+# of a wide table's CPU otherwise); materialized() gives the typed values where needed.
+LITERAL = b"kappa.literal"
 
 
 def supported(simple: str) -> bool:
@@ -84,6 +89,7 @@ class Typing:
         tokens = pa.array(list(self.null_values), pa.string()) if self.null_values else None
         failures: list[tuple[np.ndarray, list[str]]] = []
         types = dict(self.types)
+        literal: dict[str, str] = {}  # typed columns kept as their text (see LITERAL)
         for name in names:
             if name.startswith(PREFIX):  # the source's own columns
                 continue
@@ -92,6 +98,9 @@ class Typing:
                 text = pc.if_else(pc.is_in(text, value_set=tokens), pa.scalar(None, text.type), text)
                 arrays[name] = text
             if name in types:
+                if _already_literal(text, types[name]):
+                    literal[name] = types[name]
+                    continue
                 typed, failed = convert(text, types[name])
                 arrays[name] = typed
                 if failed.any():
@@ -114,8 +123,41 @@ class Typing:
                     (failed, _reasons(source, failed, f"{self.event_column}: ", f"is not a timestamp{fmt}"))
                 )
             arrays[EVENT_TS_COL] = stamps
-        out = pa.RecordBatch.from_arrays(list(arrays.values()), names=list(arrays))
-        return out, failures
+        fields = [pa.field(n, a.type, metadata={LITERAL: literal[n].encode()} if n in literal else None)
+                  for n, a in arrays.items()]  # fmt: skip
+        return pa.RecordBatch.from_arrays(list(arrays.values()), schema=pa.schema(fields)), failures
+
+
+def _already_literal(text: pa.Array, simple: str) -> bool:
+    from kappa_ingest import native
+
+    if simple not in native.LITERAL_KINDS or not pa.types.is_string(text.type):
+        return False
+    try:
+        return native.already_literal(text, simple)
+    except native.NativeUnavailable:
+        return False
+
+
+def literal_type(field: pa.Field) -> str | None:
+    """The Spark type of a typed column kept as its JSON literals' text (see LITERAL)."""
+    return field.metadata[LITERAL].decode() if field.metadata and LITERAL in field.metadata else None
+
+
+def materialized(rows: pa.RecordBatch) -> pa.RecordBatch:
+    """The rows with every typed column in its type: what compares typed values (the
+    quality checks, GX) needs; the records are written from the text."""
+    if not any(literal_type(f) for f in rows.schema):
+        return rows
+    arrays, fields = [], []
+    for f, arr in zip(rows.schema, rows.columns, strict=True):
+        kind = literal_type(f)
+        if kind is not None:
+            arr = convert(arr, kind)[0]
+            f = pa.field(f.name, arr.type)
+        arrays.append(arr)
+        fields.append(f)
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
 
 
 def _a(name: str) -> str:

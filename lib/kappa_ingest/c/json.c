@@ -148,3 +148,94 @@ int64_t kj_write(int64_t n, int ncols, const kj_column *cols, const char **names
     out_offsets[n] = (int32_t)(out - out_data);
     return out - out_data;
 }
+
+/* Whether every non-null field of a text column is already the JSON literal of its value
+ * as the polars encoder writes it, so a typed column can be written as its text, neither
+ * parsed nor formatted. Kinds: 1 BOOLEAN (true, false); 2 an integer type, at most
+ * max_digits digits (fewer than the type holds: no range check needed); 3 DOUBLE in plain
+ * decimal notation, as polars formats a double: an integer part without leading zeros, a
+ * fraction without trailing zeros (or exactly ".0"), at most 15 significant digits (so
+ * the double's shortest round-trip digits are the text's own) and a magnitude polars
+ * does not write with an exponent (below 1e15, at least 1e-4); 4 DATE, yyyy-MM-dd; 5
+ * TIMESTAMP, yyyy-MM-ddTHH:mm:ss.SSSZ (the two as JSON strings). Returns 0 when every
+ * field is, else the index + 1 of the first that is not. */
+static int literal_bool(const uint8_t *s, int32_t len) {
+    return (len == 4 && !memcmp(s, "true", 4)) || (len == 5 && !memcmp(s, "false", 5));
+}
+
+static int literal_int(const uint8_t *s, int32_t len, int max_digits) {
+    int32_t i = 0;
+    if (len == 1 && s[0] == '0') return 1;
+    if (i < len && s[i] == '-') i++;
+    if (i >= len || s[i] < '1' || s[i] > '9' || len - i > max_digits) return 0;
+    for (; i < len; i++)
+        if (s[i] < '0' || s[i] > '9') return 0;
+    return 1;
+}
+
+static int literal_double(const uint8_t *s, int32_t len) {
+    int32_t i = 0, int_digits = 0;
+    if (i < len && s[i] == '-') i++;
+    if (i >= len) return 0;
+    if (s[i] == '0') {
+        i++;
+    } else {
+        while (i < len && s[i] >= '0' && s[i] <= '9') { i++; int_digits++; }
+        if (int_digits == 0 || int_digits > 15) return 0;
+    }
+    if (i >= len || s[i] != '.') return 0;
+    const uint8_t *frac = s + ++i;
+    int32_t frac_digits = len - i;
+    if (frac_digits == 0) return 0;
+    for (; i < len; i++)
+        if (s[i] < '0' || s[i] > '9') return 0;
+    if (frac_digits == 1 && frac[0] == '0') return 1;
+    if (frac[frac_digits - 1] == '0') return 0;
+    if (int_digits > 0) return int_digits + frac_digits <= 15;
+    int32_t zeros = 0;
+    while (frac[zeros] == '0') zeros++;
+    return zeros <= 3 && frac_digits - zeros <= 15;
+}
+
+static int digits(const uint8_t *s, int n) {
+    int v = 0;
+    for (int i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    return v;
+}
+
+/* yyyy-MM-dd, a day of the calendar (year 1 on) */
+static int literal_date(const uint8_t *s, int32_t len) {
+    static const int DAYS[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (len < 10 || s[4] != '-' || s[7] != '-') return 0;
+    int y = digits(s, 4), m = digits(s + 5, 2), d = digits(s + 8, 2);
+    if (y < 1 || m < 1 || m > 12 || d < 1) return 0;
+    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    return d <= DAYS[m - 1] + (m == 2 && leap);
+}
+
+/* yyyy-MM-ddTHH:mm:ss.SSSZ, as the records write a UTC timestamp */
+static int literal_timestamp(const uint8_t *s, int32_t len) {
+    if (len != 24 || !literal_date(s, 10) || s[10] != 'T' || s[13] != ':' || s[16] != ':' || s[19] != '.'
+        || s[23] != 'Z')
+        return 0;
+    int h = digits(s + 11, 2), mi = digits(s + 14, 2), sec = digits(s + 17, 2), ms = digits(s + 20, 3);
+    return h >= 0 && h < 24 && mi >= 0 && mi < 60 && sec >= 0 && sec < 60 && ms >= 0;
+}
+
+int64_t kj_not_literal(int64_t n, const kj_column *col, int kind, int max_digits) {
+    for (int64_t i = 0; i < n; i++) {
+        if (is_null(col, i)) continue;
+        const uint8_t *s = col->data + col->offsets[i];
+        int32_t len = col->offsets[i + 1] - col->offsets[i];
+        int ok = kind == 1   ? literal_bool(s, len)
+                 : kind == 2 ? literal_int(s, len, max_digits)
+                 : kind == 3 ? literal_double(s, len)
+                 : kind == 4 ? len == 10 && literal_date(s, len)
+                             : literal_timestamp(s, len);
+        if (!ok) return i + 1;
+    }
+    return 0;
+}

@@ -1,0 +1,89 @@
+"""A typed column whose text is already its JSON literal is written from the text
+(kappa_ingest.typed.LITERAL): for every field the C check lets through, the text must be
+byte for byte what parsing and formatting would have written, and every other field
+must take that path. Random fields in the shapes CSV writers produce, edge values added."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from kappa_ingest import native
+from kappa_ingest.records import RecordSpec, encode_batch, json_literals
+from kappa_ingest.typed import Typing, convert, literal_type, materialized
+
+EDGES = {
+    "double": ["0.0", "-0.0", "50.0", "1.5", "-1.5", "0.1", "0.0001", "0.00001", "0.00012", "999999999999999.0",
+               "999999999999999.9", "1000000000000000.0", "123456789012345.6", "1.23456789012345", "0.123456789012345",
+               "1.234567890123456", "1e5", "1E-3", "+1.5", "1.", ".5", "01.5", "1.50", "50", "-0", "NaN", "inf",
+               "Infinity", "-inf", " 1.5", "1.5 ", "1,5", "", "0.30000000000000004", "9007199254740993.0"],
+    "int": ["0", "-0", "7", "-7", "123456789", "-123456789", "1234567890", "2147483647", "2147483648", "+5", "05",
+            "1.0", "1e3", " 1", "", "-", "９"],
+    "bigint": ["0", "123456789012345678", "-123456789012345678", "1234567890123456789", "9223372036854775807",
+               "9223372036854775808", "00"],
+    "tinyint": ["0", "99", "-99", "127", "128", "-128"],
+    "smallint": ["0", "9999", "-9999", "32767", "32768"],
+    "boolean": ["true", "false", "True", "FALSE", "tRuE", "yes", "1", "0", "", "true "],
+    "date": ["2012-02-29", "2013-02-29", "2000-02-29", "1900-02-29", "0001-01-01", "0000-01-01", "9999-12-31",
+             "2020-13-01", "2020-00-10", "2020-04-31", "2020-4-3", "2020-04-03T00:00", "20200403"],
+    "timestamp": ["2012-02-22T00:00:00.000Z", "2012-02-29T23:59:59.999Z", "2013-02-29T00:00:00.000Z",
+                  "2012-02-22T24:00:00.000Z", "2012-02-22T00:60:00.000Z", "2012-02-22T00:00:60.000Z",
+                  "2012-02-22T00:00:00Z", "2012-02-22T00:00:00.000", "2012-02-22 00:00:00.000Z",
+                  "2012-02-22T00:00:00.000+01:00", "2012-02-22T00:00:00.0000Z", "2012-02-22"],
+}  # fmt: skip
+
+
+def _random_fields(kind: str, rng: np.random.Generator, n: int) -> list[str]:
+    if kind == "double":
+        scale = 10.0 ** rng.integers(-8, 20, n)
+        x = rng.normal(0, 1, n) * scale
+        places = rng.integers(0, 18, n)
+        shapes = rng.integers(0, 4, n)
+        return [repr(float(v)) if s == 0 else f"{v:.{p}f}" if s == 1 else f"{v:g}" if s == 2 else str(round(v))
+                for v, p, s in zip(x, places, shapes, strict=True)]  # fmt: skip
+    if kind in ("int", "bigint", "tinyint", "smallint"):
+        bits = {"tinyint": 8, "smallint": 16, "int": 32, "bigint": 64}[kind]
+        width = rng.integers(1, bits, n)
+        return [str(int(rng.integers(-(2 ** int(w)), 2 ** int(w)))) for w in width]
+    if kind == "boolean":
+        return list(rng.choice(["true", "false", "True", "false", "x"], n))
+    micros = rng.integers(-(2**62) // 1000, 2**62 // 1000, n) // 1000 * 1000
+    stamps = pa.array(micros, pa.timestamp("us", tz="UTC"))
+    if kind == "date":
+        return [v.strftime("%Y-%m-%d") for v in stamps.cast(pa.date32()).to_pylist()]
+    return [f"{v:%Y-%m-%dT%H:%M:%S}.{v.microsecond // 1000:03d}Z" for v in stamps.to_pylist()]
+
+
+@pytest.mark.parametrize("kind", sorted(EDGES))
+def test_a_field_kept_as_its_text_is_what_formatting_its_value_writes(kind):
+    rng = np.random.default_rng(7)
+    fields = EDGES[kind] + _random_fields(kind, rng, 1500)
+    kept = 0
+    for text in fields:
+        column = pa.array([text])
+        if not native.already_literal(column, kind):
+            continue
+        value, failed = convert(column, kind)
+        assert not failed.any(), text
+        literal, _ = json_literals(value)
+        assert literal.to_pylist() == [text], f"{kind} {text!r} is kept as its text, but is written {literal}"
+        kept += 1
+    assert kept > len(fields) // 10  # the check lets the common shapes through
+
+
+def test_a_batch_with_one_field_not_a_literal_is_converted_whole_and_both_encode_alike():
+    rows = pa.RecordBatch.from_pydict(
+        {"x": ["1.5", "2.25", None], "y": ["1.5", "2.50", None], "b": ["true", "false", None]}
+    )
+    out, failures = Typing((("x", "double"), ("y", "double"), ("b", "boolean"))).apply(rows)
+    assert not failures
+    assert literal_type(out.schema.field("x")) == "double" and out.column("x").type == pa.string()
+    assert literal_type(out.schema.field("y")) is None and out.column("y").type == pa.float64()
+    assert materialized(out).column("x").to_pylist() == [1.5, 2.25, None]
+    assert materialized(out).column("b").to_pylist() == [True, False, None]
+    files = pa.array(["f"] * 3)
+    spec = RecordSpec(("x", "y", "b"), "r")
+    kept = encode_batch(out.append_column("__kappa_file", files), spec, 0).values.to_pylist()
+    converted = encode_batch(materialized(out).append_column("__kappa_file", files), spec, 0).values.to_pylist()
+    assert kept == converted and b'"x":2.25,"y":2.5,"b":false' in kept[1]
