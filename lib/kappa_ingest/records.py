@@ -195,7 +195,9 @@ def _native_values(batch: pa.RecordBatch, spec: RecordSpec, now_ms: int) -> pa.A
     rendered = [_literals(batch, c) for c in spec.columns]
     event = None
     if spec.event_time:
-        event = json_literals(batch.column(EVENT_TS_COL))[0]
+        event = typed.event_text(batch)
+        if event is None:
+            event = json_literals(batch.column(EVENT_TS_COL))[0]
     return native.json_values([t for t, _ in rendered], list(spec.columns), batch.column(FILE_COL), iso_ms(now_ms),
                               [raw for _, raw in rendered], event)  # fmt: skip
 

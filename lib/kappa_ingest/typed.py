@@ -47,6 +47,7 @@ TS_TYPE = pa.timestamp("us", tz="UTC")
 # type under this key: the records copy the text, neither parsed nor formatted (a third
 # of a wide table's CPU otherwise); materialized() gives the typed values where needed.
 LITERAL = b"kappa.literal"
+EVENT_TEXT = b"kappa.event_text"  # on EVENT_TS_COL: the column whose text is its ISO literal
 
 
 def supported(simple: str) -> bool:
@@ -111,6 +112,9 @@ class Typing:
             source = arrays[self.event_column]
             if pa.types.is_timestamp(source.type):
                 stamps, failed = source, np.zeros(len(source), dtype=bool)
+            elif self.event_format is None and _already_literal(source, "timestamp"):
+                stamps, failed = source.cast(TS_TYPE), np.zeros(len(source), dtype=bool)
+                literal[EVENT_TS_COL] = self.event_column  # its text is the record's event_ts
             else:
                 stamps, failed = event_times(source, self.event_format)
             empty = np.asarray(pc.is_null(source))
@@ -123,9 +127,20 @@ class Typing:
                     (failed, _reasons(source, failed, f"{self.event_column}: ", f"is not a timestamp{fmt}"))
                 )
             arrays[EVENT_TS_COL] = stamps
-        fields = [pa.field(n, a.type, metadata={LITERAL: literal[n].encode()} if n in literal else None)
-                  for n, a in arrays.items()]  # fmt: skip
+        fields = [pa.field(n, a.type, metadata=_tag(n, literal)) for n, a in arrays.items()]
         return pa.RecordBatch.from_arrays(list(arrays.values()), schema=pa.schema(fields)), failures
+
+
+def _tag(name: str, literal: dict[str, str]) -> dict[bytes, bytes] | None:
+    if name not in literal:
+        return None
+    return {EVENT_TEXT if name == EVENT_TS_COL else LITERAL: literal[name].encode()}
+
+
+def event_text(rows: pa.RecordBatch) -> pa.Array | None:
+    """The event time column's text, where it is already the record's ``event_ts``."""
+    meta = rows.schema.field(EVENT_TS_COL).metadata
+    return rows.column(meta[EVENT_TEXT].decode()) if meta and EVENT_TEXT in meta else None
 
 
 def _already_literal(text: pa.Array, simple: str) -> bool:

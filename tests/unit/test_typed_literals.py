@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from kappa_ingest import native
-from kappa_ingest.records import RecordSpec, encode_batch, json_literals
+from kappa_ingest.records import RecordSpec, _encode_polars, encode_batch, json_literals
 from kappa_ingest.typed import Typing, convert, literal_type, materialized
 
 EDGES = {
@@ -87,3 +87,15 @@ def test_a_batch_with_one_field_not_a_literal_is_converted_whole_and_both_encode
     kept = encode_batch(out.append_column("__kappa_file", files), spec, 0).values.to_pylist()
     converted = encode_batch(materialized(out).append_column("__kappa_file", files), spec, 0).values.to_pylist()
     assert kept == converted and b'"x":2.25,"y":2.5,"b":false' in kept[1]
+
+
+@pytest.mark.parametrize("stamps", [["2012-02-22T00:00:00.010Z", "2012-02-29T23:59:59.999Z"], ["2012-02-22T01:00:00.01+01:00", "2012-02-29 23:59:59.999"]])  # fmt: skip
+def test_an_event_time_written_as_the_records_write_it_is_copied_and_stamps_the_record(stamps):
+    rows = pa.RecordBatch.from_pydict({"ts": stamps, "k": ["a", "b"], "__kappa_file": ["f", "f"]})
+    out, failures = Typing((("k", "string"),), event_column="ts").apply(rows)
+    assert not failures
+    spec = RecordSpec(("ts", "k"), "r", key_column="k", event_time=True)
+    got = encode_batch(out, spec, 0)
+    reference = _encode_polars(out, spec, 0)  # event_ts formatted from the parsed times
+    assert got.values.to_pylist() == reference.values.to_pylist()
+    assert got.timestamps_ms.to_pylist() == [1329868800010, 1330559999999]
