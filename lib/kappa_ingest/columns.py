@@ -14,3 +14,5 @@ FIRST_COL = "__kappa_first"  # a shuffled line is its file's first (a header, or
 LINE_NO_COL = "__kappa_line_no"  # a shuffled line's number in its split
 KEY_COL = "__kappa_key"  # a shuffled line's --key-column text (an ordered replay's partitioning)
 EVENT_US_COL = "__kappa_event_us"  # a shuffled line's event time, UTC microseconds (an ordered replay's sort)
+LINE_AT_COL = "__kappa_line_at"  # a line moved without its text: its byte offset in its file
+LINE_LEN_COL = "__kappa_line_len"  # ... and its length in bytes (its terminator not counted)

@@ -165,20 +165,25 @@ def read(spark: SparkSession, cfg: IngestConfig, pinned: Plan | None = None, pat
         line_parser = LineParser(head.columns, cfg.delimiter, cfg.quote, head.header_line, by_file,
                                  encoding=cfg.encoding)  # fmt: skip
         splits_read = lines.rdd.getNumPartitions()
-        moved = _moved_lines(spark, cfg, lines, line_parser, typed, splits_read, plan.parts if pinned else None)
+        files = [split_reader.spark_file_path(u) for u in lines.inputFiles()]
+        # Where tasks can read their splits themselves, Spark's JVM reads none of the lines.
+        own = split_reader.usable(files)
+        own_scan = (split_reader.frame(spark, plan, files, splits_read)[0], replace(line_parser, reads_splits=True)) \
+            if own else None  # fmt: skip
+        moved = _moved_lines(spark, cfg, (lines, line_parser), own_scan, typed, splits_read,
+                             plan.parts if pinned else None)  # fmt: skip
         if moved is None:
             tasks = min(splits_read, cfg.partitions or splits_read)
-            files = [split_reader.spark_file_path(u) for u in lines.inputFiles()]
-            if split_reader.usable(files):  # each task reads its splits itself, Spark's JVM none of their lines
+            if own:
                 df, tasks = split_reader.frame(spark, plan, files, tasks)
                 line_parser = replace(line_parser, reads_splits=True)
             else:
                 df = lines.coalesce(tasks) if tasks < splits_read else lines
             return Source(df, spec, _typed(line_parser, typed), "lines", tuple(paths), read_bytes, plan, tasks,
                           headers, types=_types(declared))  # fmt: skip
-        df, parts, tasks, shuffled = moved
+        df, parts, tasks, shuffled, marking = moved
         plan = Plan(plan.files, plan.split_bytes, parts, splits.BY_LINES if parts > 1 else "")
-        parser = _typed(line_shuffle.after_shuffle(line_parser), typed)
+        parser = _typed(line_shuffle.after_shuffle(marking), typed)
         return Source(df, spec, parser, "lines", tuple(paths), read_bytes, plan, tasks, headers,
                       _sorted_by_event_time(cfg), shuffled, _types(declared))  # fmt: skip
     # Spark reads text too: the typed values are made by the same code as on the line path.
@@ -193,27 +198,31 @@ def read(spark: SparkSession, cfg: IngestConfig, pinned: Plan | None = None, pat
 def _moved_lines(
     spark: SparkSession,
     cfg: IngestConfig,
-    lines: DataFrame,
-    parser: LineParser,
+    scan: tuple[DataFrame, LineParser],
+    own_scan: tuple[DataFrame, LineParser] | None,
     typed: Typing,
     splits_read: int,
     parts: int | None,
-) -> tuple[DataFrame, int, int, bool] | None:
+) -> tuple[DataFrame, int, int, bool, LineParser] | None:
     """The raw lines shuffled or sorted before they are parsed, where the run asks for it
-    (:mod:`kappa_ingest.line_shuffle`): with the parts per split, the number of tasks and
-    whether they were shuffled; None where the scan's own tasks and order will do.
-    ``parts`` fixed: a resumed run keeps its original's."""
+    (:mod:`kappa_ingest.line_shuffle`): with the parts per split, the number of tasks,
+    whether they were shuffled and the parser that marked them; None where the scan's own
+    tasks and order will do. ``scan``: Spark's text scan and its parser; ``own_scan``: the
+    splits for tasks that read them themselves, where they can. ``parts`` fixed: a resumed
+    run keeps its original's."""
+    ordered = own_scan or scan  # lines parted by their key, or not parted: moved by offset where they can be
     if cfg.order_by_event_time:  # each key's rows in one task, in event-time order
         parts = parts or cfg.partitions or spark.sparkContext.defaultParallelism
-        return line_shuffle.by_key_in_event_time_order(
-            line_shuffle.marked(lines, parser, typed, cfg.key_column), parts), parts, parts, True  # fmt: skip
+        df = line_shuffle.by_key_in_event_time_order(line_shuffle.marked(*ordered, typed, cfg.key_column), parts)
+        return df, parts, parts, True, ordered[1]
     if _sorted_by_event_time(cfg):  # paced: each split's rows in event-time order, in its own task
-        return line_shuffle.in_event_time_order(line_shuffle.marked(lines, parser, typed)), 1, splits_read, False
+        return line_shuffle.in_event_time_order(line_shuffle.marked(*ordered, typed)), 1, splits_read, False, ordered[1]
     if parts is None and not cfg.incremental and cfg.partitions is not None and cfg.partitions > splits_read:
         parts = cfg.partitions
     if parts is None or parts == 1:
         return None
-    return line_shuffle.by_line(line_shuffle.marked(lines, parser), parts), parts, parts, True
+    # A line's part is a hash of its text, which the text scan moves with it.
+    return line_shuffle.by_line(line_shuffle.marked(*scan), parts), parts, parts, True, scan[1]
 
 
 def _typed(parser: BatchParser, typed: Typing) -> BatchParser:

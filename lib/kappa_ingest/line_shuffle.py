@@ -24,6 +24,7 @@ from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -34,7 +35,9 @@ from kappa_ingest.columns import (
     FILE_COL,
     FIRST_COL,
     KEY_COL,
+    LINE_AT_COL,
     LINE_COL,
+    LINE_LEN_COL,
     LINE_NO_COL,
 )
 from kappa_ingest.parsing import LineParser, Parsed
@@ -42,42 +45,58 @@ from kappa_ingest.typed import TS_TYPE, Typing
 
 
 def marked(lines: DataFrame, parser: LineParser, order: Typing | None = None, key: str | None = None) -> DataFrame:
-    """``lines`` (the file scan's raw lines) with their marks; ``order``: the typing that
-    finds each line's event time (and ``key``, its key), for a replay in that order."""
-    ddl = f"{', '.join(f'`{f.name}` {f.dataType.simpleString()}' for f in lines.schema.fields)}," \
-          f" {FIRST_COL} boolean, {LINE_NO_COL} long"  # fmt: skip
+    """``lines`` (the file scan's raw lines, or a task's splits to read: a parser that
+    ``reads_splits``) with their marks; ``order``: the typing that finds each line's event
+    time (and ``key``, its key), for a replay in that order.
+
+    Splits read here move without their text: each line's byte offset and length in its
+    file instead (an eighth of a wide line's bytes through the shuffle and the sort), read
+    back from the file by the task that parses it (:func:`kappa_ingest.split_reader.with_lines`)."""
+    spans = parser.reads_splits
+    ddl = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in lines.schema.fields)
+    if spans:  # the scan's columns (its text aside) come in the order split_reader.read gives them
+        ddl += f", {LINE_AT_COL} long"
+    ddl += f", {FIRST_COL} boolean, {LINE_NO_COL} long"
+    if spans:
+        ddl += f", {LINE_LEN_COL} int"
     if order is not None:
         ddl += f", {KEY_COL} string, {EVENT_US_COL} long"
     event_only = Typing(null_values=order.null_values, event_column=order.event_column,
                         event_format=order.event_format) if order is not None else None  # fmt: skip
 
     def mark(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from kappa_ingest import split_reader
         from kappa_ingest.sinks.task_input import segments
 
         # Only the key and the event time are converted: a third of the cost of every column.
         parse = replace(parser, wanted=tuple(c for c in (key, order.event_column) if c) if order else ()).fresh()
         counted: dict[tuple[str, int], int] = {}  # a split's lines may come over several batches
         schema = None
-        for batch in batches:
-            schema = schema or _schema(batch.schema, event_only is not None)
+        for batch in split_reader.read(batches, at=True) if spans else batches:
             # A scan task reads its splits' lines in order; a batch may hold several splits.
             for file, start, _, rows, _ in segments(batch):
                 before = counted.get((file, start), 0)
                 counted[(file, start)] = before + rows.num_rows
                 line_no = np.arange(before, before + rows.num_rows, dtype=np.int64)
                 out = [*rows.columns, pa.array((line_no == 0) & (start == 0)), pa.array(line_no)]
+                names = [*rows.schema.names, FIRST_COL, LINE_NO_COL]
+                if spans:  # the line's place in its file, not its text
+                    text = names.index(LINE_COL)
+                    out.append(pc.binary_length(out[text]).cast(pa.int32()))
+                    names.append(LINE_LEN_COL)
                 if event_only is not None:
                     out += _key_and_event_time(parse(rows), rows.num_rows, key, event_only)
+                    names += [KEY_COL, EVENT_US_COL]
+                if spans:
+                    del out[text], names[text]
+                schema = schema or _schema(names, out)
                 yield pa.RecordBatch.from_arrays(out, schema=schema)
 
     return lines.mapInArrow(mark, ddl)
 
 
-def _schema(scan: pa.Schema, ordered: bool) -> pa.Schema:
-    fields = [*scan, pa.field(FIRST_COL, pa.bool_()), pa.field(LINE_NO_COL, pa.int64())]
-    if ordered:
-        fields += [pa.field(KEY_COL, pa.string()), pa.field(EVENT_US_COL, pa.int64())]
-    return pa.schema(fields)
+def _schema(names: list[str], arrays: list[pa.Array]) -> pa.Schema:
+    return pa.schema([pa.field(n, a.type) for n, a in zip(names, arrays, strict=True)])
 
 
 def _key_and_event_time(parsed: Parsed, n: int, key: str | None, event_only: Typing) -> list[pa.Array]:
@@ -114,5 +133,7 @@ def in_event_time_order(df: DataFrame) -> DataFrame:
 
 
 def after_shuffle(parser: LineParser) -> LineParser:
-    """The sink's parser for marked lines."""
+    """The sink's parser for marked lines (moved by their offsets where the scan's tasks
+    read their splits: the sink's tasks read the lines back, so the parser still
+    ``reads_splits``)."""
     return replace(parser, marked=True)

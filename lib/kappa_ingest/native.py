@@ -1,11 +1,14 @@
-"""The two per-record loops written in C, built on first use and loaded by ctypes.
+"""The per-record loops written in C, built on first use and loaded by ctypes.
 
 - ``c/json.c``: record values for text columns, a whole Arrow batch per call, ~10x
-  cheaper than polars' struct JSON encoder (:func:`json_values`);
+  cheaper than polars' struct JSON encoder (:func:`json_values`), and the check that
+  a typed column is already its JSON literals (:func:`already_literal`);
 - ``c/produce.c``: the confluent sink's producer loop. confluent-kafka's
   ``Producer.produce()`` with a timestamp and the contract's two headers costs ~2.2 µs of
   Python per record before librdkafka does any work; the loop hands librdkafka a whole
-  Arrow batch in one call.
+  Arrow batch in one call;
+- ``c/gather.c``: lines moved by a shuffle as offsets, read back from their files
+  (:func:`gather`).
 
 They are compiled once per source and librdkafka version (``cc``, against the librdkafka
 inside the confluent-kafka wheel) into the kappa-ingest cache. Executors on a cluster
@@ -32,7 +35,7 @@ import pyarrow as pa
 
 from kappa_ingest.paths import cache_dir
 
-SOURCES = ("json.c", "produce.c")  # in kappa_ingest/c/
+SOURCES = ("json.c", "produce.c", "gather.c")  # in kappa_ingest/c/
 _c = ctypes
 _P = _c.c_void_p
 _CHARS, _I64S = _c.POINTER(_c.c_char_p), _c.POINTER(_c.c_int64)
@@ -85,6 +88,7 @@ _SIGNATURES = {
     "kp_err2str": (_c.c_char_p, [_c.c_int]),
     "kp_destroy": (None, [_P]),
     "kj_size": (_c.c_int64, [_c.c_int64, _c.c_int, _P, _P, _P, _P, _P, _P, _c.c_int64]),
+    "kg_gather": (None, [_c.c_int64, _P, _P, _P, _P, _P]),
     "kj_not_literal": (_c.c_int64, [_c.c_int64, _P, _c.c_int, _c.c_int]),
     "kj_write": (_c.c_int64, [_c.c_int64, _c.c_int, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _c.c_char_p, _c.c_int64]),
 }
@@ -239,6 +243,16 @@ def already_literal(text: pa.Array, simple: str) -> bool:
     _column(col, text, keep)
     kind, digits = LITERAL_KINDS[simple]
     return lib.kj_not_literal(len(text), ctypes.byref(col), kind, digits) == 0
+
+
+def gather(sources: list[pa.Buffer], file, at, length, size: int) -> pa.Buffer:  # type: ignore[no-untyped-def]
+    """c/gather.c: line ``i`` is ``length[i]`` bytes of ``sources[file[i]]`` from ``at[i]``
+    (numpy arrays of int32, int64, int32; bounds checked by the caller)."""
+    lib = load()
+    out = pa.allocate_buffer(max(size, 1))
+    bases = (ctypes.c_void_p * max(len(sources), 1))(*(b.address for b in sources))
+    lib.kg_gather(len(at), bases, file.ctypes.data, at.ctypes.data, length.ctypes.data, out.address)
+    return out.slice(0, size)
 
 
 def json_values(

@@ -178,8 +178,8 @@ def _json_ready_series(s: pl.Series) -> pl.Series:
     return pl.select(_json_ready(pl.lit(s), s.dtype)).to_series()
 
 
-def _literals(batch: pa.RecordBatch, column: str) -> tuple[pa.Array, bool]:
-    kind = typed.literal_type(batch.schema.field(column))
+def _literals(batch: pa.RecordBatch, schema: pa.Schema, column: str) -> tuple[pa.Array, bool]:
+    kind = typed.literal_type(schema.field(column))
     if kind is not None:
         return batch.column(column), kind not in ("date", "timestamp")  # those two are JSON strings
     return json_literals(batch.column(column))
@@ -192,7 +192,8 @@ def _native_values(batch: pa.RecordBatch, spec: RecordSpec, now_ms: int) -> pa.A
         native.load()
     except native.NativeUnavailable:
         return None
-    rendered = [_literals(batch, c) for c in spec.columns]
+    schema = batch.schema
+    rendered = [_literals(batch, schema, c) for c in spec.columns]
     event = None
     if spec.event_time:
         event = typed.event_text(batch)

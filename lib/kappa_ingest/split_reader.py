@@ -17,6 +17,11 @@ same lines in each split:
   split, as Hadoop has it, so a unit of the ledger is the same lines on either path;
 - a ``.gz`` file is left to Spark's scan (one split, Hadoop's codec judging the stream).
 
+Lines an ordered replay moves (:mod:`kappa_ingest.line_shuffle`) need not carry their
+text through Spark's shuffle and sort: read with their byte offsets (``read(at=True)``),
+they move as offset and length, and the task that parses them reads them back from the
+file (:func:`with_lines`), which the page cache still holds.
+
 Line bounds are found with numpy over each chunk's bytes; a line's bytes are copied once,
 into the batch (a line holds no ``\\r`` or ``\\n``, so the chunk less those bytes is the
 batch's data). Nothing per line is a Python object.
@@ -31,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
-from kappa_ingest.columns import BLOCK_COL, BLOCK_LEN_COL, FILE_COL, LINE_COL
+from kappa_ingest.columns import BLOCK_COL, BLOCK_LEN_COL, FILE_COL, LINE_AT_COL, LINE_COL, LINE_LEN_COL
 from kappa_ingest.splits import Plan, canonical_file
 
 CHUNK_BYTES = 2 << 20  # about Spark's 10,000-row Arrow batches of the test layouts
@@ -79,24 +84,80 @@ def frame(spark: SparkSession, plan: Plan, uris: list[str], tasks: int) -> tuple
     return spark.createDataFrame(rdd, SPLITS_DDL), len(groups)
 
 
-def read(handed: Iterator[pa.RecordBatch], chunk_bytes: int = CHUNK_BYTES) -> Iterator[pa.RecordBatch]:
-    """The lines of the splits a task was handed, as batches of the text scan's columns."""
+def read(
+    handed: Iterator[pa.RecordBatch], chunk_bytes: int = CHUNK_BYTES, at: bool = False
+) -> Iterator[pa.RecordBatch]:
+    """The lines of the splits a task was handed, as batches of the text scan's columns;
+    ``at``: with each line's byte offset in its file (LINE_AT_COL) too.
+
+    Handed lines moved by a shuffle without their text (LINE_AT_COL and LINE_LEN_COL in
+    place of LINE_COL: :mod:`kappa_ingest.line_shuffle`), the lines are read from the
+    files at those offsets (:func:`with_lines`)."""
     for batch in handed:
+        if LINE_AT_COL in batch.schema.names:
+            yield with_lines(batch)
+            continue
         for uri, start, length in zip(*(batch.column(c).to_pylist() for c in (FILE_COL, BLOCK_COL, BLOCK_LEN_COL)),
                                       strict=True):  # fmt: skip
             file = pa.scalar(uri, pa.string())
-            for lines in split_lines(unquote(urlparse(uri).path), start, length, chunk_bytes):
+            for lines, starts in _split_chunks(unquote(urlparse(uri).path), start, length, chunk_bytes):
                 n = len(lines)
-                yield pa.RecordBatch.from_arrays(
-                    [lines, pa.repeat(file, n), pa.repeat(pa.scalar(start, pa.int64()), n),
-                     pa.repeat(pa.scalar(length, pa.int64()), n)],
-                    names=[LINE_COL, FILE_COL, BLOCK_COL, BLOCK_LEN_COL],
-                )  # fmt: skip
+                columns = [lines, pa.repeat(file, n), pa.repeat(pa.scalar(start, pa.int64()), n),
+                           pa.repeat(pa.scalar(length, pa.int64()), n)]  # fmt: skip
+                names = [LINE_COL, FILE_COL, BLOCK_COL, BLOCK_LEN_COL]
+                if at:
+                    columns.append(pa.array(starts))
+                    names.append(LINE_AT_COL)
+                yield pa.RecordBatch.from_arrays(columns, names=names)
+
+
+def with_lines(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A batch of lines moved by their offsets (LINE_AT_COL, LINE_LEN_COL) with their text
+    read from the files (LINE_COL first, the offsets dropped): one copy per line, from
+    each file mapped into memory (the page cache the scan read it through)."""
+    files = batch.column(FILE_COL).dictionary_encode()
+    maps = [pa.memory_map(unquote(urlparse(uri).path)) for uri in files.dictionary.to_pylist()]
+    try:
+        sources = [m.read_buffer() for m in maps]
+        lines = native_gather(sources, np.asarray(files.indices, dtype=np.int32),
+                              np.asarray(batch.column(LINE_AT_COL), dtype=np.int64),
+                              np.asarray(batch.column(LINE_LEN_COL), dtype=np.int32))  # fmt: skip
+    finally:
+        for m in maps:
+            m.close()
+    rest = [n for n in batch.schema.names if n not in (LINE_AT_COL, LINE_LEN_COL)]
+    return pa.RecordBatch.from_arrays([lines, *(batch.column(n) for n in rest)], names=[LINE_COL, *rest])
+
+
+def native_gather(sources: list[pa.Buffer], file: np.ndarray, at: np.ndarray, length: np.ndarray) -> pa.Array:
+    """Line ``i``: ``length[i]`` bytes of ``sources[file[i]]`` from ``at[i]``, as a binary
+    array (C's kg_gather; numpy where the C loops are unavailable)."""
+    from kappa_ingest import native
+
+    n = len(at)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(length, out=offsets[1:])
+    sizes = np.array([b.size for b in sources], dtype=np.int64)
+    if n and (np.any(at < 0) or np.any(at + length > sizes[file])):
+        raise ValueError("a moved line lies past the end of its file (was it changed during the run?)")
+    try:
+        data = native.gather(sources, file, at, length, int(offsets[-1]))
+    except native.NativeUnavailable:
+        whole = [np.frombuffer(b, dtype=np.uint8) for b in sources]
+        data = pa.py_buffer(np.concatenate([whole[f][a : a + k] for f, a, k in zip(file, at, length, strict=True)])
+                            if n else b"")  # fmt: skip
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), data])
 
 
 def split_lines(path: str, start: int, length: int, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pa.Array]:
     """The lines of the split ``[start, start + length)`` of ``path``, a binary array per
     chunk read (see the module's docstring for which lines a split holds)."""
+    for lines, _ in _split_chunks(path, start, length, chunk_bytes):
+        yield lines
+
+
+def _split_chunks(path: str, start: int, length: int, chunk_bytes: int) -> Iterator[tuple[pa.Array, np.ndarray]]:
+    """split_lines' arrays, each with its lines' byte offsets in the file."""
     end = start + length
     with open(path, "rb") as f:
         if start:
@@ -111,11 +172,11 @@ def split_lines(path: str, start: int, length: int, chunk_bytes: int = CHUNK_BYT
             buf = buf + data if buf else data
             if not buf:
                 return
-            lines, used, last = _complete_lines(buf, at, end, skip, eof)
+            lines, used, last, starts = _complete_lines(buf, at, end, skip, eof)
             if lines is not None:
                 skip = False
                 if len(lines):
-                    yield lines
+                    yield lines, starts + at
             if last or eof:
                 return
             # No line ended in the buffer (a long one): read as much again next time.
@@ -123,10 +184,14 @@ def split_lines(path: str, start: int, length: int, chunk_bytes: int = CHUNK_BYT
             buf, at = buf[used:], at + used
 
 
-def _complete_lines(buf: bytes, at: int, end: int, skip: bool, eof: bool) -> tuple[pa.Array | None, int, bool]:
+def _complete_lines(
+    buf: bytes, at: int, end: int, skip: bool, eof: bool
+) -> tuple[pa.Array | None, int, bool, np.ndarray]:
     """The complete lines of ``buf`` (at file offset ``at``) that begin at or before
-    ``end``, as ``(lines, bytes used, whether the split's last line is among them)``;
-    ``lines`` is None if the line to skip has not ended within ``buf``."""
+    ``end``, as ``(lines, bytes used, whether the split's last line is among them, where
+    each line begins in buf)``; ``lines`` is None if the line to skip has not ended
+    within ``buf``."""
+    none = np.zeros(0, dtype=np.int64)
     t = np.frombuffer(buf, dtype=np.uint8)
     lf, cr = t == LF, t == CR
     lone_cr = cr.copy()
@@ -141,7 +206,7 @@ def _complete_lines(buf: bytes, at: int, end: int, skip: bool, eof: bool) -> tup
     first = 0
     if skip:
         if not complete:
-            return (None, 0, False) if not eof else (pa.array([], pa.binary()), len(t), True)
+            return (None, 0, False, none) if not eof else (pa.array([], pa.binary()), len(t), True, none)
         first = 1
     n_lines = len(starts) if eof else complete
     # Lines that begin after the split's end are the next split's; so is an unfinished one.
@@ -149,7 +214,7 @@ def _complete_lines(buf: bytes, at: int, end: int, skip: bool, eof: bool) -> tup
     last = eof or within < n_lines or int(starts[complete]) > end - at
     lo, hi = first, max(first, within)
     if hi <= lo:
-        return pa.array([], pa.binary()), int(ends[complete - 1]) if complete else 0, last
+        return pa.array([], pa.binary()), int(ends[complete - 1]) if complete else 0, last, none
     begin = int(starts[lo])
     stop = int(ends[hi - 1]) if hi - 1 < complete else len(t)
     region = t[begin:stop]
@@ -168,4 +233,4 @@ def _complete_lines(buf: bytes, at: int, end: int, skip: bool, eof: bool) -> tup
     np.cumsum(lengths, out=offsets[1:])
     lines = pa.Array.from_buffers(pa.binary(), hi - lo, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
     used = int(ends[complete - 1]) if complete else 0
-    return lines, used, last
+    return lines, used, last, line_starts.astype(np.int64)

@@ -55,18 +55,26 @@ def _in_event_time_order_per_key(records) -> bool:
     return all(times == sorted(times) for times in seen.values())
 
 
-def test_an_ordered_replay_stays_on_the_line_path_with_sparks_records_and_order(spark, kafka, tmp_path):
+@pytest.mark.parametrize("packed", [False, True], ids=["lines moved by offset", "gzip: lines moved whole"])
+def test_an_ordered_replay_stays_on_the_line_path_with_sparks_records_and_order(spark, kafka, tmp_path, packed):
     paths = _files(tmp_path, 4000)
+    if packed:  # Spark's scan reads a .gz file, and its lines move with their text
+        for p in paths:
+            Path(p + ".gz").write_bytes(gzip.compress(Path(p).read_bytes()))
+        paths = [p + ".gz" for p in paths]
     options = dict(inputs=paths, null_values=("NA",), key_column="k", event_time_column="ev",
                    order_by_event_time=True, partitions=3, topic_partitions=2, sink="confluent")  # fmt: skip
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "700")  # a split's lines over several batches
     try:
-        _, lines, by_lines = run(spark, kafka, tmp_path, topic="moved-ordered-lines", **options)
+        _, lines, by_lines = run(spark, kafka, tmp_path, topic=f"moved-ordered-lines-{packed}", **options)
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
-    _, sparks, by_spark = run(spark, kafka, tmp_path, topic="moved-ordered-spark", multiline=True, **options)
+    _, sparks, by_spark = run(spark, kafka, tmp_path, topic=f"moved-ordered-spark-{packed}", multiline=True, **options)
     assert lines["read_path"] == "lines" and sparks["read_path"] == "spark-csv"
     assert lines["tasks"] and len(lines["tasks"]) == 3
+    # Local files: the tasks read the lines, Spark's JVM none (it moves offsets); gzip: Spark's scan reads them.
+    scanned = sum(s["input_records"] for s in lines["stages"])
+    assert scanned == (8002 if packed else 0)
     assert _records(by_lines) == _records(by_spark)
     assert lines["quarantine"]["reasons"] == sparks["quarantine"]["reasons"]
     assert lines["rows_read"] == sparks["rows_read"] == 8000

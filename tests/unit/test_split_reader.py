@@ -75,3 +75,53 @@ def test_edge_files(tmp_path, data):
     for split in (1, 2, 3, 10_000):
         want = [_hadoop(data, s, min(split, len(data) - s)) for s in range(0, max(len(data), 1), split)]
         assert _ours(path, data, split, 2) == want, split
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_lines_moved_by_their_offsets_read_back_as_they_were(tmp_path, seed, monkeypatch):
+    """A shuffle moves a line as its file, offset and length; the task that parses it reads
+    the same bytes back, whatever order the lines arrive in, from several files at once
+    (the C copy, and numpy where the C loops are unavailable)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from kappa_ingest import native
+    from kappa_ingest.columns import BLOCK_COL, BLOCK_LEN_COL, FILE_COL, LINE_AT_COL, LINE_COL, LINE_LEN_COL
+
+    rnd = random.Random(seed)
+    handed, want = [], []
+    for name in ("a.csv", "b.csv"):
+        data = _text(rnd, 200)
+        (tmp_path / name).write_bytes(data)
+        for s in range(0, max(len(data), 1), 97):
+            handed.append((f"file://{tmp_path / name}", s, min(97, len(data) - s)))
+    splits = pa.RecordBatch.from_pydict(
+        dict(zip((FILE_COL, BLOCK_COL, BLOCK_LEN_COL), zip(*handed, strict=True), strict=True))
+    )
+    read = pa.Table.from_batches(list(split_reader.read(iter([splits]), chunk_bytes=64, at=True))).combine_chunks()
+    want = read.column(LINE_COL).to_pylist()
+    order = np.random.default_rng(seed).permutation(read.num_rows)
+    moved = read.drop_columns([LINE_COL]).append_column(
+        LINE_LEN_COL, pc.binary_length(read.column(LINE_COL)).cast(pa.int32())
+    )
+    moved = moved.take(pa.array(order)).to_batches()[0]
+    for c_loops in (True, False):
+        if not c_loops:
+            monkeypatch.setattr(native, "gather", lambda *a: (_ for _ in ()).throw(native.NativeUnavailable("no cc")))
+        back = split_reader.with_lines(moved)
+        assert back.schema.names == [LINE_COL, FILE_COL, BLOCK_COL, BLOCK_LEN_COL]
+        assert back.column(LINE_COL).to_pylist() == [want[i] for i in order]
+    assert LINE_AT_COL not in back.schema.names
+
+
+def test_a_line_past_its_files_end_is_an_error_not_other_bytes(tmp_path):
+    import pyarrow as pa
+
+    from kappa_ingest.columns import FILE_COL, LINE_AT_COL, LINE_LEN_COL
+
+    (tmp_path / "a.csv").write_bytes(b"abc\n")
+    batch = pa.RecordBatch.from_pydict({FILE_COL: [f"file://{tmp_path / 'a.csv'}"], LINE_AT_COL: [2],
+                                        LINE_LEN_COL: pa.array([3], pa.int32())})  # fmt: skip
+    with pytest.raises(ValueError, match="past the end of its file"):
+        split_reader.with_lines(batch)
