@@ -7,6 +7,8 @@
   ``Producer.produce()`` with a timestamp and the contract's two headers costs ~2.2 µs of
   Python per record before librdkafka does any work; the loop hands librdkafka a whole
   Arrow batch in one call;
+- ``c/consume.c``: a topic read back, its records reduced to partition, offset,
+  timestamp and headers in C (:class:`Reader`);
 - ``c/gather.c``: lines moved by a shuffle as offsets, read back from their files
   (:func:`gather`).
 
@@ -28,14 +30,16 @@ import os
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 
 from kappa_ingest.paths import cache_dir
 
-SOURCES = ("json.c", "produce.c", "gather.c")  # in kappa_ingest/c/
+SOURCES = ("json.c", "produce.c", "gather.c", "consume.c", "rdkafka_abi.h")  # in kappa_ingest/c/
 _c = ctypes
 _P = _c.c_void_p
 _CHARS, _I64S = _c.POINTER(_c.c_char_p), _c.POINTER(_c.c_int64)
@@ -88,6 +92,30 @@ _SIGNATURES = {
     "kp_err2str": (_c.c_char_p, [_c.c_int]),
     "kp_destroy": (None, [_P]),
     "kj_size": (_c.c_int64, [_c.c_int64, _c.c_int, _P, _P, _P, _P, _P, _P, _c.c_int64]),
+    "kc_new": (_P, [_c.POINTER(_c.c_char_p), _c.POINTER(_c.c_char_p), _c.c_int, _c.c_char_p, _c.c_size_t]),
+    "kc_assign": (_c.c_int, [_P, _c.c_char_p, _c.c_int, _P, _P]),
+    "kc_close": (None, [_P]),
+    "kc_poll": (
+        _c.c_int64,
+        [
+            _P,
+            _c.c_int,
+            _c.c_int64,
+            _c.c_int,
+            _CHARS,
+            _I64S,
+            _P,
+            _P,
+            _P,
+            _P,
+            _P,
+            _P,
+            _c.c_int64,
+            _c.POINTER(_c.c_int),
+            _c.c_char_p,
+            _c.c_size_t,
+        ],
+    ),
     "kg_gather": (None, [_c.c_int64, _P, _P, _P, _P, _P]),
     "kj_not_literal": (_c.c_int64, [_c.c_int64, _P, _c.c_int, _c.c_int]),
     "kj_write": (_c.c_int64, [_c.c_int64, _c.c_int, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _c.c_char_p, _c.c_int64]),
@@ -167,8 +195,9 @@ def build() -> Path:
         out = Path(tmp) / target.name
         sources = []
         for name, text in _sources().items():
-            sources.append(Path(tmp) / name)
-            sources[-1].write_bytes(text)
+            (Path(tmp) / name).write_bytes(text)
+            if name.endswith(".c"):
+                sources.append(Path(tmp) / name)
         command = [compiler, "-O3", "-shared", "-fPIC", "-o", str(out), *map(str, sources),
                    f"-L{rdkafka.parent}", f"-l:{rdkafka.name}", f"-Wl,-rpath,{rdkafka.parent}"]  # fmt: skip
         try:
@@ -253,6 +282,68 @@ def gather(sources: list[pa.Buffer], file, at, length, size: int) -> pa.Buffer: 
     bases = (ctypes.c_void_p * max(len(sources), 1))(*(b.address for b in sources))
     lib.kg_gather(len(at), bases, file.ctypes.data, at.ctypes.data, length.ctypes.data, out.address)
     return out.slice(0, size)
+
+
+@dataclass
+class Polled:
+    """What one :meth:`Reader.poll` saw: records, and partition ends (``rid == -2``)."""
+
+    partition: np.ndarray  # int32
+    offset: np.ndarray  # int64
+    timestamp: np.ndarray  # int64, ms
+    rid: np.ndarray  # int32: index into the wanted run ids; -1 another's; -2 a partition's end
+    files: pa.Array  # binary: the source_file header of the wanted run ids' records
+
+
+class Reader:
+    """A consumer of c/consume.c: records are counted from arrays, not Message objects.
+    ``conf`` holds librdkafka settings as text (the callers drop Python callbacks)."""
+
+    def __init__(self, conf: dict[str, str], wanted: list[bytes], max_records: int = 20_000) -> None:
+        self._lib = load()
+        names = [k.encode() for k in conf]
+        values = [(str(v).lower() if isinstance(v, bool) else str(v)).encode() for v in conf.values()]
+        err = ctypes.create_string_buffer(512)
+        self._rk = self._lib.kc_new((ctypes.c_char_p * len(names))(*names), (ctypes.c_char_p * len(values))(*values),
+                                    len(names), err, len(err))  # fmt: skip
+        if not self._rk:
+            raise ValueError(err.value.decode(errors="replace"))
+        self._wanted = (ctypes.c_char_p * max(len(wanted), 1))(*wanted)
+        self._wanted_lens = (ctypes.c_int64 * max(len(wanted), 1))(*map(len, wanted))
+        self._n_wanted = len(wanted)
+        self._max = max_records
+        self._part = np.empty(max_records, np.int32)
+        self._off = np.empty(max_records, np.int64)
+        self._ts = np.empty(max_records, np.int64)
+        self._rid = np.empty(max_records, np.int32)
+        self._file_at = np.empty(max_records + 1, np.int64)
+        self._files = np.empty(max_records * 256 + (64 << 10), np.uint8)
+
+    def assign(self, topic: str, start: dict[int, int]) -> None:
+        parts = np.array(list(start), np.int32)
+        offsets = np.array(list(start.values()), np.int64)
+        code = self._lib.kc_assign(self._rk, topic.encode(), len(parts), parts.ctypes.data, offsets.ctypes.data)
+        if code:
+            raise RuntimeError(f"assigning {topic!r}: {self._lib.kp_err2str(code).decode()}")
+
+    def poll(self, timeout_ms: int) -> Polled:
+        """What arrives within ``timeout_ms``; RuntimeError(code, text) on a consumer error."""
+        code, text = ctypes.c_int(0), ctypes.create_string_buffer(512)
+        k = self._lib.kc_poll(self._rk, timeout_ms, self._max, self._n_wanted, self._wanted, self._wanted_lens,
+                              self._part.ctypes.data, self._off.ctypes.data, self._ts.ctypes.data,
+                              self._rid.ctypes.data, self._file_at.ctypes.data, self._files.ctypes.data,
+                              len(self._files), ctypes.byref(code), text, len(text))  # fmt: skip
+        if k < 0:
+            raise RuntimeError(code.value, text.value.decode(errors="replace"))
+        at = self._file_at[: k + 1]
+        files = pa.Array.from_buffers(pa.binary(), k, [None, pa.py_buffer((at - at[0]).astype(np.int32)),
+                                                       pa.py_buffer(self._files[: at[-1]].tobytes())])  # fmt: skip
+        return Polled(self._part[:k].copy(), self._off[:k].copy(), self._ts[:k].copy(), self._rid[:k].copy(), files)
+
+    def close(self) -> None:
+        if self._rk:
+            self._lib.kc_close(self._rk)
+            self._rk = None
 
 
 def json_values(

@@ -89,9 +89,22 @@ def read_back(
     out = ReadBack()
     if not todo:
         return out
-    consumer = Consumer({**conf, "group.id": "kappa-ingest-read-back", "enable.auto.commit": False,
-                         "isolation.level": "read_committed", "enable.partition.eof": True,
-                         "fetch.max.bytes": 64 << 20, "logger": LOG})  # fmt: skip
+    settings = {k: v for k, v in conf.items() if k != "logger"}
+    if all(isinstance(v, str | int | float | bool) for v in settings.values()):
+        from kappa_ingest import native
+
+        try:
+            reader = native.Reader({**settings, **_READER, "enable.partition.eof": "true"}, sorted(wanted))
+        except native.NativeUnavailable:
+            pass
+        else:
+            try:
+                raw = _read_in_c(reader, topic, start, end, todo, sorted(wanted), began + timeout_s, out, by_partition,
+                                 where, timeout_s)  # fmt: skip
+            finally:
+                reader.close()
+            return _counted(out, raw, began)
+    consumer = Consumer({**conf, **_READER, "enable.partition.eof": True, "logger": LOG})
     try:
         consumer.assign([TopicPartition(topic, p, start.get(p, 0)) for p in todo])
         deadline = began + timeout_s
@@ -129,10 +142,80 @@ def read_back(
         consumer.unassign()
     finally:
         consumer.close()
+    return _counted(out, raw, began)
+
+
+_READER = {"group.id": "kappa-ingest-read-back", "enable.auto.commit": False, "isolation.level": "read_committed",
+           "fetch.max.bytes": 64 << 20}  # fmt: skip
+
+
+def _counted(out: ReadBack, raw: Counter[tuple[bytes, bytes]], began: float) -> ReadBack:
     for (rid, file), n in raw.items():  # files by the ledger's name for them, as sent_by_file has them
         out.counts[(rid.decode(), canonical_file(file.decode()))] += n
     out.seconds = round(time.monotonic() - began, 3)
     return out
+
+
+def _read_in_c(
+    reader: Any,
+    topic: str,
+    start: dict[int, int],
+    end: dict[int, int],
+    todo: set[int],
+    wanted: list[bytes],
+    deadline: float,
+    out: ReadBack,
+    by_partition: bool,
+    where: dict[int, tuple[list[int], list[tuple[int, Unit]]]],
+    timeout_s: float,
+) -> Counter[tuple[bytes, bytes]]:
+    """read_back's loop over c/consume.c's arrays (the same rules, a batch of records at a time)."""
+    import numpy as np
+    import pyarrow as pa
+
+    raw: Counter[tuple[bytes, bytes]] = Counter()
+    reader.assign(topic, {p: start.get(p, 0) for p in todo})
+    end_of = np.zeros(max(end) + 1, dtype=np.int64)
+    for p, e in end.items():
+        end_of[p] = e
+    while todo:
+        if time.monotonic() > deadline:
+            raise KafkaUnavailable(
+                f"could not read topic {topic!r} back to its end in {timeout_s:.0f} s to count this run's records"
+                f" (partitions {sorted(todo)}: a transaction another producer left open?)"
+            )
+        try:
+            got = reader.poll(50)
+        except RuntimeError as e:
+            raise KafkaUnavailable(f"reading topic {topic!r} back: {e.args[-1]}") from e
+        if not len(got.offset):
+            continue
+        ends = end_of[got.partition]
+        record = got.rid != -2
+        # A partition is done at its end's event past the end, or at its last record.
+        done = (~record & (got.offset >= ends)) | (record & (got.offset + 1 >= ends))
+        todo.difference_update(np.unique(got.partition[done]).tolist())
+        mine = record & (got.offset < ends) & (got.rid >= 0)
+        if not mine.any():
+            continue
+        rids, parts, offsets, stamps = got.rid[mine], got.partition[mine], got.offset[mine], got.timestamp[mine]
+        keys = pa.table({"rid": rids, "file": got.files.filter(pa.array(mine))})
+        for row in keys.group_by(["rid", "file"]).aggregate([([], "count_all")]).to_pylist():
+            raw[(wanted[row["rid"]], row["file"])] += row["count_all"]
+        for p in np.unique(parts).tolist():
+            at = parts == p
+            if by_partition:
+                span = out.partitions.setdefault(p, [0, int(stamps[at].min()), int(stamps[at].max())])
+                span[0] += int(at.sum())
+                span[1], span[2] = min(span[1], int(stamps[at].min())), max(span[2], int(stamps[at].max()))
+            if p in where:
+                firsts, rest = where[p]
+                i = np.searchsorted(np.asarray(firsts), offsets[at], side="right") - 1
+                stops = np.asarray([stop for stop, _ in rest] + [0])
+                inside = (i >= 0) & (offsets[at] < stops[i])
+                for j, n in zip(*np.unique(i[inside], return_counts=True), strict=True):
+                    out.by_unit[rest[int(j)][1]] += int(n)
+    return raw
 
 
 def _index(units: Runs) -> dict[int, tuple[list[int], list[tuple[int, Unit]]]]:

@@ -19,8 +19,7 @@
  * Transactions (exactly-once delivery) are librdkafka's own; the kp_txn_* calls return
  * 0 or the error's code, with its text and kind kept in the producer for Python to read.
  *
- * Only the few declarations used are written out (stable public ABI of rdkafka.h,
- * librdkafka >= 1.4), as the wheel carries no header.
+ * librdkafka's declarations: rdkafka_abi.h.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -28,22 +27,7 @@
 #include <string.h>
 #include <sys/types.h>
 
-typedef struct rd_kafka_s rd_kafka_t;
-typedef struct rd_kafka_conf_s rd_kafka_conf_t;
-typedef struct rd_kafka_topic_s rd_kafka_topic_t;
-typedef struct rd_kafka_error_s rd_kafka_error_t;
-typedef struct rd_kafka_headers_s rd_kafka_headers_t;
-typedef struct rd_kafka_message_s {
-    int err;
-    rd_kafka_topic_t *rkt;
-    int32_t partition;
-    void *payload;
-    size_t len;
-    void *key;
-    size_t key_len;
-    int64_t offset;
-    void *_private; /* the record's opaque (VT_OPAQUE) in delivery reports */
-} rd_kafka_message_t;
+#include "rdkafka_abi.h"
 
 enum { VT_END, VT_TOPIC, VT_RKT, VT_PARTITION, VT_VALUE, VT_KEY, VT_OPAQUE, VT_MSGFLAGS, VT_TIMESTAMP, VT_HEADER,
        VT_HEADERS };
@@ -59,21 +43,15 @@ enum { VT_END, VT_TOPIC, VT_RKT, VT_PARTITION, VT_VALUE, VT_KEY, VT_OPAQUE, VT_M
 #define CONF_OK 0
 #define PRODUCER 0
 
-rd_kafka_conf_t *rd_kafka_conf_new(void);
-int rd_kafka_conf_set(rd_kafka_conf_t *, const char *, const char *, char *, size_t);
-void rd_kafka_conf_destroy(rd_kafka_conf_t *);
 void rd_kafka_conf_set_opaque(rd_kafka_conf_t *, void *);
 void rd_kafka_conf_set_dr_msg_cb(rd_kafka_conf_t *, void (*)(rd_kafka_t *, const rd_kafka_message_t *, void *));
 void rd_kafka_conf_set_error_cb(rd_kafka_conf_t *, void (*)(rd_kafka_t *, int, const char *, void *));
-rd_kafka_t *rd_kafka_new(int, rd_kafka_conf_t *, char *, size_t);
 int rd_kafka_producev(rd_kafka_t *, ...);
 int rd_kafka_poll(rd_kafka_t *, int);
 int rd_kafka_flush(rd_kafka_t *, int);
 int rd_kafka_purge(rd_kafka_t *, int);
 int rd_kafka_outq_len(rd_kafka_t *);
 int rd_kafka_fatal_error(rd_kafka_t *, char *, size_t);
-const char *rd_kafka_err2str(int);
-void rd_kafka_destroy(rd_kafka_t *);
 rd_kafka_error_t *rd_kafka_init_transactions(rd_kafka_t *, int);
 rd_kafka_error_t *rd_kafka_begin_transaction(rd_kafka_t *);
 rd_kafka_error_t *rd_kafka_commit_transaction(rd_kafka_t *, int);
