@@ -14,6 +14,7 @@ own read-back) and sets them side by side: records per partition, first and last
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -174,8 +175,7 @@ def compare(admin: Any, conf: dict[str, Any], old: str, runs: tuple[str, ...], n
     from kappa_ingest.reconcile import read_back
     from kappa_ingest.records import iso_ms
 
-    def side(topic: str, run_ids: tuple[str, ...]) -> dict[str, Any]:
-        end = admin.end_offsets(topic)
+    def side(topic: str, run_ids: tuple[str, ...], end: dict[int, int]) -> dict[str, Any]:
         found = read_back(conf, topic, dict.fromkeys(end, OFFSET_BEGINNING), end, set(run_ids), by_partition=True)
         parts = {p: {"records": n, "first_event": iso_ms(first), "last_event": iso_ms(last)}
                  for p, (n, first, last) in sorted(found.partitions.items())}  # fmt: skip
@@ -184,4 +184,8 @@ def compare(admin: Any, conf: dict[str, Any], old: str, runs: tuple[str, ...], n
                 "first_event": iso_ms(min(f for _, f, _ in spans)) if parts else None,
                 "last_event": iso_ms(max(last for _, _, last in spans)) if parts else None}  # fmt: skip
 
-    return {"old": side(old, runs), "new": side(new, (run_id,))}
+    # Both read at once: a read back waits on fetches as much as it counts (the C loop lets go of the GIL).
+    with ThreadPoolExecutor(2) as pool:
+        ends = admin.end_offsets(old), admin.end_offsets(new)
+        old_side, new_side = pool.submit(side, old, runs, ends[0]), pool.submit(side, new, (run_id,), ends[1])
+        return {"old": old_side.result(), "new": new_side.result()}
