@@ -23,7 +23,7 @@ with zipfile.ZipFile(out + ".tmp", "w", zipfile.ZIP_DEFLATED) as z:
     for root, dirs, files in os.walk(os.path.join(lib, "kappa_ingest")):
         dirs[:] = [d for d in dirs if d not in ("__pycache__", "built", "conf")]
         for f in files:
-            if f.endswith((".py", ".c")):
+            if f.endswith((".py", ".c", ".h")):
                 path = os.path.join(root, f)
                 z.write(path, os.path.relpath(path, lib))
     # The shipped producer settings, for a driver that has no checkout (cluster deploy mode).
