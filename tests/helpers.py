@@ -113,3 +113,20 @@ def run(spark, kafka, tmp_path, **options):
     summary = json.loads((tmp_path / "metrics" / "runs" / cfg.run_id / "summary.json").read_text())
     records = [] if cfg.dry_run else consume_all(kafka.bootstrap_servers, cfg.topic)
     return cfg, summary, records
+
+
+def split_by_rule(read_line, start: int, end: int, skip: bool) -> list[bytes]:
+    """The lines Hadoop's LineRecordReader gives a split, line by line: ``read_line(pos)``
+    is ``(line, next position)`` or None at the end; a split after the first (``skip``)
+    skips the line it begins in, and lines are read while the position is at or before
+    the split's end."""
+    pos, out = start, []
+    if skip:
+        first = read_line(pos)
+        if first is None:
+            return []
+        pos = first[1]
+    while pos <= end and (line := read_line(pos)) is not None:
+        out.append(line[0])
+        pos = line[1]
+    return out

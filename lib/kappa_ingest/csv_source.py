@@ -4,13 +4,14 @@ Two ways to read, chosen per run (``Source.mode``):
 
 - ``lines`` (the fast path): Spark reads raw lines with their file and split offset, and
   each task parses its Arrow batches with :class:`kappa_ingest.parsing.LineParser`. Used
-  for single-line records with RFC 4180 quoting (the quote escaped by doubling), in UTF-8
-  or a single-byte encoding (:mod:`kappa_ingest.transcode`). Where rows must move between
+  for single-line records with RFC 4180 quoting (the quote escaped by doubling), in UTF-8,
+  a single-byte encoding or UTF-16 (:mod:`kappa_ingest.transcode`; UTF-16 from local
+  files, whose lines the tasks find by unit: :mod:`kappa_ingest.split_reader`). Where rows must move between
   tasks (an ordered replay, more ``--partitions`` than the files split into) the raw
   lines are shuffled and sorted before they are parsed (:mod:`kappa_ingest.line_shuffle`).
 - ``spark-csv``: Spark's CSV reader parses, in PERMISSIVE mode with a corrupt-record
   column, for the rest: ``--multiline``, backslash escapes, multi-byte encodings other
-  than UTF-8 (UTF-16).
+  than UTF-8 and UTF-16 (Shift-JIS, GB18030).
 
 Both read every field as text; ``--schema``, ``--null-value`` and the event time are
 applied to that text by :mod:`kappa_ingest.typed`, the same code whichever path read it.
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlparse
 
+import numpy as np
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StringType, StructField, StructType
@@ -94,7 +96,8 @@ def reader_options(cfg: IngestConfig) -> dict[str, str]:
         "quote": cfg.quote,
         "escape": cfg.escape,
         "encoding": cfg.encoding,
-        "multiLine": str(cfg.multiline).lower(),
+        # Spark reads UTF-16 right only as a stream: its line reader cuts at bytes.
+        "multiLine": str(cfg.multiline or transcode.wide(cfg.encoding)).lower(),
         "mode": "PERMISSIVE",
         "columnNameOfCorruptRecord": CORRUPT_COL,
         "enforceSchema": "false",
@@ -105,7 +108,7 @@ def reader_options(cfg: IngestConfig) -> dict[str, str]:
 
 
 def _lines_possible(cfg: IngestConfig) -> bool:
-    encoding_ok = cfg.encoding == "utf-8" or transcode.table(cfg.encoding) is not None
+    encoding_ok = cfg.encoding == "utf-8" or transcode.wide(cfg.encoding) or transcode.table(cfg.encoding) is not None
     return not cfg.multiline and cfg.escape == cfg.quote and encoding_ok
 
 
@@ -221,8 +224,10 @@ def _moved_lines(
         parts = cfg.partitions
     if parts is None or parts == 1:
         return None
-    # A line's part is a hash of its text, which the text scan moves with it.
-    return line_shuffle.by_line(line_shuffle.marked(*scan), parts), parts, parts, True, scan[1]
+    # A line's part is a hash of its text, which the text scan moves with it (UTF-16, which
+    # only the tasks read right: of its place in its file).
+    by = own_scan if transcode.wide(cfg.encoding) and own_scan else scan
+    return line_shuffle.by_line(line_shuffle.marked(*by), parts), parts, parts, True, by[1]
 
 
 def _typed(parser: BatchParser, typed: Typing) -> BatchParser:
@@ -367,27 +372,36 @@ MAX_HEADER_BYTES = 64 << 20
 def first_line(path: str, encoding: str = "utf-8", header: bool = True, delimiter: str = ",") -> str | None:
     """A local file's first line, BOM and line end removed, read by Python (no Spark job);
     None for a remote file, a blank first line, one longer than ``MAX_HEADER_BYTES`` or an
-    encoding whose line ends are not ASCII bytes: Spark reads those.
+    encoding whose line ends are not ASCII bytes (other than UTF-16): Spark reads those.
 
     InputError for an empty file, one whose first 64 KiB are not CSV text (binary data, a
     gzip stream under a ``.csv`` name: :func:`kappa_ingest.inputs.check_head`; the
-    ``delimiter`` counts as text) and, when it is a ``header``, a first line that is not
-    valid in ``encoding`` (named with its byte offset: the file is in another encoding, to
-    be given with ``--encoding``)."""
+    ``delimiter`` counts as text), a UTF-16 file that is remote or compressed (only the
+    tasks' own reading finds its lines) and, when it is a ``header``, a first line that is
+    not valid in ``encoding`` (named with its byte offset: the file is in another
+    encoding, to be given with ``--encoding``)."""
     import gzip
     import zlib
 
-    if urlparse(path).scheme not in ("", "file") or not _ascii_compatible(encoding):
-        return None
+    wide = transcode.wide(encoding)
     local = path.removeprefix("file://")
     compressed = local.endswith(".gz")
+    if wide and (compressed or urlparse(path).scheme not in ("", "file")):
+        raise InputError(
+            f"input {path}: --encoding {encoding} is read from local uncompressed files only;"
+            f" decompress or copy it here, or convert it to UTF-8 (iconv -f {encoding.upper()} -t UTF-8)"
+        )
+    if urlparse(path).scheme not in ("", "file") or not (wide or _ascii_compatible(encoding)):
+        return None
+    order = transcode.byte_order(encoding, local) if wide else None
     try:
         with gzip.open(local, "rb") if compressed else open(local, "rb") as f:
-            head = b""
+            head, end = b"", None
             while len(head) < MAX_HEADER_BYTES:
                 chunk = f.read(1 << 16)
                 head += chunk
-                if not chunk or b"\n" in chunk or b"\r" in chunk:
+                end = _line_end(head, order, len(head) - len(chunk) - 1)
+                if not chunk or end is not None:
                     break
     except (OSError, EOFError, zlib.error) as e:
         raise InputError(f"input {path}: cannot read its first line ({e}); check the file") from e
@@ -396,8 +410,13 @@ def first_line(path: str, encoding: str = "utf-8", header: bool = True, delimite
         raise InputError(
             f"input {path}: empty file (0 bytes{once}), no header; give a CSV with a header line or --no-header"
         )
-    end = min((i for i in (head.find(b"\n"), head.find(b"\r")) if i >= 0), default=None)
-    check_head(path, head, compressed, end, delimiter)
+    if order is None:
+        check_head(path, head, compressed, end, delimiter)
+    else:  # judged as the text it decodes to
+        codec = "utf-16-le" if order == "<" else "utf-16-be"
+        shown_end = None if end is None else len(head[:end].decode(codec, errors="replace").encode())
+        check_head(path, head.decode(codec, errors="replace").encode(), compressed, shown_end, delimiter)
+        encoding = codec
     if end is None and len(head) >= MAX_HEADER_BYTES:
         return None
     raw = head[:end]
@@ -413,6 +432,19 @@ def first_line(path: str, encoding: str = "utf-8", header: bool = True, delimite
         line = raw.decode(encoding, errors="replace")  # data: the parser quarantines such a line
     line = line.removeprefix(BOM)
     return line or None
+
+
+def _line_end(head: bytes, order: str | None, since: int) -> int | None:
+    """Where the first line of ``head`` ends (its first ``\\n`` or ``\\r``; in UTF-16, of
+    ``order``, the first such unit), looking from ``since`` on (before it, none); None if
+    not within ``head``."""
+    since = max(since, 0)
+    if order is None:
+        found = [i for i in (head.find(b"\n", since), head.find(b"\r", since)) if i >= 0]
+        return min(found) if found else None
+    units = np.frombuffer(head[: len(head) & ~1], dtype=order + "u2")[since // 2 :]
+    breaks = np.flatnonzero((units == split_reader.LF) | (units == split_reader.CR))
+    return (since // 2 + int(breaks[0])) * 2 if len(breaks) else None
 
 
 def header_columns(line: str, cfg: IngestConfig) -> list[str]:

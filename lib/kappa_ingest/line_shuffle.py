@@ -13,8 +13,9 @@ keep the file's order) and, for an ordered replay, its key and event time, found
 same Arrow parser and typing the sink uses. A line that does not parse has neither and
 sorts first; the sink quarantines it with its reason.
 
-A row's part of its split is a function of its own text (its line, or its key), never of
-the files read beside it, so a unit is the same rows in every run and in its resume.
+A row's part of its split is a function of its own text (its line, or its key; a UTF-16
+line, moved by offset: its place in its file), never of the files read beside it, so a
+unit is the same rows in every run and in its resume.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def marked(lines: DataFrame, parser: LineParser, order: Typing | None = None, ke
         parse = replace(parser, wanted=tuple(c for c in (key, order.event_column) if c) if order else ()).fresh()
         counted: dict[tuple[str, int], int] = {}  # a split's lines may come over several batches
         schema = None
-        for batch in split_reader.read(batches, at=True) if spans else batches:
+        for batch in split_reader.read(batches, at=True, encoding=parser.encoding) if spans else batches:
             # A scan task reads its splits' lines in order; a batch may hold several splits.
             for file, start, _, rows, _ in segments(batch):
                 before = counted.get((file, start), 0)
@@ -118,8 +119,11 @@ def _scatter(values: pa.Array, at: pa.Array, n: int, type_: pa.DataType) -> pa.A
 
 
 def by_line(df: DataFrame, parts: int) -> DataFrame:
-    """Marked lines in ``parts`` parts, each line's part a hash of its text."""
-    return df.repartition(parts, F.col(LINE_COL))
+    """Marked lines in ``parts`` parts, each line's part a hash of its text (moved by its
+    offset, of its file and offset)."""
+    if LINE_COL in df.columns:
+        return df.repartition(parts, F.col(LINE_COL))
+    return df.repartition(parts, F.col(FILE_COL), F.col(LINE_AT_COL))
 
 
 def by_key_in_event_time_order(df: DataFrame, parts: int) -> DataFrame:

@@ -6,14 +6,14 @@ header; a batch holds rows of one file (one ledger unit).
 
 - :class:`LineParser`, the fast path: Spark reads raw lines (``read.text``) and each batch
   of lines is parsed here by Arrow's C++ CSV reader, so no Python object is made per row.
-  It handles RFC 4180 quoting on single-line records in UTF-8 (or a single-byte encoding,
-  turned into UTF-8 first); a line is quarantined if its bytes are not valid in the
+  It handles RFC 4180 quoting on single-line records in UTF-8 (or a single-byte encoding
+  or UTF-16, turned into UTF-8 first); a line is quarantined if its bytes are not valid in the
   encoding, its quotes do not balance (a quoted newline without ``--multiline``), or its
   field count differs from the header's. Each file's first line is its header (checked
   against the one read for that file before the run) or, without a header, data (BOM
   removed); after a shuffle, the line marked first.
 - :class:`RowParser`: Spark's CSV reader has parsed the rows already (multiline records,
-  backslash escapes, UTF-16); its reject marks are only split off.
+  backslash escapes); its reject marks are only split off.
 """
 
 from __future__ import annotations
@@ -49,11 +49,31 @@ REASON_MALFORMED = "malformed"  # Spark's mark; made precise by malformed_detail
 class BatchParser(Protocol):
     counts_lines: bool  # whether a batch position is a line of the file
     reads_splits: bool  # handed its splits, the task reads their lines itself (kappa_ingest.split_reader)
+    encoding: str  # of the lines it is handed or reads
 
     def fresh(self) -> BatchParser:
         """A parser for a new task."""
 
     def __call__(self, batch: pa.RecordBatch) -> Parsed: ...
+
+
+class Wrapping:
+    """A parser around another (``inner``), which reads the task's lines: what it is
+    handed and how it reads them are the inner parser's."""
+
+    inner: BatchParser
+
+    @property
+    def counts_lines(self) -> bool:
+        return self.inner.counts_lines
+
+    @property
+    def reads_splits(self) -> bool:
+        return self.inner.reads_splits
+
+    @property
+    def encoding(self) -> str:
+        return self.inner.encoding
 
 
 class HeaderMismatch(ValueError):
@@ -157,7 +177,7 @@ class LineParser:
     # one marked so (FIRST_COL), checked when it was marked; a position is not a line.
     marked: bool = False
     wanted: tuple[str, ...] = ()  # only these columns' values (the others are split, not kept); (): all
-    encoding: str = "utf-8"  # else a single-byte encoding, turned into UTF-8 first (kappa_ingest.transcode)
+    encoding: str = "utf-8"  # else a single-byte one or UTF-16, turned into UTF-8 first (kappa_ingest.transcode)
     reads_splits: bool = False  # the task is handed its splits and reads their lines (kappa_ingest.split_reader)
     _seen: set[str] = field(default_factory=set)
 
@@ -173,7 +193,9 @@ class LineParser:
     def __call__(self, batch: pa.RecordBatch) -> Parsed:
         lines = _as_binary(batch.column(LINE_COL))
         undefined = None
-        if self.encoding != "utf-8":
+        if transcode.wide(self.encoding):
+            lines, undefined = transcode.utf16_to_utf8(lines, _big_endian(self.encoding, batch.column(FILE_COL)))
+        elif self.encoding != "utf-8":
             byte_table = transcode.table(self.encoding)
             assert byte_table is not None, self.encoding
             lines, undefined = transcode.to_utf8(lines, byte_table)
@@ -353,6 +375,7 @@ class RowParser:
 
     counts_lines = False  # a batch position is one of Spark's records (a header is not one; a record may span lines)
     reads_splits = False
+    encoding = "utf-8"  # (Spark's reader decoded the rows)
 
     columns: tuple[str, ...]
     delimiter: str = ","
@@ -414,21 +437,13 @@ def move_to_rejects(parsed: Parsed, batch: pa.RecordBatch, bad: np.ndarray, reas
 
 
 @dataclass
-class Typed:
+class Typed(Wrapping):
     """A parser whose clean rows get their typed values (:mod:`kappa_ingest.typed`): a row
     with a field that does not convert is moved to the rejects, the reason naming the first
     such column and its value."""
 
     inner: BatchParser
     typing: Typing
-
-    @property
-    def counts_lines(self) -> bool:
-        return self.inner.counts_lines
-
-    @property
-    def reads_splits(self) -> bool:
-        return self.inner.reads_splits
 
     def fresh(self) -> Typed:
         return Typed(self.inner.fresh(), self.typing)
@@ -462,3 +477,13 @@ def malformed_detail(line: str | None, header_fields: int, delimiter: str, quote
     if len(row) != header_fields:
         return f"{len(row)} fields where the header has {header_fields}"
     return "a value does not fit --schema"
+
+
+def _big_endian(encoding: str, files: pa.Array) -> np.ndarray:
+    """Per line, whether its UTF-16 file is big-endian (the files are local: read by the task)."""
+    from urllib.parse import unquote, urlparse
+
+    encoded = files.dictionary_encode()
+    orders = transcode.orders_of(encoding, (unquote(urlparse(u).path) for u in encoded.dictionary.to_pylist()))
+    return np.array([o == ">" for o in orders.values()], dtype=bool)[np.asarray(encoded.indices)] \
+        if len(files) else np.zeros(0, dtype=bool)  # fmt: skip

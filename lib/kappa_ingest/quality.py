@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kappa_ingest.errors import UsageError
+from kappa_ingest.parsing import Wrapping
 from kappa_ingest.typed import materialized
 
 GATES = ("fail", "quarantine", "warn")
@@ -375,21 +376,13 @@ def _between(col: pa.Array, low: Any, high: Any, strict_low: Any, strict_high: A
 
 
 @dataclass
-class Checked:
+class Checked(Wrapping):
     """A parser whose clean rows also pass the row checks: a row failing one is moved to
     the rejects, its reason the first expectation it fails; each expectation's failures
     are counted (``Parsed.failed``) to be compared with GX's unexpected counts."""
 
     inner: Any  # a kappa_ingest.parsing.BatchParser
     checks: RowChecks
-
-    @property
-    def counts_lines(self) -> bool:
-        return self.inner.counts_lines
-
-    @property
-    def reads_splits(self) -> bool:
-        return self.inner.reads_splits
 
     def fresh(self) -> Checked:
         return Checked(self.inner.fresh(), self.checks)

@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kappa_ingest.columns import FILE_COL, LINE_COL
+from kappa_ingest.parsing import Wrapping
 from kappa_ingest.typed import materialized
 
 FRAMING_BYTES = 128
@@ -112,7 +113,7 @@ class RecordTooLarge(ValueError):
 
 
 @dataclass
-class SizeChecked:
+class SizeChecked(Wrapping):
     """A parser whose clean rows all fit in a Kafka record: a row that does not is moved
     to the rejects (or, ``strict``, raises :class:`RecordTooLarge`)."""
 
@@ -121,14 +122,6 @@ class SizeChecked:
     limit: Limit
     fixed_header_bytes: int  # header_bytes(run_id, sink)
     strict: bool = False
-
-    @property
-    def counts_lines(self) -> bool:
-        return self.inner.counts_lines
-
-    @property
-    def reads_splits(self) -> bool:
-        return self.inner.reads_splits
 
     def fresh(self) -> SizeChecked:
         return SizeChecked(self.inner.fresh(), self.spec, self.limit, self.fixed_header_bytes, self.strict)

@@ -15,7 +15,11 @@ same lines in each split:
   length]`` (the first split: from 0): a split after the first skips the line it begins
   in, and reads on past its end to finish the last line it began. Every line is in one
   split, as Hadoop has it, so a unit of the ledger is the same lines on either path;
-- a ``.gz`` file is left to Spark's scan (one split, Hadoop's codec judging the stream).
+- a ``.gz`` file is left to Spark's scan (one split, Hadoop's codec judging the stream);
+- in UTF-16 (``width`` 2) the same holds of 16-bit units, in the file's byte order: a
+  line ends at the unit ``\\n`` or ``\\r``, and a split's bounds are taken down to an even
+  offset (Spark's text scan, which cuts at bytes, cannot read such files). A last odd
+  byte stays with the last line, which then does not decode and is quarantined.
 
 Lines an ordered replay moves (:mod:`kappa_ingest.line_shuffle`) need not carry their
 text through Spark's shuffle and sort: read with their byte offsets (``read(at=True)``),
@@ -36,6 +40,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
+from kappa_ingest import transcode
 from kappa_ingest.columns import BLOCK_COL, BLOCK_LEN_COL, FILE_COL, LINE_AT_COL, LINE_COL, LINE_LEN_COL
 from kappa_ingest.splits import Plan, canonical_file
 
@@ -85,10 +90,11 @@ def frame(spark: SparkSession, plan: Plan, uris: list[str], tasks: int) -> tuple
 
 
 def read(
-    handed: Iterator[pa.RecordBatch], chunk_bytes: int = CHUNK_BYTES, at: bool = False
+    handed: Iterator[pa.RecordBatch], chunk_bytes: int = CHUNK_BYTES, at: bool = False, encoding: str = "utf-8"
 ) -> Iterator[pa.RecordBatch]:
     """The lines of the splits a task was handed, as batches of the text scan's columns;
-    ``at``: with each line's byte offset in its file (LINE_AT_COL) too.
+    ``at``: with each line's byte offset in its file (LINE_AT_COL) too; ``encoding``: the
+    files' (UTF-16 is read by unit; any other by byte).
 
     Handed lines moved by a shuffle without their text (LINE_AT_COL and LINE_LEN_COL in
     place of LINE_COL: :mod:`kappa_ingest.line_shuffle`), the lines are read from the
@@ -100,7 +106,9 @@ def read(
         for uri, start, length in zip(*(batch.column(c).to_pylist() for c in (FILE_COL, BLOCK_COL, BLOCK_LEN_COL)),
                                       strict=True):  # fmt: skip
             file = pa.scalar(uri, pa.string())
-            for lines, starts in _split_chunks(unquote(urlparse(uri).path), start, length, chunk_bytes):
+            path = unquote(urlparse(uri).path)
+            order = transcode.byte_order(encoding, path) if transcode.wide(encoding) else None
+            for lines, starts in _split_chunks(path, start, length, chunk_bytes, order):
                 n = len(lines)
                 columns = [lines, pa.repeat(file, n), pa.repeat(pa.scalar(start, pa.int64()), n),
                            pa.repeat(pa.scalar(length, pa.int64()), n)]  # fmt: skip
@@ -149,22 +157,30 @@ def native_gather(sources: list[pa.Buffer], file: np.ndarray, at: np.ndarray, le
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), data])
 
 
-def split_lines(path: str, start: int, length: int, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pa.Array]:
+def split_lines(
+    path: str, start: int, length: int, chunk_bytes: int = CHUNK_BYTES, order: str | None = None
+) -> Iterator[pa.Array]:
     """The lines of the split ``[start, start + length)`` of ``path``, a binary array per
-    chunk read (see the module's docstring for which lines a split holds)."""
-    for lines, _ in _split_chunks(path, start, length, chunk_bytes):
+    chunk read (see the module's docstring for which lines a split holds); ``order``:
+    ``<`` or ``>`` for a UTF-16 file in that byte order."""
+    for lines, _ in _split_chunks(path, start, length, chunk_bytes, order):
         yield lines
 
 
-def _split_chunks(path: str, start: int, length: int, chunk_bytes: int) -> Iterator[tuple[pa.Array, np.ndarray]]:
+def _split_chunks(
+    path: str, start: int, length: int, chunk_bytes: int, order: str | None = None
+) -> Iterator[tuple[pa.Array, np.ndarray]]:
     """split_lines' arrays, each with its lines' byte offsets in the file."""
+    width = 1 if order is None else 2
+    skip = start != 0  # the line the split begins in is the previous split's
     end = start + length
+    if width == 2:  # lines begin at even offsets: (start, end] holds the same ones as these
+        start, end = start & ~1, end & ~1
     with open(path, "rb") as f:
         if start:
             f.seek(start)
         at = start  # the file offset of buf[0]
         buf = b""
-        skip = start != 0  # the line the split begins in is the previous split's
         want = chunk_bytes
         while True:
             data = f.read(want)
@@ -172,7 +188,10 @@ def _split_chunks(path: str, start: int, length: int, chunk_bytes: int) -> Itera
             buf = buf + data if buf else data
             if not buf:
                 return
-            lines, used, last, starts = _complete_lines(buf, at, end, skip, eof)
+            if width == 1:
+                lines, used, last, starts = _complete_lines(buf, at, end, skip, eof)
+            else:
+                lines, used, last, starts = _complete_units(buf, at, end, skip, eof, order)
             if lines is not None:
                 skip = False
                 if len(lines):
@@ -184,15 +203,49 @@ def _split_chunks(path: str, start: int, length: int, chunk_bytes: int) -> Itera
             buf, at = buf[used:], at + used
 
 
+def _complete_units(
+    buf: bytes, at: int, end: int, skip: bool, eof: bool, order: str
+) -> tuple[pa.Array | None, int, bool, np.ndarray]:
+    """:func:`_complete_lines` of a UTF-16 ``buf`` (``order``: its byte order), by unit. A
+    stray byte at the end of the file ends its last line, or is a line after a line end."""
+    k = len(buf) & ~1
+    if not k and not eof:
+        return None, 0, False, np.zeros(0, dtype=np.int64)
+    found = _complete_lines(buf[:k], at, end, skip, eof, order + "u2")
+    lines, _, last, starts = found
+    if k == len(buf) or not eof or lines is None:
+        return found  # (before the end of the file an odd byte waits for the next chunk)
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32, count=len(lines) + 1).copy()
+    if not k or _unit(buf, k - 2, order) not in (LF, CR):  # the last line runs to the stray byte
+        if not (len(lines) and starts[-1] + offsets[-1] - offsets[-2] == k):
+            return found  # that line is the next split's, or the one skipped
+        offsets[-1] += 1
+    elif k <= end - at:  # a line of its own, begun within the split
+        offsets, starts = np.append(offsets, offsets[-1] + 1), np.append(starts, k)
+    else:
+        return found
+    held = lines.buffers()[2]
+    data = (held.to_pybytes()[: int(offsets[-1]) - 1] if held is not None else b"") + buf[-1:]
+    array = pa.Array.from_buffers(pa.binary(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    return array, len(buf), last, starts
+
+
+def _unit(buf: bytes, i: int, order: str) -> int:
+    return int.from_bytes(buf[i : i + 2], "little" if order == "<" else "big")
+
+
 def _complete_lines(
-    buf: bytes, at: int, end: int, skip: bool, eof: bool
+    buf: bytes, at: int, end: int, skip: bool, eof: bool, unit: str = "u1"
 ) -> tuple[pa.Array | None, int, bool, np.ndarray]:
     """The complete lines of ``buf`` (at file offset ``at``) that begin at or before
     ``end``, as ``(lines, bytes used, whether the split's last line is among them, where
     each line begins in buf)``; ``lines`` is None if the line to skip has not ended
-    within ``buf``."""
+    within ``buf``. ``unit``: the numpy type of a character's unit (``<u2``: UTF-16LE);
+    offsets and lengths are counted in units, and returned in bytes."""
     none = np.zeros(0, dtype=np.int64)
-    t = np.frombuffer(buf, dtype=np.uint8)
+    t = np.frombuffer(buf, dtype=unit)
+    w = t.itemsize
+    end, at = end // w, at // w  # (at and end are even where units are two bytes)
     lf, cr = t == LF, t == CR
     lone_cr = cr.copy()
     lone_cr[:-1] &= ~lf[1:]  # a CR before an LF is the CRLF's first byte
@@ -206,7 +259,7 @@ def _complete_lines(
     first = 0
     if skip:
         if not complete:
-            return (None, 0, False, none) if not eof else (pa.array([], pa.binary()), len(t), True, none)
+            return (None, 0, False, none) if not eof else (pa.array([], pa.binary()), len(buf), True, none)
         first = 1
     n_lines = len(starts) if eof else complete
     # Lines that begin after the split's end are the next split's; so is an unfinished one.
@@ -214,7 +267,7 @@ def _complete_lines(
     last = eof or within < n_lines or int(starts[complete]) > end - at
     lo, hi = first, max(first, within)
     if hi <= lo:
-        return pa.array([], pa.binary()), int(ends[complete - 1]) if complete else 0, last, none
+        return pa.array([], pa.binary()), (int(ends[complete - 1]) if complete else 0) * w, last, none
     begin = int(starts[lo])
     stop = int(ends[hi - 1]) if hi - 1 < complete else len(t)
     region = t[begin:stop]
@@ -230,7 +283,7 @@ def _complete_lines(
                                    (term_at - 1 >= line_starts[:ended]))  # fmt: skip
     lengths = (line_stops - line_starts) - terminators
     offsets = np.zeros(hi - lo + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
+    np.cumsum(lengths * w, out=offsets[1:])
     lines = pa.Array.from_buffers(pa.binary(), hi - lo, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
     used = int(ends[complete - 1]) if complete else 0
-    return lines, used, last, line_starts.astype(np.int64)
+    return lines, used * w, last, line_starts.astype(np.int64) * w

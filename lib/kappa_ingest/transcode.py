@@ -1,5 +1,6 @@
-"""Lines in a single-byte encoding (Latin-1, Windows-1252, the other ISO-8859 and Windows
-code pages) turned into UTF-8 a batch at a time, so such files take the line path.
+"""Lines in another encoding than UTF-8 turned into UTF-8 a batch at a time, so such files
+take the line path: the single-byte encodings (Latin-1, Windows-1252, the other ISO-8859
+and Windows code pages) and UTF-16.
 
 In these encodings every byte is one character and the line ends and the CSV delimiters
 are their ASCII bytes, so Spark's text scan cuts the lines right and each line decodes on
@@ -7,11 +8,20 @@ its own. A batch's bytes are decoded in one call; the new line boundaries follow
 byte's UTF-8 length (a table of 256), with no Python object per line. A byte the encoding
 leaves undefined (Windows-1252's 0x81, 0x8D, 0x8F, 0x90, 0x9D) decodes as U+FFFD, as Java's
 decoder does for Spark's CSV reader, and its line is marked to be quarantined.
+
+UTF-16 writes each character as one or two 16-bit units, its line ends as the units of
+``\\n`` and ``\\r``: the tasks find lines by unit, not byte (:mod:`kappa_ingest.split_reader`),
+in the byte order of the encoding's name, or, for plain ``utf-16``, of the file's byte
+order mark (big-endian without one, as Java reads it). A batch's units decode in one
+call where every surrogate is paired within its line; each unit's UTF-8 length (1, 2 or
+3 bytes; 2 for each half of a pair) gives the new line boundaries. A line with a lone
+surrogate or an odd byte count is decoded with U+FFFD in their place and marked.
 """
 
 from __future__ import annotations
 
 import codecs
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -64,29 +74,102 @@ def to_utf8(lines: pa.Array, t: ByteTable) -> tuple[pa.Array, np.ndarray]:
     if lines.null_count:  # (the text scan gives none)
         lines = pc.fill_null(lines, b"")
     n = len(lines)
-    _, offsets_buf, data_buf = lines.buffers()
-    large = pa.types.is_large_binary(lines.type)
-    offsets = np.frombuffer(offsets_buf, dtype=np.int64 if large else np.int32, count=n + 1, offset=(8 if large else 4)
-                            * lines.offset).astype(np.int64)  # fmt: skip
-    data = (
-        np.frombuffer(data_buf, dtype=np.uint8)[offsets[0] : offsets[-1]]
-        if data_buf is not None
-        else np.zeros(0, np.uint8)
-    )
+    offsets, data = _offsets_and_data(lines)
     bad = np.zeros(n, dtype=bool)
     if not (data >= 0x80).any():  # ASCII: already UTF-8
         return lines, bad
     text = data.tobytes().decode(t.encoding, errors="replace").encode("utf-8")
     ends = np.zeros(len(data) + 1, dtype=np.int64)
     np.cumsum(t.utf8_length[data], out=ends[1:])
-    new_offsets = ends[offsets - offsets[0]]
-    out_large = large or len(text) >= 2**31
-    out = pa.Array.from_buffers(
-        pa.large_binary() if out_large else pa.binary(),
-        n,
-        [None, pa.py_buffer(new_offsets.astype(np.int64 if out_large else np.int32)), pa.py_buffer(text)],
-    )  # fmt: skip
+    out = _binary(n, ends[offsets - offsets[0]], text)
     undefined = np.flatnonzero(t.undefined[data])
     if len(undefined):
         bad[np.searchsorted(offsets - offsets[0], undefined, side="right") - 1] = True
     return out, bad
+
+
+WIDE = {"utf-16": None, "utf-16le": "<", "utf-16be": ">"}  # Spark's names; None: by the file's BOM
+
+
+def wide(encoding: str) -> bool:
+    """Whether ``encoding`` (a Spark charset name) is UTF-16, read by 16-bit units."""
+    return encoding in WIDE
+
+
+def byte_order(encoding: str, path: str) -> str:
+    """``<`` or ``>``: the byte order of a UTF-16 file (``path``: a local file)."""
+    order = WIDE[encoding]
+    if order is None:
+        with open(path, "rb") as f:
+            order = "<" if f.read(2) == b"\xff\xfe" else ">"
+    return order
+
+
+def orders_of(encoding: str, paths: Iterable[str]) -> dict[str, str]:
+    """The byte order of each file."""
+    return {p: byte_order(encoding, p) for p in paths}
+
+
+def utf16_to_utf8(lines: pa.Array, big_endian: np.ndarray) -> tuple[pa.Array, np.ndarray]:
+    """``lines`` (binary, UTF-16; ``big_endian`` per line) in UTF-8, and which of them hold
+    a lone surrogate or an odd byte (decoded as U+FFFD)."""
+    if lines.null_count:
+        lines = pc.fill_null(lines, b"")
+    n = len(lines)
+    offsets, data = _offsets_and_data(lines)
+    lengths = np.diff(offsets)
+    bad = lengths % 2 == 1
+    if n == 0 or len(data) == 0:
+        return pa.array([b""] * n, pa.binary()), bad
+    if not bad.any():
+        units = data.view("<u2").copy() if big_endian.any() else data.view("<u2")
+        if big_endian.any():
+            swap = np.repeat(big_endian, lengths // 2)
+            units[swap] = units[swap].byteswap()
+        high, low = (units & 0xFC00) == 0xD800, (units & 0xFC00) == 0xDC00
+        starts, ends = (offsets[:-1] - offsets[0]) // 2, (offsets[1:] - offsets[0]) // 2
+        nonempty = ends > starts
+        # A high surrogate is followed by a low one in its line, a low one preceded by a high.
+        paired = (
+            np.array_equal(high[:-1], low[1:]) and not high[-1] and not low[0]
+            and not low[starts[nonempty]].any() and not high[ends[nonempty] - 1].any()
+        )  # fmt: skip
+        if paired:
+            text = units.tobytes().decode("utf-16-le").encode("utf-8")
+            width = np.where(units < 0x80, 1, np.where(units < 0x800, 2, np.where(high | low, 2, 3)))
+            utf8_ends = np.zeros(len(units) + 1, dtype=np.int64)
+            np.cumsum(width, out=utf8_ends[1:])
+            return _binary(n, utf8_ends[(offsets - offsets[0]) // 2], text), bad
+    # Damaged lines (rare): each decoded on its own, U+FFFD in place of what does not decode.
+    texts = []
+    for i, raw in enumerate(lines.to_pylist()):
+        codec = "utf-16-be" if big_endian[i] else "utf-16-le"
+        try:
+            texts.append(raw.decode(codec).encode("utf-8"))
+        except UnicodeDecodeError:
+            bad[i] = True
+            texts.append(raw.decode(codec, errors="replace").encode("utf-8", errors="replace"))
+    return pa.array(texts, pa.binary()), bad
+
+
+def _offsets_and_data(lines: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A binary array's offsets (int64) and its data bytes from the first offset on."""
+    _, offsets_buf, data_buf = lines.buffers()
+    large = pa.types.is_large_binary(lines.type)
+    offsets = np.frombuffer(offsets_buf, dtype=np.int64 if large else np.int32, count=len(lines) + 1,
+                            offset=(8 if large else 4) * lines.offset).astype(np.int64)  # fmt: skip
+    data = (
+        np.frombuffer(data_buf, dtype=np.uint8)[offsets[0] : offsets[-1]]
+        if data_buf is not None
+        else np.zeros(0, np.uint8)
+    )
+    return offsets, data
+
+
+def _binary(n: int, offsets: np.ndarray, text: bytes) -> pa.Array:
+    large = len(text) >= 2**31
+    return pa.Array.from_buffers(
+        pa.large_binary() if large else pa.binary(),
+        n,
+        [None, pa.py_buffer(offsets.astype(np.int64 if large else np.int32)), pa.py_buffer(text)],
+    )  # fmt: skip

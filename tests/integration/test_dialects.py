@@ -51,6 +51,41 @@ def test_single_byte_encodings_take_the_line_path_with_sparks_records(spark, kaf
     assert {"id": "1", "city": "Zürich", "price": "5"} in [r.value["data"] for r in by_lines]
 
 
+@pytest.mark.parametrize(("encoding", "codec", "bom", "n"), [("utf-16", "utf-16-le", True, 700),
+                                                              ("utf-16be", "utf-16-be", False, 40)])  # fmt: skip
+def test_utf_16_takes_the_line_path_split_by_unit_with_sparks_records(spark, kafka, tmp_path, encoding, codec, bom, n):
+    """700 rows: three splits; 40: one split in three parts (its lines moved by offset)."""
+    # U+010A and U+0A0A hold the byte 0x0A: a scan that cut at bytes would break their lines.
+    body = [f'{i},{"Ċਊ" * (i % 4)}{"😀" if i % 7 == 0 else ""},{"é" * (i % 3)} "x"' for i in range(n)]
+    # (Line ends "\n" only: Spark's multiline reader keeps a CRLF's CR in the last value.)
+    text = "id,name,note\n" + "".join(row + "\n" for row in body)
+    raw = (b"\xff\xfe" if bom else b"") + text.encode(codec)
+    lone = "9999,a".encode(codec) + "😀".encode(codec)[:2] + "bc,x\n".encode(codec)  # a lone surrogate
+    ragged = "10000,only two\n".encode(codec)
+    path = tmp_path / "in.csv"
+    path.write_bytes(raw + lone + ragged)
+    (_, lines, by_lines), (_, sparks, by_spark) = (
+        run(spark, kafka, tmp_path, inputs=[str(path)], encoding=encoding, topic=f"{encoding}-{name}", **extra)
+        for name, extra in (("lines", {"partitions": 3}), ("spark", {"multiline": True}))
+    )
+    assert lines["read_path"] == "lines" and sparks["read_path"] == "spark-csv"
+    if n == 700:
+        assert lines["plan"]["split_bytes"] * 2 < path.stat().st_size, lines["plan"]
+    else:
+        assert lines["plan"]["split_bytes"] > path.stat().st_size and lines["plan"]["parts"] == 3, lines["plan"]
+    header, *rows = csv.reader(io.StringIO(text))
+    expected = [dict(zip(header, [v or None for v in r], strict=True)) for r in rows]
+    assert sorted((r.value["data"] for r in by_lines), key=str) == sorted(expected, key=str)
+    assert sorted(r.raw_value[r.raw_value.index(b'"data"') :] for r in by_lines) == sorted(
+        r.raw_value[r.raw_value.index(b'"data"') :] for r in by_spark
+    )
+    assert (
+        lines["quarantine"]["reasons"]
+        == sparks["quarantine"]["reasons"]
+        == {f"bytes not valid in {encoding} (decoded as U+FFFD)": 1, "2 fields where the header has 3": 1}
+    )
+
+
 def test_invalid_utf8_is_quarantined_not_mangled(spark, kafka, tmp_path):
     path = tmp_path / "in.csv"
     path.write_bytes(b"id,name\n1,ok\n2,\xff\xfebad\n3,fine\n")

@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from helpers import split_by_rule
 from kappa_ingest import split_reader
 
 
@@ -27,16 +28,7 @@ def _hadoop(data: bytes, start: int, length: int) -> list[bytes]:
         crlf = data[i] == 13 and i + 1 < len(data) and data[i + 1] == 10
         return data[pos:i], i + (2 if crlf else 1)
 
-    pos, end, out = start, start + length, []
-    if start:
-        first = read_line(pos)
-        if first is None:
-            return []
-        pos = first[1]
-    while pos <= end and (line := read_line(pos)) is not None:
-        out.append(line[0])
-        pos = line[1]
-    return out
+    return split_by_rule(read_line, start, start + length, skip=start != 0)
 
 
 def _ours(path, data: bytes, split: int, chunk: int) -> list[list[bytes]]:
