@@ -4,8 +4,8 @@ Spark names its own errors with error conditions (``PATH_NOT_FOUND``,
 ``FAILED_READ_FILE.NO_HINT``, ...): where the exception or one of its causes carries one,
 that decides. A task's own error reaches the driver as text (a Python worker's traceback
 inside a Java exception); the names of kappa-ingest's task errors (``DeliveryFailed``,
-``TransactionFailed``, ``Fenced``, ``RunSuperseded``, ``HeaderMismatch``, ``RecordTooLarge``)
-and of Kafka's are matched there.
+``TransactionFailed``, ``Fenced``, ``RunSuperseded``, ``HeaderMismatch``, ``RecordTooLarge``,
+and the :mod:`kappa_ingest.errors` a task raises itself) and of Kafka's are matched there.
 """
 
 from __future__ import annotations
@@ -17,6 +17,10 @@ from kappa_ingest.splits import canonical_file
 
 # What a failed Spark job's message means, for the one line people get.
 _CAUSES = [
+    # kappa-ingest's own errors, raised in a task (reading the ledger, say), keep their kind.
+    (re.compile(r"(?:kappa_ingest\.errors\.)?KafkaUnavailable: (.*)"), KafkaUnavailable, "{0}"),
+    (re.compile(r"(?:kappa_ingest\.errors\.)?InputError: (.*)"), InputError, "{0}"),
+    (re.compile(r"(?:kappa_ingest\.errors\.)?LockLost: (.*)"), LockLost, "{0}"),
     (re.compile(r"RunSuperseded: (.*)"), LockLost, "{0}"),
     (re.compile(r"TransactionFailed: (.*)"), KafkaUnavailable, "{0}"),
     (re.compile(r"Fenced: (.*)"), KafkaUnavailable, "{0}"),
@@ -94,7 +98,8 @@ def classify(e: BaseException) -> KappaError:
     if isinstance(e, KappaError):
         return e
     text = str(e)
-    ours = re.search(r"(RunSuperseded|TransactionFailed|DeliveryFailed|Fenced|HeaderMismatch|RecordTooLarge): ", text)
+    ours = re.search(r"(RunSuperseded|TransactionFailed|DeliveryFailed|Fenced|HeaderMismatch|RecordTooLarge|"
+                     r"KafkaUnavailable|InputError|LockLost): ", text)  # fmt: skip
     if not ours:  # a Python task's own error wins over the job failure Spark wraps it in
         named = _by_condition(e)
         if named is not None:
@@ -121,9 +126,11 @@ def spark_action(action):  # type: ignore[no-untyped-def]
 
 def python_error(text: str) -> str | None:
     """A Python worker's error in a Spark failure's text: its traceback's ``Name: message``
-    line (kappa-ingest's own task errors first), or None."""
+    line, or the name alone where the error had no message (``TimeoutError``), or None."""
     errors = re.findall(
-        r"^([\w.]+(?:Error|Exception|Failed|Mismatch|Fenced|Superseded): .+)$", text, flags=re.MULTILINE
+        r"^([\w.]+(?:Error|Exception|Failed|Mismatch|Fenced|Superseded|Unavailable|Lost|Interrupt|Exit)(?:: .*)?)\s*$",
+        text,
+        flags=re.MULTILINE,
     )
     python_side = [line for line in errors if not line.startswith(("org.", "java.", "py4j."))]
     return python_side[0] if python_side else None

@@ -33,3 +33,27 @@ def test_a_quoted_except_clause_alone_is_no_kafka_error():
         '  File "/x/sinks/confluent_sink.py", line 301, in _txn\n    except KafkaException as e:\njava.io.EOFException'
     )
     assert "as e:" not in str(classify(RuntimeError(text)))
+
+
+def test_an_error_without_a_message_is_named_not_the_traceback_header():
+    text = TRACEBACK.replace(
+        'cimpl.KafkaException: KafkaError{code=_TIMED_OUT,val=-185,str="Transactional API operation'
+        ' (commit_transaction) timed out"}',
+        "TimeoutError",
+    )
+    e = classify(RuntimeError("An exception was thrown from the Python worker. Please see the stack trace below.\n"
+                              + text))  # fmt: skip
+    assert str(e) == "the Spark job failed: TimeoutError"
+
+
+def test_a_kafka_unavailable_raised_in_a_task_keeps_its_exit_code():
+    # As a task reading the ledger of a paused broker raised it (the fault test's traceback).
+    text = TRACEBACK.replace(
+        'cimpl.KafkaException: KafkaError{code=_TIMED_OUT,val=-185,str="Transactional API operation'
+        ' (commit_transaction) timed out"}',
+        "kappa_ingest.errors.KafkaUnavailable: the delivery ledger '_kappa_ingest_ledger' could not be read to its"
+        " end in time",
+    )
+    e = classify(RuntimeError(text))
+    assert isinstance(e, KafkaUnavailable) and e.exit_code == 4
+    assert str(e) == "the delivery ledger '_kappa_ingest_ledger' could not be read to its end in time"
