@@ -470,8 +470,12 @@ def _compare(cfg: IngestConfig, report: RunReport, replay: Replay, sent: Sent) -
 
     with Admin(sent.conf["bootstrap.servers"], cfg.producer_settings()) as admin:
         sides = reprocess.compare(admin, sent.conf, replay.from_topic, replay.runs, cfg.topic, cfg.run_id)
+        doomed = reprocess.past_retention(admin, cfg.topic, sides["new"]["first_event"], wall_clock_ms())
     assert report.reprocess is not None
     report.reprocess["compare"] = sides
+    if doomed:  # a replay that succeeds and whose records the broker then deletes must say so
+        report.reprocess["retention_warning"] = doomed
+        print(f"kappa-ingest: warning: {doomed}", file=sys.stderr)
     new = sides["new"]["records"]
     report.check("the new topic holds rows_sent records of this run (read_committed)", new == report.rows_sent,
                  report.rows_sent, new)  # fmt: skip

@@ -454,6 +454,8 @@ def _render_replay(r: dict[str, Any] | None) -> list[str]:
         counts = ", ".join(f"{p}: {v['records']:,}" for p, v in list(parts.items())[:8])
         out.append(f"    {side['topic']}: {side['records']:,} records in {len(parts)} partitions ({counts}),"
                    f" events {side['first_event']} .. {side['last_event']}")  # fmt: skip
+    if r.get("retention_warning"):
+        out.append(f"    warning: {r['retention_warning']}")
     return out
 
 

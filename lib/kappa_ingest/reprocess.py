@@ -189,3 +189,21 @@ def compare(admin: Any, conf: dict[str, Any], old: str, runs: tuple[str, ...], n
         ends = admin.end_offsets(old), admin.end_offsets(new)
         old_side, new_side = pool.submit(side, old, runs, ends[0]), pool.submit(side, new, (run_id,), ends[1])
         return {"old": old_side.result(), "new": new_side.result()}
+
+
+def past_retention(admin: Any, topic: str, oldest: str | None, now_ms: int) -> str | None:
+    """Why the broker will soon delete records just replayed into ``topic``, or None: they
+    carry their event time as their timestamp (``CreateTime``), and the ``oldest`` of them
+    (ISO-8601) is older than the topic's ``retention.ms``, which counts from the timestamp."""
+    retention = admin.topic_setting(topic, "retention.ms")
+    if not oldest or retention is None or int(retention) < 0:
+        return None
+    if admin.topic_setting(topic, "message.timestamp.type") == "LogAppendTime":
+        return None
+    oldest_ms = round(datetime.fromisoformat(oldest.replace("Z", "+00:00")).timestamp() * 1000)
+    if now_ms - oldest_ms <= int(retention):
+        return None
+    return (f"{topic} keeps records for retention.ms {int(retention):,} ms ({int(retention) / 86_400_000:.3g} days)"
+            f" counted from their timestamp, their event time here, the oldest {oldest}: the broker deletes those"
+            f" older than that within minutes; keep them with kafka-configs.sh --alter --entity-type topics"
+            f" --entity-name {topic} --add-config retention.ms=-1")  # fmt: skip

@@ -94,6 +94,25 @@ def test_a_replay_into_a_new_version_keeps_each_keys_history_in_event_time_order
     assert old["records"] == 1200 and new["records"] == 800
     assert new["first_event"] == min(o["ts"] for o in days[0] + days[1])
     assert new["last_event"] == max(o["ts"] for o in days[0] + days[1])
+    assert "retention_warning" not in r  # three days old: within the topic's seven
+
+
+def test_a_replay_whose_oldest_event_is_past_the_new_topics_retention_is_warned(kafka):
+    """The decision against a real broker's topic configs: the broker deletes by timestamp."""
+    now = round(datetime.now(UTC).timestamp() * 1000)
+    old, recent = "2012-02-22T10:00:00.000Z", datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    with Admin(kafka.bootstrap_servers) as admin:
+        admin.ensure_topic("kept-7-days", 1, 1, {"retention.ms": "604800000"})
+        admin.ensure_topic("kept-forever", 1, 1, {"retention.ms": "-1"})
+        admin.ensure_topic("stamped-on-arrival", 1, 1, {"retention.ms": "604800000",
+                                                        "message.timestamp.type": "LogAppendTime"})  # fmt: skip
+        warned = reprocess.past_retention(admin, "kept-7-days", old, now)
+        assert warned is not None and "604,800,000 ms (7 days)" in warned and old in warned
+        assert "--entity-name kept-7-days --add-config retention.ms=-1" in warned
+        assert reprocess.past_retention(admin, "kept-7-days", recent, now) is None
+        assert reprocess.past_retention(admin, "kept-forever", old, now) is None
+        assert reprocess.past_retention(admin, "stamped-on-arrival", old, now) is None
+        assert reprocess.past_retention(admin, "kept-7-days", None, now) is None  # nothing replayed
 
 
 def test_a_replay_by_delivery_time_paced_by_event_time(spark, kafka, history, tmp_path):
