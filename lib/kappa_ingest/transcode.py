@@ -66,6 +66,8 @@ def table(encoding: str) -> ByteTable | None:
         return None
     if _ASCII_SYNTAX.decode(name, errors="replace") != _ASCII_SYNTAX.decode("ascii"):
         return None
+    if (lengths[:0x80] != 1).any() or undefined[:0x80].any():  # (to_utf8 takes bytes below 0x80 as they are)
+        return None
     return ByteTable(name, lengths, undefined)
 
 
@@ -79,12 +81,17 @@ def to_utf8(lines: pa.Array, t: ByteTable) -> tuple[pa.Array, np.ndarray]:
     if not (data >= 0x80).any():  # ASCII: already UTF-8
         return lines, bad
     text = data.tobytes().decode(t.encoding, errors="replace").encode("utf-8")
-    ends = np.zeros(len(data) + 1, dtype=np.int64)
-    np.cumsum(t.utf8_length[data], out=ends[1:])
-    out = _binary(n, ends[offsets - offsets[0]], text)
-    undefined = np.flatnonzero(t.undefined[data])
+    # Only bytes above 0x7F grow or can be undefined: a line's new start is its old one
+    # plus what the bytes before it grew by (the table says of each byte value).
+    high = np.flatnonzero(data >= 0x80)
+    values = data[high]
+    grown = np.zeros(len(high) + 1, dtype=np.int64)
+    np.cumsum(t.utf8_length[values].astype(np.int64) - 1, out=grown[1:])
+    rel = offsets - offsets[0]
+    out = _binary(n, rel + grown[np.searchsorted(high, rel, side="left")], text)
+    undefined = high[t.undefined[values]]
     if len(undefined):
-        bad[np.searchsorted(offsets - offsets[0], undefined, side="right") - 1] = True
+        bad[np.searchsorted(rel, undefined, side="right") - 1] = True
     return out, bad
 
 
