@@ -484,6 +484,5 @@ def _big_endian(encoding: str, files: pa.Array) -> np.ndarray:
     from urllib.parse import unquote, urlparse
 
     encoded = files.dictionary_encode()
-    orders = transcode.orders_of(encoding, (unquote(urlparse(u).path) for u in encoded.dictionary.to_pylist()))
-    return np.array([o == ">" for o in orders.values()], dtype=bool)[np.asarray(encoded.indices)] \
-        if len(files) else np.zeros(0, dtype=bool)  # fmt: skip
+    big = [transcode.byte_order(encoding, unquote(urlparse(u).path)) == ">" for u in encoded.dictionary.to_pylist()]
+    return np.array(big, dtype=bool)[np.asarray(encoded.indices)] if len(files) else np.zeros(0, dtype=bool)

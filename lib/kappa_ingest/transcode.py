@@ -21,7 +21,6 @@ surrogate or an odd byte count is decoded with U+FFFD in their place and marked.
 from __future__ import annotations
 
 import codecs
-from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -112,11 +111,6 @@ def byte_order(encoding: str, path: str) -> str:
     return order
 
 
-def orders_of(encoding: str, paths: Iterable[str]) -> dict[str, str]:
-    """The byte order of each file."""
-    return {p: byte_order(encoding, p) for p in paths}
-
-
 def utf16_to_utf8(lines: pa.Array, big_endian: np.ndarray) -> tuple[pa.Array, np.ndarray]:
     """``lines`` (binary, UTF-16; ``big_endian`` per line) in UTF-8, and which of them hold
     a lone surrogate or an odd byte (decoded as U+FFFD)."""
@@ -129,9 +123,10 @@ def utf16_to_utf8(lines: pa.Array, big_endian: np.ndarray) -> tuple[pa.Array, np
     if n == 0 or len(data) == 0:
         return pa.array([b""] * n, pa.binary()), bad
     if not bad.any():
-        units = data.view("<u2").copy() if big_endian.any() else data.view("<u2")
-        if big_endian.any():
+        units = data.view("<u2")
+        if big_endian.any():  # read as little-endian, those lines' units swapped
             swap = np.repeat(big_endian, lengths // 2)
+            units = units.copy()
             units[swap] = units[swap].byteswap()
         high, low = (units & 0xFC00) == 0xD800, (units & 0xFC00) == 0xDC00
         starts, ends = (offsets[:-1] - offsets[0]) // 2, (offsets[1:] - offsets[0]) // 2
