@@ -29,7 +29,10 @@ setup(
     python_requires=">=3.11",
     package_dir={"": "lib"},
     packages=find_packages("lib"),
-    package_data={"kappa_ingest": ["c/*.c", "c/*.h", "java/kappa/ingest/*.java"]},  # built at first use
+    package_data={
+        "kappa_ingest.native": ["c/*.c", "c/*.h"],
+        "kappa_ingest.kafka": ["java/kappa/ingest/*.java"],
+    },  # built at first use
     install_requires=INSTALL_REQUIRES,
     extras_require={
         "test": [

@@ -30,7 +30,7 @@ with zipfile.ZipFile(out + ".tmp", "w", zipfile.ZIP_DEFLATED) as z:
     z.write(os.path.join(lib, "..", "conf", "ingest.yaml"), "kappa_ingest/conf/ingest.yaml")
     try:
         built = native.build()
-        z.write(built, f"kappa_ingest/c/built/{built.name}")
+        z.write(built, f"kappa_ingest/native/c/built/{built.name}")
     except native.NativeUnavailable as e:
         print(f"spark-submit.sh: {e}; executors without a C compiler will use the Python fallback", file=sys.stderr)
 os.replace(out + ".tmp", out)
@@ -57,5 +57,5 @@ exec "$spark_submit" \
   --conf "spark.driver.extraJavaOptions=$log4j" \
   --conf "spark.executor.extraJavaOptions=$log4j" \
   --py-files "$here/build/kappa_ingest.zip" \
-  --jars "$("$venv/bin/python" -m kappa_ingest.interceptor)" \
+  --jars "$("$venv/bin/python" -m kappa_ingest.kafka.interceptor)" \
   "$@"

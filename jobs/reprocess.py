@@ -6,7 +6,7 @@ ledger, into a new topic version.
         --bootstrap-servers kafka1:9092 --key-column order_id --event-time-column ts \\
         --order-by-event-time
 
-The options are those of ``kappa-ingest reprocess`` (README, "Replaying history"); the
+The options are those of ``kappa-ingest reprocess`` (docs/scheduling.md); the
 master and resources come from spark-submit.
 """
 

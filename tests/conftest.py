@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
-    from kappa_ingest.metrics_store import SPARK_READER_CONF
-    from kappa_ingest.spark_session import build_session
+    from kappa_ingest.report.store import SPARK_READER_CONF
+    from kappa_ingest.spark.session import build_session
 
     session = build_session(
         "kappa-ingest tests",
@@ -33,7 +33,7 @@ def spark(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def kafka(tmp_path_factory):
-    from kappa_ingest import local_kafka
+    from kappa_ingest.kafka import broker as local_kafka
 
     cluster = local_kafka.start(tmp_path_factory.mktemp("kafka"), brokers=1, properties=KEEP_OLD_RECORDS)
     yield cluster
@@ -45,7 +45,7 @@ def kafka_stock(tmp_path_factory):
     """A broker on Kafka's own defaults, as a new user runs one: topics are created when a
     client first names them (auto.create.topics.enable), with 4 partitions here
     (num.partitions) so that a topic created so shows."""
-    from kappa_ingest import local_kafka
+    from kappa_ingest.kafka import broker as local_kafka
 
     cluster = local_kafka.start(tmp_path_factory.mktemp("kafka-stock"), brokers=1, stock=True,
                                 properties={"num.partitions": "4"})  # fmt: skip
@@ -64,7 +64,7 @@ FAST_FAILOVER = {"broker.session.timeout.ms": "4000", "broker.heartbeat.interval
 def kafka3(tmp_path_factory):
     """A real three-broker KRaft cluster (combined brokers and controllers, static voters),
     shared by the tests that need replication or kill brokers of it; stopped by PID."""
-    from kappa_ingest import local_kafka
+    from kappa_ingest.kafka import broker as local_kafka
 
     state = tmp_path_factory.mktemp("kafka3")
     cluster = ClusterHolder(local_kafka.start(state, brokers=3, properties=FAST_FAILOVER))
@@ -89,7 +89,7 @@ class ClusterHolder:
     def heal(self) -> None:
         import signal
 
-        from kappa_ingest import local_kafka
+        from kappa_ingest.kafka import broker as local_kafka
 
         for b in self.now.brokers:
             try:
@@ -130,7 +130,7 @@ class Brokers:
 
     def topic(self, name: str) -> str:
         """A topic on every broker, two of them in sync for a write to count (acks=all)."""
-        from kappa_ingest.topics import Admin
+        from kappa_ingest.kafka.topics import Admin
 
         with Admin(self.bootstrap_servers) as admin:
             admin.ensure_topic(name, 3, 3, {"min.insync.replicas": "2"})

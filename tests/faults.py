@@ -19,7 +19,8 @@ import psutil
 import pytest
 
 from helpers import high_watermarks, rows
-from kappa_ingest import ledger
+from kappa_ingest.config.choices import DEFAULT_LEDGER_TOPIC
+from kappa_ingest.delivery import ledger
 
 
 def cli(*args: str, log: Path, env: dict | None = None, hostname: str | None = None) -> subprocess.Popen:
@@ -96,7 +97,7 @@ def sent_so_far(bootstrap: str, topic: str) -> int:
 
 def committed(bootstrap: str, run_id: str) -> list:
     """The ledger entries of ``run_id``: units it committed (exactly-once) or had acknowledged."""
-    return [e for e in ledger.read({"bootstrap.servers": bootstrap}, ledger.DEFAULT_TOPIC) if e.run_id == run_id]
+    return [e for e in ledger.read({"bootstrap.servers": bootstrap}, DEFAULT_LEDGER_TOPIC) if e.run_id == run_id]
 
 
 def committed_rows(bootstrap: str, run_id: str) -> int:

@@ -98,18 +98,20 @@ def run_reprocess(args: argparse.Namespace) -> int:
     return run_ingest(args, config.validate(values), replay)
 
 
+# Long: what happens before Spark starts is an order of steps, each with why it is there.
 def run_ingest(args: argparse.Namespace, cfg: Any = None, replay: Any = None) -> int:
     """Shared by ``kappa-ingest ingest`` and ``jobs/ingest_csv.py``: check what can be
     checked before Spark starts (inputs, Kafka), start an embedded broker beside Spark if
     the run needs one, then run the job; Spark and the broker are stopped before recording."""
     import threading
 
-    from kappa_ingest import config, lock
-    from kappa_ingest.kafka_endpoint import KafkaEndpoint, endpoint_for
-    from kappa_ingest.phases import RunClock
+    from kappa_ingest import config
+    from kappa_ingest.delivery import lock
+    from kappa_ingest.kafka.endpoint import KafkaEndpoint, endpoint_for
     from kappa_ingest.preflight import preflight
-    from kappa_ingest.report import RunReport
-    from kappa_ingest.spark_session import build_session, launched_by_spark_submit, quick_jit, stop_session
+    from kappa_ingest.report.phases import RunClock
+    from kappa_ingest.report.run import RunReport
+    from kappa_ingest.spark.session import build_session, launched_by_spark_submit, quick_jit, stop_session
 
     clock = RunClock.from_process_start()
     cfg = cfg or config.load(args)
@@ -123,7 +125,8 @@ def run_ingest(args: argparse.Namespace, cfg: Any = None, replay: Any = None) ->
 
             quality.load(cfg.expectations)
         if cfg.resume:  # fenced and read before Spark starts: with nothing left, Spark never does
-            from kappa_ingest.ingest import nothing_to_send, prepare_resume
+            from kappa_ingest.ingest import prepare_resume
+            from kappa_ingest.report.recording import nothing_to_send
 
             held = lock.hold(cfg, cfg.bootstrap_servers)
             resumption = prepare_resume(cfg)
@@ -132,13 +135,14 @@ def run_ingest(args: argparse.Namespace, cfg: Any = None, replay: Any = None) ->
                 nothing_to_send(cfg, resumption, clock, held=held)
                 return 0
         if not launched_by_spark_submit():  # else the master is known only once the session is up
-            kafka = endpoint_for(cfg, cfg.spark_master or "local[*]")
+            kafka = endpoint_for(cfg.bootstrap_servers, cfg.spark_master or "local[*]", cfg.dry_run)
             # One run at a time: a second one exits before Spark starts. An embedded broker
             # still starting beside Spark is waited for only where the run needs Kafka now.
             if held is None and not cfg.dry_run and (cfg.bootstrap_servers or cfg.incremental):
                 held = lock.hold(cfg, kafka.servers())
             if cfg.incremental:  # chosen before Spark starts: with nothing new, it never does
-                from kappa_ingest.ingest import nothing_new, prepare_incremental
+                from kappa_ingest.ingest import prepare_incremental
+                from kappa_ingest.report.recording import nothing_new
 
                 selection = prepare_incremental(cfg, kafka.servers())
                 if selection.nothing_left:
@@ -223,7 +227,7 @@ def report_usage_error(argv: Sequence[str], error: UsageError) -> None:
     """A run refused for its options still leaves a report (``status: failed``), in the
     metrics directory the command line named, if any."""
     from kappa_ingest.config import new_run_id
-    from kappa_ingest.report import RunReport
+    from kappa_ingest.report.run import RunReport
 
     def option(name: str, default: str) -> str:
         for i, arg in enumerate(argv):
@@ -243,7 +247,7 @@ def report_usage_error(argv: Sequence[str], error: UsageError) -> None:
 
 
 def _kafka(args: argparse.Namespace) -> int:
-    from kappa_ingest import local_kafka
+    from kappa_ingest.kafka import broker as local_kafka
 
     if args.action == "start":
         cluster = local_kafka.start(
@@ -267,7 +271,7 @@ def _kafka(args: argparse.Namespace) -> int:
 
 
 def _cluster(args: argparse.Namespace) -> int:
-    from kappa_ingest import spark_cluster
+    from kappa_ingest.spark import cluster as spark_cluster
 
     if args.action == "start":
         cluster = spark_cluster.start(args.dir, args.workers, args.worker_cores, args.worker_memory)
@@ -288,7 +292,7 @@ def _pack(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from kappa_ingest.pack import pack
+    from kappa_ingest.spark.pack import pack
 
     out = pack(args.venv or Path(sys.prefix), args.out, args.compress_level)
     print(f"wrote {out} ({out.stat().st_size / 2**20:,.0f} MiB): spark-submit --archives {out}#venv"
@@ -299,7 +303,9 @@ def _pack(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from kappa_ingest import metrics_store, report_html, report_text
+    from kappa_ingest.report import html as report_html
+    from kappa_ingest.report import store as metrics_store
+    from kappa_ingest.report import text as report_text
 
     if args.last < 1:
         raise UsageError(f"--last {args.last}: give the number of runs to show, 1 or more")
@@ -351,7 +357,7 @@ def _gen_data(args: argparse.Namespace) -> int:
 
 def guarded(fn, *args) -> int:  # type: ignore[no-untyped-def]
     """Run ``fn``; map errors to the contract's exit codes with one line on stderr."""
-    from kappa_ingest.credentials import mask
+    from kappa_ingest.kafka.credentials import mask
 
     try:
         return fn(*args)

@@ -46,3 +46,9 @@ class LockLost(KappaError):
     it sent is in the topic once, the rest is the other run's (or the next run's)."""
 
     exit_code = 6
+
+
+def first_line(e: BaseException) -> str:
+    """An error's message's first line (its type's name if it has none)."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

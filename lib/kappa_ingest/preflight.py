@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from kappa_ingest.config import IngestConfig
-from kappa_ingest.inputs import resolve_inputs
-from kappa_ingest.topics import Admin
+from kappa_ingest.kafka.topics import Admin
+from kappa_ingest.source.inputs import resolve_inputs
 
 
 def preflight(cfg: IngestConfig) -> int:

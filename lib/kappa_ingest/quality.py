@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +29,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kappa_ingest.errors import UsageError
-from kappa_ingest.parsing import Wrapping
-from kappa_ingest.typed import materialized
-
-GATES = ("fail", "quarantine", "warn")
+from kappa_ingest.config import IngestConfig
+from kappa_ingest.errors import QualityGateFailed, UsageError
+from kappa_ingest.report.run import RunReport
+from kappa_ingest.source.dataframe import Source
+from kappa_ingest.source.parsing import Wrapping
+from kappa_ingest.source.splits import Unit
+from kappa_ingest.source.typed import materialized
+from kappa_ingest.spark.job_groups import side_jobs
 
 # Row-level expectations a row can fail on its own, as predicates over one column: what
 # ``--quality-gate quarantine`` can take rows out for. Other map expectations (uniqueness
@@ -381,14 +385,14 @@ class Checked(Wrapping):
     the rejects, its reason the first expectation it fails; each expectation's failures
     are counted (``Parsed.failed``) to be compared with GX's unexpected counts."""
 
-    inner: Any  # a kappa_ingest.parsing.BatchParser
+    inner: Any  # a kappa_ingest.source.parsing.BatchParser
     checks: RowChecks
 
     def fresh(self) -> Checked:
         return Checked(self.inner.fresh(), self.checks)
 
     def __call__(self, batch: pa.RecordBatch) -> Any:
-        from kappa_ingest.parsing import move_to_rejects
+        from kappa_ingest.source.parsing import move_to_rejects
 
         parsed = self.inner(batch)
         rows = materialized(parsed.rows)
@@ -411,7 +415,7 @@ def parsed_frame(source: Any, suite: Suite, skip: frozenset = frozenset()) -> An
     null in its rows): what GX validates."""
     from pyspark.sql.types import StringType, StructField, StructType
 
-    from kappa_ingest.sinks.task_input import parsed_units
+    from kappa_ingest.source.task_input import parsed_units
 
     every: list[str] = []
     for h in source.headers:
@@ -434,3 +438,30 @@ def parsed_frame(source: Any, suite: Suite, skip: frozenset = frozenset()) -> An
                 )
 
     return source.df.mapInArrow(rows, schema)
+
+
+def gate(
+    cfg: IngestConfig, source: Source, skip: frozenset[Unit], report: RunReport, run_dir: str, echo: bool
+) -> Source:
+    """Validate every row the run will send with the suite, before anything is sent: a
+    failure that gates stops the run (exit 5); in quarantine mode the source's parser also
+    takes out the rows failing row-level expectations."""
+    suite = load(str(cfg.expectations))
+    with side_jobs(cfg, "quality", "data-quality gate"):
+        frame = parsed_frame(source, suite, skip)
+        outcome = validate(frame, suite, str(cfg.quality_gate), f"{run_dir}/data_docs")
+    report.quality = outcome.to_json()
+    if echo:
+        for r in outcome.results:
+            if not r["success"]:
+                print(f"  {failure_line(r)}", file=sys.stderr)
+    failures = outcome.gating_failures()
+    if failures:
+        labels = ", ".join(r["label"] for r in failures)
+        raise QualityGateFailed(
+            f"data-quality gate failed: {len(failures)} of {len(suite.expectations)} expectations of suite"
+            f" {suite.name!r} ({labels}); nothing sent"
+        )
+    if cfg.quality_gate == "quarantine":
+        return replace(source, parser=Checked(source.parser, RowChecks.of(suite)))
+    return source

@@ -14,14 +14,20 @@ own read-back) and sets them side by side: records per partition, first and last
 from __future__ import annotations
 
 import os
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from kappa_ingest.config import IngestConfig
+from kappa_ingest.config.choices import DEFAULT_LEDGER_TOPIC
+from kappa_ingest.delivery.ledger import Entry
 from kappa_ingest.errors import InputError, UsageError
-from kappa_ingest.ledger import Entry
-from kappa_ingest.splits import canonical_file
+from kappa_ingest.kafka.topics import Admin
+from kappa_ingest.report.run import RunReport
+from kappa_ingest.source.records import wall_clock_ms
+from kappa_ingest.source.splits import canonical_file
 
 
 @dataclass(frozen=True)
@@ -29,7 +35,7 @@ class Replay:
     """What a reprocess run replays, and what it cannot."""
 
     from_topic: str
-    selected_by: str  # "runs" | "delivery time" | "input"
+    selected_by: str  # "runs" | "delivery time" | "input" | "everything" (all the ledger shows delivered)
     runs: tuple[str, ...]  # the runs whose deliveries are replayed
     files: tuple[str, ...]  # to send again
     not_resent: tuple[dict[str, Any], ...] = ()  # {file, rows, reason}
@@ -69,12 +75,13 @@ def select(
     resend_changed: bool = False,
 ) -> Replay:
     """The files to replay: delivered to ``from_topic`` by one of ``runs`` (or a run they
-    resumed), or between ``since`` and ``until`` (delivery time), or the ``inputs`` given.
+    resumed), or between ``since`` and ``until`` (delivery time), or the ``inputs`` given;
+    with none of these, every file the ledger shows delivered to it.
     A file gone, or changed since it was delivered (unless ``resend_changed``), is left out
     and listed with its reason; nothing left to send is an InputError."""
     mine = [e for e in entries if e.topic == from_topic and e.status == "delivered"]
     if inputs:
-        from kappa_ingest.inputs import resolve_inputs
+        from kappa_ingest.source.inputs import resolve_inputs
 
         paths, _ = resolve_inputs(inputs)
         wanted = {canonical_file(p) for p in paths}
@@ -83,6 +90,8 @@ def select(
     elif runs:
         chosen = [e for e in mine if e.run_id in runs or e.lineage in runs]
         by = "runs"
+    elif not (since or until):
+        chosen, by = mine, "everything"
     else:
         low = parse_time(since, "--since") if since else 0
         high = parse_time(until, "--until") if until else 2**62
@@ -103,7 +112,8 @@ def select(
         files += sorted(wanted - set(by_file))
     if not files:
         what = {"input": f"--input {' '.join(inputs)}", "runs": f"--runs {','.join(runs)}",
-                "delivery time": f"--since {since or '-'} --until {until or '-'}"}[by]  # fmt: skip
+                "delivery time": f"--since {since or '-'} --until {until or '-'}",
+                "everything": "the ledger"}[by]  # fmt: skip
         gone = "; ".join(f"{n['file']} ({n['reason']})" for n in not_resent[:3])
         left = f"; left out: {gone}" if not_resent else ""
         raise InputError(f"nothing to replay: no delivered file to {from_topic} matches {what}{left}")
@@ -127,22 +137,22 @@ def _why_not(path: str, last: Entry, resend_changed: bool) -> str | None:
 def prepare(values: dict[str, Any], sized_on_command_line: bool) -> tuple[dict[str, Any], Replay]:
     """The settings of a reprocess run, its inputs chosen from the ledger, and a new topic
     shaped like the old one (unless ``--topic-partitions`` was given); before Spark starts."""
-    from kappa_ingest import ledger
-    from kappa_ingest.config import DEFAULT_PRODUCER_SETTINGS, resolved_settings, run_ids
-    from kappa_ingest.kafka_settings import connection_conf
-    from kappa_ingest.topics import Admin
+    from kappa_ingest.config import resolved_settings, run_ids
+    from kappa_ingest.delivery import ledger
+    from kappa_ingest.kafka.settings import DEFAULT_PRODUCER_SETTINGS, connection_conf
+    from kappa_ingest.kafka.topics import Admin
 
     v = dict(values)
     runs = run_ids(v.get("runs"))
     inputs = tuple(v.get("inputs") or ())
     ways = [bool(runs), bool(v.get("since") or v.get("until")), bool(inputs)]
-    if sum(ways) != 1:
+    if sum(ways) > 1:  # none: all the ledger shows delivered to --from-topic
         raise UsageError("reprocess: choose the history with one of --runs ID,..., --since/--until or --input")
     servers = v.get("bootstrap_servers")
     if not servers or not v.get("from_topic"):
         raise UsageError("reprocess reads the delivery ledger of --from-topic's cluster: give --bootstrap-servers")
     settings = {**DEFAULT_PRODUCER_SETTINGS, **resolved_settings(v.get("kafka_opts") or {})}
-    entries = ledger.read(connection_conf(settings, servers), str(v.get("ledger_topic") or ledger.DEFAULT_TOPIC))
+    entries = ledger.read(connection_conf(settings, servers), str(v.get("ledger_topic") or DEFAULT_LEDGER_TOPIC))
     replay = select(entries, v["from_topic"], runs, v.get("since"), v.get("until"), inputs)
     with Admin(servers, settings) as admin:
         partitions, replicas, configs = topic_settings(admin, v["from_topic"])
@@ -172,8 +182,8 @@ def compare(admin: Any, conf: dict[str, Any], old: str, runs: tuple[str, ...], n
     first and last record timestamp, which is the event time with --event-time-column)."""
     from confluent_kafka import OFFSET_BEGINNING
 
-    from kappa_ingest.reconcile import read_back
-    from kappa_ingest.records import iso_ms
+    from kappa_ingest.delivery.reconcile import read_back
+    from kappa_ingest.source.records import iso_ms
 
     def side(topic: str, run_ids: tuple[str, ...], end: dict[int, int]) -> dict[str, Any]:
         found = read_back(conf, topic, dict.fromkeys(end, OFFSET_BEGINNING), end, set(run_ids), by_partition=True)
@@ -207,3 +217,18 @@ def past_retention(admin: Any, topic: str, oldest: str | None, now_ms: int) -> s
             f" counted from their timestamp, their event time here, the oldest {oldest}: the broker deletes those"
             f" older than that within minutes; keep them with kafka-configs.sh --alter --entity-type topics"
             f" --entity-name {topic} --add-config retention.ms=-1")  # fmt: skip
+
+
+def check_replay(cfg: IngestConfig, report: RunReport, replay: Replay, conf: dict) -> None:
+    """The old topic's records of the replayed runs beside the new topic's of this run."""
+    with Admin(conf["bootstrap.servers"], cfg.producer_settings()) as admin:
+        sides = compare(admin, conf, replay.from_topic, replay.runs, cfg.topic, cfg.run_id)
+        doomed = past_retention(admin, cfg.topic, sides["new"]["first_event"], wall_clock_ms())
+    assert report.reprocess is not None
+    report.reprocess["compare"] = sides
+    if doomed:  # a replay that succeeds and whose records the broker then deletes must say so
+        report.reprocess["retention_warning"] = doomed
+        print(f"kappa-ingest: warning: {doomed}", file=sys.stderr)
+    new = sides["new"]["records"]
+    report.check("the new topic holds rows_sent records of this run (read_committed)", new == report.rows_sent,
+                 report.rows_sent, new)  # fmt: skip

@@ -9,11 +9,12 @@ import subprocess
 import pytest
 
 from helpers import run
-from kappa_ingest import datagen, local_kafka
+from kappa_ingest import datagen
 from kappa_ingest.bench.runner import run_bench
 from kappa_ingest.bench.sweep import run_sweep
-from kappa_ingest.broker_rate import BrokerRateSampler
-from kappa_ingest.topics import Admin
+from kappa_ingest.kafka import broker as local_kafka
+from kappa_ingest.kafka.topics import Admin
+from kappa_ingest.report.broker_rate import BrokerRateSampler
 
 pytestmark = pytest.mark.integration
 
@@ -41,8 +42,9 @@ def test_bench_writes_table_json_and_chart(tmp_path):
     assert "| wide30 | 20,000 | kappa-ingest confluent exactly-once | 20,000 |" in (out / "results.md").read_text()
 
 
-def test_sweep_corner_writes_heatmap_and_rates(tmp_path):
-    out = run_sweep(20_000, tmp_path / "out", tmp_path / "data", quick=True)
+def test_sweep_corner_writes_heatmap_and_rates(spark, tmp_path):
+    out = run_sweep(20_000, tmp_path / "out", tmp_path / "data", quick=True, spark=spark)
+    assert not spark.sparkContext._jsc.sc().isStopped()  # the shared session is left running
     result = json.loads((out / "sweep.json").read_text())
     assert len(result["cells"]) == 2 and len(result["rates"]) == 2
     assert all(c["rows"] == 20_000 and c["rows_per_s"] > 0 for c in result["cells"])

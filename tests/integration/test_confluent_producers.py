@@ -12,14 +12,15 @@ import pytest
 
 from helpers import consume_all
 from kappa_ingest import native
-from kappa_ingest.columns import FILE_COL
-from kappa_ingest.delivery import EXACTLY_ONCE, TaskDelivery
-from kappa_ingest.records import RecordSpec, encode_batch
-from kappa_ingest.sinks.confluent_sink import ConfluentPartitionProducer, NativePartitionProducer
-from kappa_ingest.sinks.partition_runner import TaskStats
+from kappa_ingest.config.choices import EXACTLY_ONCE
+from kappa_ingest.delivery.guarantees import TaskDelivery
+from kappa_ingest.kafka.topics import Admin
+from kappa_ingest.sinks.confluent import ConfluentPartitionProducer, NativePartitionProducer
 from kappa_ingest.sinks.producer import DeliveryFailed, TransactionFailed
+from kappa_ingest.sinks.task_stats import TaskStats
 from kappa_ingest.sinks.writers import open_transactional
-from kappa_ingest.topics import Admin
+from kappa_ingest.source.columns import FILE_COL
+from kappa_ingest.source.records import RecordSpec, encode_batch
 
 pytestmark = pytest.mark.integration
 
@@ -92,8 +93,8 @@ def test_c_loop_refuses_a_bad_setting(lib):
 
 def _front_end(name: str, bootstrap: str, **extra: str):
     """A maker of transactional producers for one front end (the C loop skips without cc)."""
-    from kappa_ingest import kafka_settings
-    from kappa_ingest.sinks.kafka_python_sink import KafkaPythonPartitionProducer
+    from kappa_ingest.kafka import settings as kafka_settings
+    from kappa_ingest.sinks.kafka_python import KafkaPythonPartitionProducer
 
     settings = {"acks": "all", "enable.idempotence": "true", "linger.ms": "5", **extra}
     if name == "c":

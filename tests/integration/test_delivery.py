@@ -16,7 +16,7 @@ from helpers import consume_all, expected_rows, rows
 from kappa_ingest import config, datagen
 from kappa_ingest.errors import UsageError
 from kappa_ingest.ingest import ingest
-from kappa_ingest.topics import Admin
+from kappa_ingest.kafka.topics import Admin
 
 pytestmark = pytest.mark.integration
 

@@ -33,7 +33,7 @@ from faults import (
 )
 from helpers import consume_all, expected_rows, high_watermarks
 from kappa_ingest import datagen, failpoints
-from kappa_ingest.ledger import DEFAULT_TOPIC
+from kappa_ingest.config.choices import DEFAULT_LEDGER_TOPIC as DEFAULT_TOPIC
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 

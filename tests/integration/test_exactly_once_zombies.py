@@ -34,9 +34,11 @@ from faults import (
     wait_for,
 )
 from helpers import consume_all, expected_rows
-from kappa_ingest import datagen, lock
-from kappa_ingest.kafka_settings import connection_conf
-from kappa_ingest.ledger import DEFAULT_TOPIC, read_records
+from kappa_ingest import datagen
+from kappa_ingest.config.choices import DEFAULT_LEDGER_TOPIC as DEFAULT_TOPIC
+from kappa_ingest.delivery import lock
+from kappa_ingest.delivery.ledger import read_records
+from kappa_ingest.kafka.settings import connection_conf
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 FILES, ROWS_EACH = 6, 4_000

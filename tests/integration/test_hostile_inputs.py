@@ -6,7 +6,7 @@ topic holds (every good row, compared with Python's csv module; nothing for a re
 the topic absent or without a committed record), that the run ended within a bound, and
 that memory stayed bounded: the resident memory of this process and all its children (the
 Spark JVM, its Python workers, the broker), sampled every 0.1 s, rose less than a bound
-above what it was before the case. README, "Hostile inputs", is the table of these cases.
+above what it was before the case. docs/records.md, "Hostile inputs", is the table of these cases.
 """
 
 from __future__ import annotations
@@ -26,12 +26,13 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from helpers import consume_all, csv_rows, expected_rows, rows
-from kappa_ingest import config, datagen, metrics_store
+from kappa_ingest import config, datagen
 from kappa_ingest.bench.monitor import run_measured
 from kappa_ingest.errors import KappaError
 from kappa_ingest.ingest import ingest
 from kappa_ingest.preflight import preflight
-from kappa_ingest.splits import canonical_file
+from kappa_ingest.report import store as metrics_store
+from kappa_ingest.source.splits import canonical_file
 
 pytestmark = pytest.mark.integration
 
@@ -220,7 +221,7 @@ def test_03_a_100_mb_line_is_quarantined_for_its_size_and_the_rest_sent(kafka, t
     # Spark's JVM holds a line several times over (its line reader's buffer, and a row buffer
     # per projection, each doubled as it grows): a 100 MB line takes a JVM to ~2 GiB of heap,
     # which the shared session, after the suite's other tests, may no longer have. So this
-    # run is a job of its own, given the memory the README says such a line needs, as a user
+    # run is a job of its own, given the memory docs/records.md says such a line needs, as a user
     # gives it: spark-submit.sh --driver-memory. Each Python worker parsing the line holds a few
     # copies (~0.5 GiB), and two parse it (the sending pass, the quarantine's).
     out = attempt_submitted(kafka, tmp_path, [path], ["--driver-memory", "2500m"], rss=5 * GIB)
@@ -393,7 +394,7 @@ class WhenSending(threading.Thread):
 
     def run(self) -> None:
         from kappa_ingest.errors import KafkaUnavailable
-        from kappa_ingest.topics import Admin
+        from kappa_ingest.kafka.topics import Admin
 
         deadline = time.monotonic() + 60
         with Admin(self.bootstrap) as admin:  # fresh metadata each ask: the run creates the topic

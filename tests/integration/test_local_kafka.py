@@ -11,8 +11,8 @@ import pytest
 from confluent_kafka import Producer
 
 from helpers import consume_all
-from kappa_ingest import local_kafka
-from kappa_ingest.topics import Admin
+from kappa_ingest.kafka import broker as local_kafka
+from kappa_ingest.kafka.topics import Admin
 
 pytestmark = pytest.mark.integration
 

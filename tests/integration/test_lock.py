@@ -15,11 +15,14 @@ from confluent_kafka import KafkaException, Producer
 
 from faults import barrier, cli, error_lines, released_together, stop_group, wait_for
 from helpers import consume_all
-from kappa_ingest import config, datagen, delivery, lock
+from kappa_ingest import config, datagen
+from kappa_ingest.config.choices import DEFAULT_LEDGER_TOPIC as DEFAULT_TOPIC
+from kappa_ingest.delivery import guarantees as delivery
+from kappa_ingest.delivery import lock
+from kappa_ingest.delivery.ledger import read_records
 from kappa_ingest.errors import LockHeld
-from kappa_ingest.kafka_settings import connection_conf
-from kappa_ingest.ledger import DEFAULT_TOPIC, read_records
-from kappa_ingest.topics import Admin
+from kappa_ingest.kafka.settings import connection_conf
+from kappa_ingest.kafka.topics import Admin
 
 pytestmark = pytest.mark.integration
 
@@ -120,7 +123,7 @@ def test_a_holder_whose_lock_is_taken_over_learns_it_and_says_who(kafka, tmp_pat
         # Another run judged it dead (its renewals cut off, say) and took over: it recorded
         # the run as superseded and withdrew its claim.
         conf = connection_conf(None, kafka.bootstrap_servers)
-        from kappa_ingest import ledger
+        from kappa_ingest.delivery import ledger
 
         ledger.supersede(conf, DEFAULT_TOPIC, ["victim"], "usurper")
         lock._write(conf, DEFAULT_TOPIC, held.claim.key(), None)

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import nbformat
@@ -14,11 +15,13 @@ import pytest
 from nbclient import NotebookClient
 
 from helpers import consume_all, run
-from kappa_ingest import config, datagen, metrics_store, plots
+from kappa_ingest import config, datagen
 from kappa_ingest.errors import KappaError
 from kappa_ingest.ingest import ingest
-from kappa_ingest.report_html import render_html
-from kappa_ingest.splits import Plan
+from kappa_ingest.report import plots
+from kappa_ingest.report import store as metrics_store
+from kappa_ingest.report.html import render_html
+from kappa_ingest.source.splits import Plan
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,14 +29,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def store(spark, kafka, tmp_path_factory):
-    """Two real runs (one good, one failed) in one metrics directory."""
+    """Two real runs in one metrics directory: a failed one, then (the newest) a good one."""
     tmp = tmp_path_factory.mktemp("store")
     path = datagen.generate("wide30", 5000, tmp / "in.csv")
-    _, summary, _ = run(spark, kafka, tmp, inputs=[str(path)], partitions=2, topic="store-ok")
     bad = config.validate({"inputs": [str(path)], "topic": "store-bad", "bootstrap_servers": kafka.bootstrap_servers,
                            "metrics_dir": str(tmp / "metrics"), "key_column": "nope"})  # fmt: skip
     with pytest.raises(KappaError):
         ingest(bad, spark, echo=False)
+    _, summary, _ = run(spark, kafka, tmp, inputs=[str(path)], partitions=2, topic="store-ok")
     return tmp / "metrics", summary, bad.run_id
 
 
@@ -61,21 +64,36 @@ def test_every_table_holds_the_run_keyed_by_run_id(store):
     assert {(u["file"], u["split_start"], u["part"]) for u in units} == {(u.file, u.start, u.part) for u in planned}
 
 
-def test_spark_reads_the_store_as_deltalake_does(spark, store):
-    """Written by delta-rs, read by delta-spark: the same rows and columns (two tables: every
-    column type of the store is in them, and each Delta load costs Spark seconds)."""
-    metrics, _, _ = store
-    for name in ("runs", "tasks"):
+def _plain(v):
+    """A value as both readers can be compared on: a time as microseconds since the epoch
+    (pyspark hands back naive local times, deltalake aware ones)."""
+    return round(v.timestamp() * 1_000_000) if isinstance(v, datetime) else v
+
+
+def _ordered(rows: list[dict], key: list[str]) -> list[dict]:
+    return sorted(rows, key=lambda r: tuple(str(_plain(r[k])) for k in key))
+
+
+def test_spark_reads_every_table_and_column_as_the_run_reported_them(spark, store):
+    """Written by delta-rs, read by delta-spark: every table the run wrote, every column of
+    it, equal to what the run reported (summary.json; the ledger's entries as delta-rs reads them)."""
+    metrics, summary, _ = store
+    rid = summary["run_id"]
+    reported = metrics_store.run_rows(summary)
+    reported["ledger"] = metrics_store.rows(metrics, "ledger", rid)
+    for name, schema in metrics_store.TABLES.items():
+        if name == "bench":
+            continue
         df = spark.read.format("delta").load(metrics_store.table_path(metrics, name))
-        assert df.schema.fieldNames() == metrics_store.TABLES[name].names
-        key = [c for c in ("run_id", "task_id", "stage_id", "t", "executor_id") if c in df.columns]
-        by_spark = sorted((tuple(r) for r in df.select(*key).collect()), key=str)
-        by_rs = sorted((tuple(r[k] for k in key) for r in metrics_store.rows(metrics, name)), key=str)
-        assert [tuple(str(v)[:19] for v in r) for r in by_spark] == [tuple(str(v)[:19] for v in r) for r in by_rs]
-    totals = spark.read.format("delta").load(metrics_store.table_path(metrics, "runs")).collect()
-    assert {r["run_id"]: r["rows_sent"] for r in totals} == {
-        r["run_id"]: r["rows_sent"] for r in metrics_store.rows(metrics, "runs")
-    }
+        assert df.schema.fieldNames() == schema.names, name
+        expected = metrics_store._table(schema, reported[name]).to_pylist()
+        got = [r.asDict() for r in df.where(df.run_id == rid).collect()]
+        assert len(got) == len(expected) and (got or name == "quality"), name  # no suite: no quality rows
+        key = [c for c in ("t", "task_id", "stage_id", "attempt", "executor_id", "file", "split_start", "part")
+               if c in schema.names]  # fmt: skip
+        for want, row in zip(_ordered(expected, key), _ordered(got, key), strict=True):
+            for column in schema.names:
+                assert _plain(row[column]) == pytest.approx(_plain(want[column])), (name, column)
 
 
 def test_an_older_table_gains_new_columns_on_append(tmp_path, store):
@@ -142,10 +160,27 @@ def test_report_command_prints_runs_and_writes_html(store, tmp_path):
     assert (tmp_path / "run.html").read_text().count("data:image/png;base64,") == 3
 
 
+# Put into the notebook by the test alone: every figure the notebook shows, as data.
+_RECORD_FIGURES = """
+import kappa_ingest.report.plots as _plots
+_drawn, _png = [], _plots.png
+def _recorded(fig):
+    axes = fig.axes[0]
+    _drawn.append({"lines": [[float(y) for y in line.get_ydata()] for line in axes.lines],
+                   "bars": [round(float(r.get_width()), 3) for r in axes.patches if r.get_width() and r.get_height() < 1]})
+    return _png(fig)
+_plots.png = _recorded
+"""
+
+
 def test_notebook_runs_top_to_bottom_and_draws_every_figure(store, tmp_path):
-    metrics, _, _ = store
+    """Executed as a user would, on a store whose newest run succeeded: each figure draws
+    that run's values (the broker's samples, one bar per task and per executor, one per run)."""
+    metrics, summary, _ = store
     nb = nbformat.read(ROOT / "notebooks" / "ingest_rates.ipynb", as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit the notebook without outputs"
+    nb.cells.insert(1, nbformat.v4.new_code_cell(_RECORD_FIGURES))
+    nb.cells.append(nbformat.v4.new_code_cell("import json; print(json.dumps(_drawn))"))
     os.environ["KAPPA_METRICS_DIR"] = str(metrics)
     os.environ["KAPPA_BENCH_DIR"] = str(tmp_path / "no-bench")
     try:
@@ -156,8 +191,18 @@ def test_notebook_runs_top_to_bottom_and_draws_every_figure(store, tmp_path):
         os.environ.pop("KAPPA_METRICS_DIR")
         os.environ.pop("KAPPA_BENCH_DIR")
     images = [c for c in nb.cells if c.cell_type == "code" and any("image/png" in o.get("data", {}) for o in c.outputs)]
-    assert len(images) == 4  # executors, timeline, broker curve, runs compared
+    assert len(images) == 4  # broker curve, timeline, executors, runs compared
     assert "no make bench results" in json.dumps([c.outputs for c in nb.cells if c.cell_type == "code"])
+    broker, timeline, executors, compared = json.loads(nb.cells[-1].outputs[0]["text"])
+    run_row = metrics_store.run(metrics, summary["run_id"])
+    rates = [p["messages_per_s"] for p in metrics_store.rows(metrics, "broker_rate", summary["run_id"], order_by="t")]
+    assert broker["lines"][0] == pytest.approx(rates) and max(rates) > 0
+    durations = sorted(round(t["duration_s"], 3) for t in run_row["tasks"])
+    assert sorted(timeline["bars"]) == pytest.approx(durations, abs=1e-3) and len(durations) == 2
+    assert executors["bars"] == pytest.approx([round(e["rows_per_s"], 3) for e in run_row["executors"]], abs=1e-3)
+    assert executors["bars"][0] > 0
+    by_rate = sorted(round(r["rows_per_s"], 3) for r in metrics_store.last_runs(metrics, 50) if r["rows_per_s"])
+    assert sorted(compared["bars"]) == pytest.approx(by_rate, abs=1e-3) and len(by_rate) == 1
 
 
 def test_two_executor_processes_report_their_own_rows(kafka, tmp_path):

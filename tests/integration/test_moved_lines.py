@@ -1,4 +1,4 @@
-"""Raw lines shuffled or sorted before they are parsed (kappa_ingest.line_shuffle): an
+"""Raw lines shuffled or sorted before they are parsed (kappa_ingest.source.line_shuffle): an
 ordered replay and more producers than splits stay on the line path, and make the same
 records, in the same order where order is asked, as Spark's CSV reader doing the same."""
 

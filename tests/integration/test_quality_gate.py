@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from helpers import high_watermarks, run
-from kappa_ingest import config, metrics_store
-from kappa_ingest.errors import QualityGateFailed
-from kappa_ingest.topics import Admin
+from kappa_ingest.errors import QualityGateFailed, UsageError
+from kappa_ingest.kafka.topics import Admin
+from kappa_ingest.report import store as metrics_store
 
 pytestmark = pytest.mark.integration
 
@@ -111,6 +111,37 @@ def test_quarantine_mode_takes_out_the_failing_rows_and_sends_the_rest(spark, ka
     assert any("Great Expectations' unexpected_count" in c["name"] for c in summary["checks"])
 
 
+def test_quarantine_mode_still_fails_on_a_table_level_expectation(spark, kafka, tmp_path, orders):
+    """A table-level expectation has no rows to take out: in quarantine mode its failure still
+    gates the run (exit 5), and nothing is sent, not even the rows that pass."""
+    topic = f"t-{tmp_path.name}"
+    with Admin(kafka.bootstrap_servers) as admin:
+        admin.ensure_topic(topic, 2, 1)
+    too_few = ("expect_table_row_count_to_be_between", {"min_value": 1000, "max_value": 2000})
+    path = suite(tmp_path, *ROW_LEVEL, too_few)
+    with pytest.raises(QualityGateFailed, match=r"expect_table_row_count_to_be_between") as e:
+        run(spark, kafka, tmp_path, inputs=[str(orders)], expectations=path, quality_gate="quarantine", topic=topic)
+    assert e.value.exit_code == 5
+    assert sum(high_watermarks(kafka.bootstrap_servers, topic).values()) == 0
+    [report] = [json.loads(p.read_text()) for p in (tmp_path / "metrics" / "runs").glob("*/summary.json")]
+    assert report["status"] == "failed" and report["rows_sent"] == 0 and report["quality"]["gate"] == "quarantine"
+    failed = [r["label"] for r in report["quality"]["expectations"] if not r["success"]]
+    assert "expect_table_row_count_to_be_between" in failed[-1] and len(failed) == 3
+
+
+def test_the_warn_gate_sends_every_row_and_reports_the_failures(spark, kafka, tmp_path, orders):
+    path = suite(tmp_path, *ROW_LEVEL, ROW_COUNT)
+    _, summary, records = run(spark, kafka, tmp_path, inputs=[str(orders)], expectations=path, quality_gate="warn")
+    q = summary["quality"]
+    assert summary["status"] == "succeeded" and q["gate"] == "warn" and not q["success"]
+    assert len(records) == summary["rows_sent"] == len(ROWS) - 1 and summary["rows_quarantined"] == 0
+    failed = {r["label"]: r["observed"] for r in q["expectations"] if not r["success"]}
+    assert failed == {
+        "expect_column_values_to_match_regex(id)": "1 of 300 rows unexpected",
+        "expect_column_values_to_be_in_set(status)": "1 of 300 rows unexpected",
+    }
+
+
 def test_a_malformed_suite_is_exit_2_naming_the_bad_expectation(tmp_path, orders):
     path = suite(tmp_path, ("expect_column_values_to_not_be_null", {"column": "id"}),
                  ("expect_column_values_to_be_purple", {"column": "id"}))  # fmt: skip
@@ -141,7 +172,7 @@ def test_a_suite_as_gx_writes_it_is_read_as_it_is(tmp_path):
         ("expect_table_row_count_to_be_between", False),
     ]
     assert loaded.expectations[0].kwargs["value_set"] == ["new", "paid"]
-    with pytest.raises(config.UsageError, match=r"expectation #1 \(expect_column_values_to_match_regex\): bad regex"):
+    with pytest.raises(UsageError, match=r"expectation #1 \(expect_column_values_to_match_regex\): bad regex"):
         (tmp_path / "bad.yaml").write_text(
             '- {expectation: expect_column_values_to_match_regex, kwargs: {column: a, regex: "("}}'
         )

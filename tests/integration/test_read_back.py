@@ -1,4 +1,4 @@
-"""Reading a topic back (kappa_ingest.reconcile.read_back) in C (c/consume.c) counts what
+"""Reading a topic back (kappa_ingest.delivery.reconcile.read_back) in C (c/consume.c) counts what
 the Python consumer loop counts, record for record: run ids, files, units by their
 offsets, each partition's span of timestamps; aborted transactions and other producers'
 records not counted."""
@@ -9,8 +9,9 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kappa_ingest import native, reconcile
-from kappa_ingest.splits import Unit
+from kappa_ingest import native
+from kappa_ingest.delivery import reconcile
+from kappa_ingest.source.splits import Unit
 
 pytestmark = pytest.mark.integration
 

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import random
+import subprocess
+import sys
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import ConfigResource
@@ -15,7 +19,7 @@ from confluent_kafka.admin import ConfigResource
 from helpers import consume_all
 from kappa_ingest import config, reprocess
 from kappa_ingest.ingest import ingest
-from kappa_ingest.topics import Admin
+from kappa_ingest.kafka.topics import Admin
 
 pytestmark = pytest.mark.integration
 # Recent: a topic's retention (7 days here) deletes records by their timestamps, the event times,
@@ -64,11 +68,21 @@ def replay(spark, kafka, tmp, **values):
     return ingest(config.validate(v), spark, echo=False, replay=chosen)
 
 
-def test_a_replay_into_a_new_version_keeps_each_keys_history_in_event_time_order(spark, kafka, history):
+def test_a_replay_into_a_new_version_keeps_each_keys_history_in_event_time_order(kafka, history):
+    """``kappa-ingest reprocess`` as a user types it: each record's Kafka timestamp is its
+    row's event time, and each key's records reach their partition in that order."""
     from kafka.partitioner.default import murmur2
 
     tmp, days = history
-    replay(spark, kafka, tmp, runs="day0,day12", topic="orders.v2", order_by_event_time=True, run_id="to-v2")
+    cli = str(Path(sys.executable).parent / "kappa-ingest")
+    done = subprocess.run(
+        [cli, "reprocess", "--from-topic", "orders", "--runs", "day0,day12", "--to-topic", "orders.v2",
+         "--order-by-event-time", "--key-column", "customer", "--event-time-column", "ts", "--quiet",
+         "--bootstrap-servers", kafka.bootstrap_servers, "--metrics-dir", str(tmp / "m"), "--run-id", "to-v2",
+         "--master", "local[2]"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
     with Admin(kafka.bootstrap_servers) as admin:
         md = admin.client.list_topics("orders.v2", timeout=10).topics["orders.v2"]
         resource = ConfigResource(ConfigResource.Type.TOPIC, "orders.v2")
@@ -78,11 +92,14 @@ def test_a_replay_into_a_new_version_keeps_each_keys_history_in_event_time_order
     records = consume_all(kafka.bootstrap_servers, "orders.v2")
     sent = sorted(r.value["data"]["order_id"] for r in records)
     assert sent == sorted(o["order_id"] for o in days[0] + days[1])  # day 2's file is gone: not re-sent
+    event_ms = {o["order_id"]: round(datetime.fromisoformat(o["ts"]).timestamp() * 1000) for o in days[0] + days[1]}
+    assert all(r.timestamp_ms == event_ms[r.value["data"]["order_id"]] for r in records)  # the row's event time
     by_key = defaultdict(list)
     for r in sorted(records, key=lambda r: r.partition):  # stable: offset order within a partition
         assert r.partition == (murmur2(r.key) & 0x7FFFFFFF) % 3
         by_key[r.key].append(r.timestamp_ms)
     assert all(ts == sorted(ts) for ts in by_key.values())  # each key's history in event-time order
+    assert len(by_key) == 7 and all(len(set(ts)) > 1 for ts in by_key.values())
 
     s = summary(tmp, "to-v2")
     r = s["reprocess"]

@@ -17,11 +17,14 @@ from pathlib import Path
 import pytest
 
 from helpers import csv_rows
-from kappa_ingest import config, datagen, kafka_security, local_kafka, metrics_store
+from kappa_ingest import config, datagen
+from kappa_ingest.config.choices import DEFAULT_LEDGER_TOPIC as DEFAULT_TOPIC
 from kappa_ingest.errors import KafkaUnavailable
 from kappa_ingest.ingest import ingest
-from kappa_ingest.ledger import DEFAULT_TOPIC
+from kappa_ingest.kafka import broker as local_kafka
+from kappa_ingest.kafka import security as kafka_security
 from kappa_ingest.preflight import preflight
+from kappa_ingest.report import store as metrics_store
 
 pytestmark = pytest.mark.integration
 LEDGER = DEFAULT_TOPIC
@@ -120,8 +123,8 @@ def test_every_sink_over_sasl_ssl_and_no_secret_anywhere(secure, spark, tmp_path
     # the password, anywhere a person or a process could see it
     from deltalake import DeltaTable
 
-    from kappa_ingest import report_html
-    from kappa_ingest.metrics_store import RUN_TABLES, table_path
+    from kappa_ingest.report import html as report_html
+    from kappa_ingest.report.store import RUN_TABLES, table_path
 
     places = {"stdout": out, "stderr": err, "summary.json": summary_file.read_text(),
               "ps": "\n".join(ps.seen),

@@ -22,8 +22,9 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
 
-from kappa_ingest import kafka_security, local_kafka
-from kappa_ingest.local_kafka import LocalKafka
+from kappa_ingest.kafka import broker as local_kafka
+from kappa_ingest.kafka import security as kafka_security
+from kappa_ingest.kafka.broker import LocalKafka
 
 pytestmark = pytest.mark.integration
 

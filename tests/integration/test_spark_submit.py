@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from helpers import consume_all, expected_rows, rows
-from kappa_ingest import datagen, spark_cluster
+from kappa_ingest import datagen
+from kappa_ingest.spark import cluster as spark_cluster
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Tasks that read their own splits (kappa_ingest.split_reader) see the lines Spark's text
+"""Tasks that read their own splits (kappa_ingest.source.split_reader) see the lines Spark's text
 scan gives, split by split, and a run reading that way sends the records a run through
 Spark's scan sends."""
 
@@ -11,8 +11,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from helpers import run
-from kappa_ingest import split_reader, splits
-from kappa_ingest.columns import BLOCK_COL, BLOCK_LEN_COL, FILE_COL, LINE_COL
+from kappa_ingest.source import split_reader, splits
+from kappa_ingest.source.columns import BLOCK_COL, BLOCK_LEN_COL, FILE_COL, LINE_COL
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,6 @@
 """Typed values, null tokens, event time and keys give the same records byte for byte on
 the line path (Arrow's parse) and on Spark's CSV reader, edge values and bad ones
-included: both read text, and kappa_ingest.typed makes the values of both."""
+included: both read text, and kappa_ingest.source.typed makes the values of both."""
 
 from __future__ import annotations
 

@@ -11,9 +11,10 @@ import gzip
 import pytest
 from pyspark.sql import functions as F
 
-from kappa_ingest import config, csv_source
-from kappa_ingest.columns import FILE_COL
-from kappa_ingest.splits import Plan, local_file
+from kappa_ingest import config
+from kappa_ingest.source import dataframe as csv_source
+from kappa_ingest.source.columns import FILE_COL
+from kappa_ingest.source.splits import Plan, local_file
 
 pytestmark = pytest.mark.integration
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kappa_ingest.broker_rate import ALPHA, OneMinuteRate, curve, figures, one_minute_rates
+from kappa_ingest.report.broker_rate import ALPHA, OneMinuteRate, curve, figures, one_minute_rates
 
 
 def test_alpha_is_kafkas_one_minute_constant():
@@ -51,7 +51,7 @@ def test_curve_and_figures():
 
 def test_seconds_sampled_is_the_span_of_the_samples_not_their_count():
     """A sample missed on a busy broker leaves a gap, not a shorter clock: four samples over 9 s."""
-    from kappa_ingest.broker_rate import seconds_sampled
+    from kappa_ingest.report.broker_rate import seconds_sampled
 
     points = [{"t": f"2026-11-23T12:00:{s:02d}.000Z"} for s in (0, 1, 5, 9)]
     assert seconds_sampled(points) == 9.0 and seconds_sampled(points[:1]) == 0.0

@@ -9,6 +9,8 @@ from datetime import UTC
 import pytest
 
 from kappa_ingest import config
+from kappa_ingest.config import command_line
+from kappa_ingest.config.choices import DEFAULT_SINK
 from kappa_ingest.errors import UsageError
 
 
@@ -42,8 +44,8 @@ def test_defaults_and_generated_run_id():
 
 
 def test_the_shipped_conf_file_loads():
-    cfg = config.validate({**config._read_yaml(config.default_config()), "inputs": ["x"], "topic": "t"})
-    assert cfg.sink == config.DEFAULT_SINK
+    cfg = config.validate({**command_line._read_yaml(config.default_config()), "inputs": ["x"], "topic": "t"})
+    assert cfg.sink == DEFAULT_SINK
 
 
 @pytest.mark.parametrize(
@@ -106,7 +108,7 @@ def test_sizes_are_read_in_units_of_1024():
 
 def test_the_installed_conf_file_is_found_from_any_directory_and_named(tmp_path, monkeypatch):
     from kappa_ingest.paths import conf_dir
-    from kappa_ingest.report import _render_settings
+    from kappa_ingest.report.run import _render_settings
 
     monkeypatch.chdir(tmp_path)  # a job submitted from elsewhere keeps the shipped producer settings
     cfg = load(["--input", "a.csv", "--topic", "t"])

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from kappa_ingest import config, credentials
+from kappa_ingest import config
 from kappa_ingest.errors import UsageError
+from kappa_ingest.kafka import credentials
 
 
 def test_references_are_read_when_used_and_shown_as_given(tmp_path, monkeypatch):

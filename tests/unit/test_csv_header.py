@@ -7,8 +7,8 @@ import gzip
 import pytest
 
 from kappa_ingest import config
-from kappa_ingest.csv_source import first_line, header_columns
 from kappa_ingest.errors import InputError
+from kappa_ingest.source.dataframe import first_line, header_columns
 
 HEADERS = [
     "id,name,amount",

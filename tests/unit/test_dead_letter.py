@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from kappa_ingest.dead_letter import records
-from kappa_ingest.parsing import REJECT_SCHEMA, Parsed
-from kappa_ingest.splits import Unit
+from kappa_ingest.sinks.dead_letter import records
+from kappa_ingest.source.parsing import REJECT_SCHEMA, Parsed
+from kappa_ingest.source.splits import Unit
 
 
 def _parsed(at: list[int]) -> Parsed:

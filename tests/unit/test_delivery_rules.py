@@ -9,14 +9,18 @@ from dataclasses import replace
 import pyarrow as pa
 import pytest
 
-from kappa_ingest import delivery, ledger, splits
-from kappa_ingest.columns import BLOCK_COL, BLOCK_LEN_COL, FILE_COL, LINE_COL
+from kappa_ingest.config.choices import DEFAULT_MODE, resolve_mode
+from kappa_ingest.delivery import guarantees as delivery
+from kappa_ingest.delivery import ledger
 from kappa_ingest.errors import UsageError
-from kappa_ingest.report import RunReport
-from kappa_ingest.sinks.partition_runner import TaskStats
-from kappa_ingest.sinks.task_input import DROP, TaskInput, segments
-from kappa_ingest.spark_metrics import SparkRunMetrics, StageInfo, TaskInfo
-from kappa_ingest.splits import InputFile, Plan, Unit
+from kappa_ingest.report.run import RunReport
+from kappa_ingest.sinks.task_stats import TaskStats
+from kappa_ingest.sinks.task_units import DROP, TaskInput
+from kappa_ingest.source import splits
+from kappa_ingest.source.columns import BLOCK_COL, BLOCK_LEN_COL, FILE_COL, LINE_COL
+from kappa_ingest.source.splits import InputFile, Plan, Unit
+from kappa_ingest.source.task_input import segments
+from kappa_ingest.spark.metrics import SparkRunMetrics, StageInfo, TaskInfo
 
 
 def test_splits_fall_at_multiples_of_the_split_size_and_gzip_is_one():
@@ -57,13 +61,13 @@ def test_ledger_records_round_trip_and_the_latest_entry_wins():
 
 def test_the_modes_each_sink_keeps_and_what_rules_exactly_once_out():
     ok = {"acks": "all", "enable.idempotence": "true"}
-    assert delivery.resolve_mode(None, "confluent", ok) == delivery.DEFAULT_MODE
-    assert delivery.resolve_mode(None, "spark", ok) == "at-least-once"
-    assert delivery.resolve_mode(None, "confluent", {**ok, "acks": "1"}) == "at-least-once"
+    assert resolve_mode(None, "confluent", ok) == DEFAULT_MODE
+    assert resolve_mode(None, "spark", ok) == "at-least-once"
+    assert resolve_mode(None, "confluent", {**ok, "acks": "1"}) == "at-least-once"
     with pytest.raises(UsageError, match=r"spark sink .* --sink confluent or --sink kafka-python"):
-        delivery.resolve_mode("exactly-once", "spark", ok)
+        resolve_mode("exactly-once", "spark", ok)
     with pytest.raises(UsageError, match="needs acks=all"):
-        delivery.resolve_mode("exactly-once", "kafka-python", {**ok, "acks": "1"})
+        resolve_mode("exactly-once", "kafka-python", {**ok, "acks": "1"})
     with pytest.raises(UsageError, match=r"spark\.speculation=true"):
         delivery.check_spark("exactly-once", "true")
     delivery.check_spark("at-least-once", "true")

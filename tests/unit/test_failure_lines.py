@@ -2,7 +2,7 @@
 the traceback quotes."""
 
 from kappa_ingest.errors import KafkaUnavailable
-from kappa_ingest.failures import classify
+from kappa_ingest.spark.failures import classify
 
 TRACEBACK = """org.apache.spark.api.python.PythonException: Traceback (most recent call last):
   File "/x/kappa_ingest/sinks/confluent_sink.py", line 301, in _txn

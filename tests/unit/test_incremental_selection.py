@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from kappa_ingest.delivery.incremental import classify, select
+from kappa_ingest.delivery.ledger import Entry
 from kappa_ingest.errors import InputError
-from kappa_ingest.incremental import classify, select
-from kappa_ingest.ledger import Entry
-from kappa_ingest.splits import INCREMENTAL_SPLIT_BYTES, InputFile, Plan, Unit
+from kappa_ingest.source.splits import INCREMENTAL_SPLIT_BYTES, InputFile, Plan, Unit
 
 
 def _entry(f: InputFile, start: int, length: int, split: int, topic: str = "t", size: int | None = None) -> Entry:

@@ -13,14 +13,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from kappa_ingest import record_size
-from kappa_ingest.columns import BLOCK_COL, FILE_COL, LINE_COL
-from kappa_ingest.csv_source import first_line
-from kappa_ingest.errors import InputError
-from kappa_ingest.inputs import check_head, not_text, resolve_inputs
-from kappa_ingest.parsing import LineParser, RowParser
-from kappa_ingest.record_size import Limit, RecordTooLarge, SizeChecked
-from kappa_ingest.records import RecordSpec, encode_batch
+from kappa_ingest.errors import InputError, UsageError
+from kappa_ingest.source import record_size
+from kappa_ingest.source.columns import BLOCK_COL, FILE_COL, LINE_COL
+from kappa_ingest.source.dataframe import first_line
+from kappa_ingest.source.inputs import check_head, not_text, resolve_inputs
+from kappa_ingest.source.parsing import LineParser, RowParser
+from kappa_ingest.source.record_size import Limit, RecordTooLarge, SizeChecked
+from kappa_ingest.source.records import RecordSpec, encode_batch
 
 
 def random_bytes(n: int, seed: int = 7) -> bytes:
@@ -224,7 +224,7 @@ def test_the_bound_is_never_below_the_exact_size():
 
 
 def test_spark_parsed_rows_are_rejected_with_their_fields_as_json():
-    from kappa_ingest.columns import REJECT_COL
+    from kappa_ingest.source.columns import REJECT_COL
 
     spec = RecordSpec(("id", "n"), "r")
     columns = {"id": ["a", "b" * 3000], "n": pa.array([1, 2], pa.int32()), FILE_COL: ["file:///d/x.csv"] * 2}
@@ -256,24 +256,25 @@ def test_strict_raises_naming_the_file_and_line():
 def test_a_file_changed_or_gone_since_the_plan_is_named(tmp_path):
     from types import SimpleNamespace
 
-    from kappa_ingest.ingest import changed_input
-    from kappa_ingest.splits import Plan, local_file
+    from kappa_ingest.source.splits import Plan, changed_input, local_file
 
     a, b = tmp_path / "a.csv", tmp_path / "b.csv"
     a.write_text("x\n1\n")
     b.write_text("x\n2\n")
     plan = Plan((local_file(str(a), False), local_file(str(b), False)), 1 << 20)
     source = SimpleNamespace(files=(str(a), str(b)), plan=plan)
-    assert changed_input(source, "r1") is None
+    assert changed_input(source.plan, "r1") is None
     b.write_text("x\n2\n3\n")
-    err = changed_input(source, "r1")
+    err = changed_input(source.plan, "r1")
     assert err is not None and err.exit_code == 3
     assert str(err).startswith(f"input {b} changed while the run read it (size 4 -> 6 bytes)")
     b.write_bytes(b"x\n2\n")
     os.utime(b, ns=(plan.files[1].mtime_ms * 1_000_000 + 5_000_000,) * 2)
-    assert "modified 5 ms after it was planned, same size" in str(changed_input(source, "r1"))
+    assert "modified 5 ms after it was planned, same size" in str(changed_input(source.plan, "r1"))
     a.unlink()
-    assert str(changed_input(source, "r1")).startswith(f"input {a} changed while the run read it (deleted or moved)")
+    assert str(changed_input(source.plan, "r1")).startswith(
+        f"input {a} changed while the run read it (deleted or moved)"
+    )
 
 
 def test_strict_size_from_the_command_line_and_yaml(tmp_path):
@@ -290,5 +291,5 @@ def test_strict_size_from_the_command_line_and_yaml(tmp_path):
     args = p.parse_args(["--input", "x.csv", "--topic", "t", "--strict-size"])
     assert config.load(args).strict_size is True
     assert config.validate({"inputs": ["x.csv"], "topic": "t"}).strict_size is False
-    with pytest.raises(config.UsageError, match="'strict-size': expected true or false"):
+    with pytest.raises(UsageError, match="'strict-size': expected true or false"):
         config.validate({"inputs": ["x.csv"], "topic": "t", "strict_size": "yes"})

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from kappa_ingest import kafka_settings as ks
 from kappa_ingest.errors import UsageError
+from kappa_ingest.kafka import settings as ks
 
 SETTINGS = {"acks": "all", "enable.idempotence": "true", "linger.ms": "20", "batch.size": "1048576",
             "compression.type": "lz4", "buffer.memory": "67108864", "max.request.size": "2097152"}  # fmt: skip

@@ -12,9 +12,9 @@ import pyarrow.compute as pc
 import pytest
 
 from kappa_ingest import native
-from kappa_ingest.columns import EVENT_TS_COL, FILE_COL
-from kappa_ingest.parsing import _count_byte
-from kappa_ingest.records import RecordSpec, _encode_polars, encode_batch
+from kappa_ingest.source.columns import EVENT_TS_COL, FILE_COL
+from kappa_ingest.source.parsing import _count_byte
+from kappa_ingest.source.records import RecordSpec, _encode_polars, encode_batch
 
 TRICKY = [chr(i) for i in range(0x80)] + ["é", "€", "😀", "\u2028", '"', "\\"]
 

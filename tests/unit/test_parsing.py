@@ -8,8 +8,8 @@ import io
 import pyarrow as pa
 import pytest
 
-from kappa_ingest.columns import BLOCK_COL, FILE_COL, LINE_COL
-from kappa_ingest.parsing import HeaderMismatch, LineParser, malformed_detail
+from kappa_ingest.source.columns import BLOCK_COL, FILE_COL, LINE_COL
+from kappa_ingest.source.parsing import HeaderMismatch, LineParser, malformed_detail
 
 
 def lines_batch(raw: list[bytes], file: str = "f.csv", block: int = 0) -> pa.RecordBatch:

@@ -7,8 +7,8 @@ import time
 import psutil
 import pytest
 
-from kappa_ingest.phases import PHASES, RunClock, started_ago
-from kappa_ingest.report import RunReport, render
+from kappa_ingest.report.phases import PHASES, RunClock, started_ago
+from kappa_ingest.report.run import RunReport, render
 
 
 def test_phases_split_the_span_and_add_up():

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 import page_view
-from kappa_ingest import plots
+from kappa_ingest.report import plots
 
 T0 = datetime(2026, 11, 23, 12, 0, 0, tzinfo=UTC)
 
@@ -43,6 +43,17 @@ def test_tasks_side_by_side_on_one_executor_get_their_own_slots():
     tasks = [task(0, 10, 5), task(1, 10.2, 5), task(2, 15, 2), task(3, 10, 7, executor="1")]
     # Task 2 starts when task 0 ended: slot 0 is free again; executor 1 has lanes of its own.
     assert plots.slots(tasks) == [0, 1, 0, 0]
+
+
+def test_an_executor_has_no_more_lanes_than_cores():
+    """On local[*] with two cores, a task launched as another ended (its end rounded a few
+    ms late) takes that task's lane, not a third one."""
+    tasks = [task(0, 10, 5), task(1, 10, 3), task(2, 13 - 0.02, 4), task(3, 15 - 0.03, 2)]
+    assert plots.slots(tasks) == [0, 1, 2, 1]  # cores unknown: as the times say
+    assert plots.slots(tasks, {"0": 2}) == [0, 1, 1, 0]
+    run = a_run(tasks)
+    run["executors"] = [{"executor_id": "0", "host": "h", "rows": 4000, "rows_per_s": 1.0, "cores": 2}]
+    assert len(plots.task_timeline(run).axes[0].get_yticks()) == 2
 
 
 def test_no_two_tasks_overlap_in_a_lane():

@@ -7,7 +7,8 @@ import io
 import pytest
 
 from kappa_ingest import datagen
-from kappa_ingest.progress import Progress, estimate_rows
+from kappa_ingest.report.progress import Progress
+from kappa_ingest.source.inputs import estimate_rows
 
 
 def test_log_line_names_rows_rates_and_time_left():
@@ -26,7 +27,7 @@ def test_log_line_names_rows_rates_and_time_left():
 
 def test_not_a_terminal_logs_every_ten_seconds(monkeypatch):
     clock = iter([0.0, 0.0, 5.0, 10.5, 21.0])  # the start, then one reading per update
-    monkeypatch.setattr("kappa_ingest.progress.time.monotonic", lambda: next(clock))
+    monkeypatch.setattr("kappa_ingest.report.progress.time.monotonic", lambda: next(clock))
     out = io.StringIO()
     p = Progress(None, stream=out)  # StringIO is not a TTY: log lines, no bar
     for rows in (100, 200, 300, 400):

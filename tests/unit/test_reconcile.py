@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from kappa_ingest import reconcile
-from kappa_ingest.splits import Unit
+from kappa_ingest.delivery import reconcile
+from kappa_ingest.source.splits import Unit
 
 
 def found(**by_run):

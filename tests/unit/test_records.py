@@ -9,8 +9,8 @@ import pyarrow as pa
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from kappa_ingest.columns import EVENT_TS_COL, FILE_COL
-from kappa_ingest.records import RecordSpec, encode_batch, iso_ms, to_records
+from kappa_ingest.source.columns import EVENT_TS_COL, FILE_COL
+from kappa_ingest.source.records import RecordSpec, encode_batch, iso_ms, to_records
 
 NOW = 1_795_305_599_123  # 2026-11-21T23:59:59.123Z
 FILE = "file:/data/orders.csv"

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
-from kappa_ingest import reconcile
-from kappa_ingest.report import RunReport, render
-from kappa_ingest.sinks.partition_runner import TaskStats
-from kappa_ingest.spark_metrics import SparkRunMetrics, StageInfo, TaskInfo, parse_time
+from kappa_ingest.delivery import reconcile
+from kappa_ingest.report.run import RunReport, render
+from kappa_ingest.sinks.task_stats import TaskStats
+from kappa_ingest.spark.metrics import SparkRunMetrics, StageInfo, TaskInfo, parse_time
 
 T0 = datetime(2026, 11, 22, 1, 0, 0, tzinfo=UTC)
 
@@ -80,9 +80,9 @@ def test_rows_by_header_come_from_the_units_each_task_delivered():
     import json
     from dataclasses import asdict
 
-    from kappa_ingest.csv_source import Header
-    from kappa_ingest.ledger import Entry
-    from kappa_ingest.splits import Unit
+    from kappa_ingest.delivery.ledger import Entry
+    from kappa_ingest.source.dataframe import Header
+    from kappa_ingest.source.splits import Unit
 
     def entry(file, rows):
         return Entry(

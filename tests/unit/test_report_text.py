@@ -8,8 +8,10 @@ import re
 
 import pytest
 
-from kappa_ingest import cli, metrics_store, report_text
+from kappa_ingest import cli
 from kappa_ingest.errors import UsageError
+from kappa_ingest.report import store as metrics_store
+from kappa_ingest.report import text as report_text
 
 CHECKS = [{"name": "rows_read = rows_sent + rows_quarantined", "ok": True, "expected": 9, "actual": 9},
           {"name": "topic grew by rows_sent", "ok": True, "expected": 9, "actual": 9}]  # fmt: skip
@@ -47,21 +49,31 @@ def store(tmp_path):
     return tmp_path
 
 
-def test_last_runs_a_line_each_newest_first_aligned(store):
+def test_last_runs_two_lines_each_newest_first_aligned_within_120_columns(store):
     lines = report_text.last_lines(metrics_store.last_runs(store, 10)).splitlines()
-    assert [line.split()[0] for line in lines[1:]] == ["r3-failed", "r2-new", "r1-old"]
+    firsts = [line for line in lines[1:] if not line.startswith(" ")]
+    assert [line.split()[0] for line in firsts] == ["r3-failed", "r2-new", "r1-old"]
+    assert [line for line in lines[1:] if line.startswith(" ")] == ["  confluent -> orders"] * 3
     head = lines[0]
     # The end-to-end time stands right beside the sending rate.
     assert head.index("end to end s") < head.index("rows/s") and "rows sent" not in head[head.index("end to end") :]
     # Numbers right-aligned under their headings: each column's right edge is the heading's.
     for heading in ("rows sent", "end to end s", "rows/s"):
         edge = head.index(heading) + len(heading)
-        assert all(line[edge - 1] != " " and line[edge : edge + 1] in (" ", "") for line in lines[1:]), heading
+        assert all(line[edge - 1] != " " and line[edge : edge + 1] in (" ", "") for line in firsts), heading
     r2 = next(line for line in lines if line.startswith("r2-new"))
     assert "1,000,000" in r2 and " 14.0 " in r2 and " 200,000 " in r2 and "2/2" in r2
     r3 = next(line for line in lines if line.startswith("r3-failed"))
     assert "failed" in r3 and "0/1" in r3 and " 7.5 " in r3
-    assert r3.split()[7:10] == ["-", "-", "-"]  # no sending stage ran: no rate, no MB/s, no sending time
+    assert r3.split()[6:8] == ["-", "-"]  # no sending stage ran: no rate, no sending time
+
+
+def test_last_runs_fit_120_columns_with_long_names(store):
+    runs = metrics_store.last_runs(store, 10)
+    long = [{**r, "run_id": "20261125T001028Z-1a2b3c", "sink": "kafka-python", "topic": "t" * 200,
+             "rows_sent": 10_000_000, "rows_per_s": 187_688.0, "wall_s": 1234.5} for r in runs]  # fmt: skip
+    lines = report_text.last_lines(long).splitlines()
+    assert max(len(line) for line in lines) <= 120 and lines[2].endswith("…")
 
 
 def test_compare_two_runs_side_by_side(store):
@@ -114,7 +126,7 @@ def run_cli(args: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
 
 def test_report_command_last_compare_and_unknown_run(store, monkeypatch, capsys):
     code, out, _ = run_cli(["--metrics-dir", str(store), "--last", "2"], monkeypatch, capsys)
-    assert code == 0 and [line.split()[0] for line in out.splitlines()[1:]] == ["r3-failed", "r2-new"]
+    assert code == 0 and [line.split()[0] for line in out.splitlines()[1::2]] == ["r3-failed", "r2-new"]
     code, out, _ = run_cli(["--metrics-dir", str(store), "--compare", "r1-old", "r2-new"], monkeypatch, capsys)
     assert code == 0 and "B vs A" in out and "kafka_opts.linger.ms" in out
     code, out, err = run_cli(["--metrics-dir", str(store), "--compare", "r1-old", "nope"], monkeypatch, capsys)

@@ -6,10 +6,10 @@ import os
 
 import pytest
 
+from kappa_ingest.delivery.ledger import Entry
 from kappa_ingest.errors import InputError, UsageError
-from kappa_ingest.ledger import Entry
 from kappa_ingest.reprocess import parse_time, select
-from kappa_ingest.splits import Unit
+from kappa_ingest.source.splits import Unit
 
 DAY = 86_400_000
 NOV1 = parse_time("2026-11-01", "--since")
@@ -64,3 +64,13 @@ def test_nothing_left_is_an_input_error_and_a_bad_date_a_usage_error(files):
         select([entry(a, "r1", 0)], "orders", runs=("r9",))
     with pytest.raises(UsageError, match="--since 'yesterday'"):
         select([entry(a, "r1", 0)], "orders", since="yesterday")
+
+
+def test_no_selection_replays_all_the_ledger_shows_delivered_to_the_topic(files):
+    """``reprocess --from-topic T --to-topic T2``, the shortest form: T's whole history."""
+    a, b, c = files
+    entries = [entry(a, "r1", 0), entry(b, "r2", 1), entry(c, "r3", 2, topic="other")]
+    chosen = select(entries, "orders")
+    assert chosen.selected_by == "everything" and chosen.files == (str(a), str(b)) and chosen.runs == ("r1", "r2")
+    with pytest.raises(InputError, match="no delivered file to other2 matches the ledger"):
+        select(entries, "other2")

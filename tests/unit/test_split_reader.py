@@ -10,7 +10,7 @@ import random
 import pytest
 
 from helpers import split_by_rule
-from kappa_ingest import split_reader
+from kappa_ingest.source import split_reader
 
 
 def _hadoop(data: bytes, start: int, length: int) -> list[bytes]:
@@ -79,7 +79,7 @@ def test_lines_moved_by_their_offsets_read_back_as_they_were(tmp_path, seed, mon
     import pyarrow.compute as pc
 
     from kappa_ingest import native
-    from kappa_ingest.columns import BLOCK_COL, BLOCK_LEN_COL, FILE_COL, LINE_AT_COL, LINE_COL, LINE_LEN_COL
+    from kappa_ingest.source.columns import BLOCK_COL, BLOCK_LEN_COL, FILE_COL, LINE_AT_COL, LINE_COL, LINE_LEN_COL
 
     rnd = random.Random(seed)
     handed, want = [], []
@@ -110,7 +110,7 @@ def test_lines_moved_by_their_offsets_read_back_as_they_were(tmp_path, seed, mon
 def test_a_line_past_its_files_end_is_an_error_not_other_bytes(tmp_path):
     import pyarrow as pa
 
-    from kappa_ingest.columns import FILE_COL, LINE_AT_COL, LINE_LEN_COL
+    from kappa_ingest.source.columns import FILE_COL, LINE_AT_COL, LINE_LEN_COL
 
     (tmp_path / "a.csv").write_bytes(b"abc\n")
     batch = pa.RecordBatch.from_pydict({FILE_COL: [f"file://{tmp_path / 'a.csv'}"], LINE_AT_COL: [2],

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from kappa_ingest.delivery import TaskDelivery
+from kappa_ingest.delivery.guarantees import TaskDelivery
 from kappa_ingest.sinks import writers
-from kappa_ingest.sinks.partition_runner import TaskStats
 from kappa_ingest.sinks.producer import TransactionFailed
+from kappa_ingest.sinks.task_stats import TaskStats
 
 
 class Scripted:

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from kappa_ingest import transcode
+from kappa_ingest.source import transcode
 
 
 @pytest.mark.parametrize("encoding", ["latin-1", "cp1252", "iso-8859-15", "koi8-r", "cp437"])

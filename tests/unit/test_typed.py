@@ -1,4 +1,4 @@
-"""The typed values' rules (kappa_ingest.typed), one batch at a time."""
+"""The typed values' rules (kappa_ingest.source.typed), one batch at a time."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from kappa_ingest.columns import EVENT_TS_COL
 from kappa_ingest.errors import UsageError
-from kappa_ingest.typed import Typing, chrono_format, convert, materialized
+from kappa_ingest.source.columns import EVENT_TS_COL
+from kappa_ingest.source.typed import Typing, chrono_format, convert, materialized
 
 
 def test_a_field_that_does_not_convert_is_named_with_its_column_and_value():

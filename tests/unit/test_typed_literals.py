@@ -1,5 +1,5 @@
 """A typed column whose text is already its JSON literal is written from the text
-(kappa_ingest.typed.LITERAL): for every field the C check lets through, the text must be
+(kappa_ingest.source.typed.LITERAL): for every field the C check lets through, the text must be
 byte for byte what parsing and formatting would have written, and every other field
 must take that path. Random fields in the shapes CSV writers produce, edge values added."""
 
@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 
 from kappa_ingest import native
-from kappa_ingest.records import RecordSpec, _encode_polars, encode_batch, json_literals
-from kappa_ingest.typed import Typing, convert, literal_type, materialized
+from kappa_ingest.source.records import RecordSpec, _encode_polars, encode_batch, json_literals
+from kappa_ingest.source.typed import Typing, convert, literal_type, materialized
 
 EDGES = {
     "double": ["0.0", "-0.0", "50.0", "1.5", "-1.5", "0.1", "0.0001", "0.00001", "0.00012", "999999999999999.0",

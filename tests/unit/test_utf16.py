@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from helpers import split_by_rule
-from kappa_ingest import split_reader, transcode
+from kappa_ingest.source import split_reader, transcode
 
 # Characters whose UTF-16 bytes hold 0x0A or 0x0D, a pair of surrogates, and plain ones.
 CHARS = ["a", ",", '"', "é", "\u0a0d", "\u0d0a", "\u010a", "\u0a00", "😀", "\u2028", "€"]
@@ -125,7 +125,7 @@ def test_batches_decode_as_pythons_decoder_line_by_line(seed):
 
 
 def test_the_header_is_read_by_unit_and_its_bom_taken_off(tmp_path):
-    from kappa_ingest.csv_source import first_line
+    from kappa_ingest.source.dataframe import first_line
 
     path = tmp_path / "in.csv"
     path.write_bytes("\ufeffid,Ċname\r\n1,x\n".encode("utf-16-le"))  # "Ċ" is 0A 01 in UTF-16LE
@@ -138,8 +138,8 @@ def test_the_header_is_read_by_unit_and_its_bom_taken_off(tmp_path):
 def test_utf_16_that_the_tasks_cannot_read_themselves_is_refused_in_one_line(tmp_path, where):
     import gzip
 
-    from kappa_ingest.csv_source import first_line
     from kappa_ingest.errors import InputError
+    from kappa_ingest.source.dataframe import first_line
 
     path = where if "://" in where else str(tmp_path / where)
     if "://" not in where:

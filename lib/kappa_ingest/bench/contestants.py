@@ -15,7 +15,7 @@ from typing import Any
 from kappa_ingest import datagen
 from kappa_ingest.bench.monitor import Usage
 
-# The best settings found for Kafka's own producer on this broker (README, "Performance").
+# The best settings found for Kafka's own producer on this broker (docs/performance.md).
 CEILING_PROPS = ["acks=all", "batch.size=1048576", "linger.ms=20", "compression.type=lz4", "buffer.memory=134217728"]
 
 

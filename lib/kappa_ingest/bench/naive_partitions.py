@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 
 def main(path: str, topic: str, servers: str, master: str, partitions: str) -> None:
-    from kappa_ingest.spark_session import build_session
+    from kappa_ingest.spark.session import build_session
 
     started = time.monotonic()
     spark = build_session(

@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--key", help="a column sent as the record's key")
     p.add_argument("--ordered", action="store_true", help="each key's rows in one task, sorted by event time")
     a = p.parse_args(argv)
-    from kappa_ingest.spark_session import build_session
+    from kappa_ingest.spark.session import build_session
 
     started = time.monotonic()
     spark = build_session(

@@ -21,12 +21,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.csv as pcsv
 
-from kappa_ingest import datagen, local_kafka, plots
+from kappa_ingest import datagen
 from kappa_ingest.bench.contestants import BASELINE, CONTESTANTS, PATHS, PLAIN_LINE_PATH, Contestant, Context
 from kappa_ingest.bench.monitor import cpu_seconds, run_measured
-from kappa_ingest.columns import FILE_COL
-from kappa_ingest.records import RecordSpec, encode_batch, wall_clock_ms
-from kappa_ingest.topics import Admin
+from kappa_ingest.kafka import broker as local_kafka
+from kappa_ingest.kafka.topics import Admin
+from kappa_ingest.report import plots
+from kappa_ingest.source.columns import FILE_COL
+from kappa_ingest.source.records import RecordSpec, encode_batch, wall_clock_ms
 
 PAYLOAD_SAMPLE_ROWS = 10_000
 
@@ -123,6 +125,7 @@ def warm_up(ctx: Context, layout: str, admin: Admin, broker_pid: int) -> None:
         )
 
 
+# Long: one pass builds each contestant's row, column by column as the table shows them.
 def summarise(results: list[RunResult]) -> list[dict[str, Any]]:
     """Median and min–max per layout, row set and contestant, with ratios to the ceiling,
     the classic script and plain Spark: of rows/s, and of command-to-exit time."""
@@ -321,7 +324,7 @@ def _x(v: float | None) -> str:
 
 def _record(metrics_dir: Path, bench_id: str, results: list[RunResult]) -> None:
     """Append the runs to the ``bench`` table of the Delta metrics store."""
-    from kappa_ingest.metrics_store import record_bench
+    from kappa_ingest.report.store import record_bench
 
     record_bench(metrics_dir, f"bench-{bench_id}", [asdict(r) for r in results])
     print(f"recorded in {metrics_dir}/delta/bench as run_id bench-{bench_id}")
@@ -370,7 +373,7 @@ def _checkout(commit: str, into: Path) -> Path:
 
 
 def _secure_settings(cluster: local_kafka.LocalKafka) -> dict[str, str]:
-    from kappa_ingest.kafka_security import client_settings
+    from kappa_ingest.kafka.security import client_settings
 
     return {k: v for k, v in client_settings(cluster, "admin").items() if k != "bootstrap.servers"}
 
@@ -381,6 +384,7 @@ def _selected(name: str, only: list[str]) -> bool:
     return any(o.lower() == name.lower() or (o.lower() not in names and o.lower() in name.lower()) for o in only)
 
 
+# Long: the bench's order (data, broker, warm-up, rounds, files) is its method; read top to bottom.
 def run_bench(
     layouts: list[str],
     row_sets: list[int],

@@ -14,9 +14,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kappa_ingest import datagen, local_kafka, plots
+from kappa_ingest import datagen
 from kappa_ingest.bench.monitor import run_measured
-from kappa_ingest.topics import Admin
+from kappa_ingest.kafka import broker as local_kafka
+from kappa_ingest.kafka.topics import Admin
+from kappa_ingest.report import plots
 
 PARTITIONS = [1, 2, 4]
 SIZES = [100_000, 1_000_000, 10_000_000]

@@ -21,8 +21,9 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from kappa_ingest import datagen, local_kafka
+from kappa_ingest import datagen
 from kappa_ingest.bench.monitor import Usage, run_measured
+from kappa_ingest.kafka import broker as local_kafka
 
 SINKS = ("confluent", "spark", "kafka-python")
 BATCH = 500_000
@@ -57,7 +58,7 @@ def topic_hashes(bootstrap: str, topic: str, columns: list[str], timeout_s: floa
     """One hash per record's ``data`` in ``topic``, read ``read_committed`` from the start."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    from kappa_ingest.topics import high_watermarks
+    from kappa_ingest.kafka.topics import high_watermarks
 
     dtype = pl.Struct({"data": pl.Struct(dict.fromkeys(columns, pl.String))})
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "soak", "enable.auto.commit": False,

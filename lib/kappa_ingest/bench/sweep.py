@@ -19,10 +19,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kappa_ingest import config, datagen, local_kafka, plots
+from pyspark.sql import SparkSession
+
+from kappa_ingest import config, datagen
 from kappa_ingest.errors import KappaError
 from kappa_ingest.ingest import ingest
-from kappa_ingest.spark_session import build_session
+from kappa_ingest.kafka import broker as local_kafka
+from kappa_ingest.report import plots
+from kappa_ingest.spark.session import build_session
 
 ACKS = ["0", "1", "all"]
 BATCH_SIZES = [16384, 32768, 65536]
@@ -67,9 +71,12 @@ def _cell(spark, bootstrap: str, work: Path, data: Path, topic: str, partitions:
     }
 
 
-def run_sweep(rows: int, out_root: Path, data_dir: Path, quick: bool = False) -> Path:
+def run_sweep(
+    rows: int, out_root: Path, data_dir: Path, quick: bool = False, spark: SparkSession | None = None
+) -> Path:
     """The matrix and the rate mode; writes ``sweep.json``, ``sweep.md``, ``heatmap.png``,
-    ``configured_vs_achieved.png``."""
+    ``configured_vs_achieved.png``. A session given is used and left running (a notebook's,
+    the test suite's); else the sweep starts its own and stops it."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = out_root / f"sweep-{stamp}"
     out.mkdir(parents=True, exist_ok=True)
@@ -82,7 +89,8 @@ def run_sweep(rows: int, out_root: Path, data_dir: Path, quick: bool = False) ->
         matrix, rates = matrix[:2], [TARGET_RATES[0], None]
     cells: list[dict[str, Any]] = []
     rate_runs: list[dict[str, Any]] = []
-    spark = build_session("kappa-ingest sweep", "local[2]")
+    own = spark is None
+    spark = spark or build_session("kappa-ingest sweep", "local[2]")
     with tempfile.TemporaryDirectory(prefix="kappa-sweep-") as tmp:
         work = Path(tmp)
         cluster = local_kafka.start(work / "kafka", heap="1g")
@@ -113,7 +121,8 @@ def run_sweep(rows: int, out_root: Path, data_dir: Path, quick: bool = False) ->
                 print(f"  target {target or 'unthrottled'}: achieved {achieved:,.0f} msg/s at the broker", flush=True)
         finally:
             cluster.stop()
-            spark.stop()
+            if own:
+                spark.stop()
     result = {"rows": rows, "started_at": stamp, "cells": cells, "rates": rate_runs, "recommended": recommend(cells)}
     (out / "sweep.json").write_text(json.dumps(result, indent=2) + "\n")
     (out / "sweep.md").write_text(sweep_markdown(result))

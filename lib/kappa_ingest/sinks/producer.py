@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from kappa_ingest.records import Encoded
+from kappa_ingest.source.records import Encoded
 
 
 class DeliveryFailed(RuntimeError):

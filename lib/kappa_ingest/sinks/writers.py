@@ -1,6 +1,6 @@
 """How a task writes its units: producers, Kafka transactions and ledger entries.
 
-One writer per way of delivering (:mod:`kappa_ingest.delivery` says why each is safe):
+One writer per way of delivering (:mod:`kappa_ingest.delivery.guarantees` says why each is safe):
 
 - :class:`UnitTransactions` (exactly-once, rows arriving unit by unit): a transaction per
   unit under the unit's own transactional id. When a unit's first rows arrive, the previous
@@ -28,16 +28,17 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from kappa_ingest import delivery, failpoints
-from kappa_ingest.delivery import ABORT_TIMEOUT_S, TaskDelivery
-from kappa_ingest.ledger import Entry, Tail
-from kappa_ingest.records import Encoded
+from kappa_ingest import failpoints
+from kappa_ingest.delivery import guarantees as delivery
+from kappa_ingest.delivery.guarantees import ABORT_TIMEOUT_S, TaskDelivery
+from kappa_ingest.delivery.ledger import Entry, Tail
 from kappa_ingest.sinks.producer import Discard, Fenced, PartitionProducer, RunSuperseded, TransactionFailed
-from kappa_ingest.sinks.task_input import DROP, TaskInput
-from kappa_ingest.splits import Unit
+from kappa_ingest.sinks.task_units import DROP, TaskInput
+from kappa_ingest.source.records import Encoded
+from kappa_ingest.source.splits import Unit
 
 if TYPE_CHECKING:
-    from kappa_ingest.sinks.partition_runner import TaskStats
+    from kappa_ingest.sinks.task_stats import TaskStats
 
 MakeProducer = Callable[[str | None], PartitionProducer]
 COMMIT_CALL_S = 10.0  # one commit call's wait at most; a retriable timeout is called again (see commit())

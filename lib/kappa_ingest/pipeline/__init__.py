@@ -1,0 +1,7 @@
+"""The ingest pipeline's steps that join every concern below into one run, each step a
+module (:mod:`kappa_ingest.ingest` calls them in order):
+
+- ``sending``      topics, limits and task delivery set up, the plan written, the send
+- ``accounting``   units delivered and missing, the driver's ledger entries
+- ``reconciling``  what the topic holds, against what was sent
+"""

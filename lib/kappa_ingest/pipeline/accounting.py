@@ -1,0 +1,146 @@
+"""Accounting: which units the run delivered (its tasks', an earlier attempt's, another
+run's), which are missing, the ledger entries the driver writes itself, and after a
+failed job the transactions it left open ended."""
+
+from __future__ import annotations
+
+from kappa_ingest.config import IngestConfig
+from kappa_ingest.config.choices import EXACTLY_ONCE
+from kappa_ingest.delivery import guarantees as delivery
+from kappa_ingest.delivery import ledger
+from kappa_ingest.delivery.incremental import Selection
+from kappa_ingest.delivery.ledger import Entry
+from kappa_ingest.delivery.resume import Resumption
+from kappa_ingest.errors import (
+    InputError,
+    KafkaUnavailable,
+    KappaError,
+)
+from kappa_ingest.kafka.settings import kafka_python_connection
+from kappa_ingest.pipeline.sending import Sent
+from kappa_ingest.report.run import RunReport
+from kappa_ingest.sinks.task_stats import TaskStats
+from kappa_ingest.source.splits import Plan, Unit
+
+
+def inherited(run_id: str, stats: list[TaskStats]) -> tuple[list[Entry], list[Entry]]:
+    """Units tasks found committed when they came to send them, once each: by attempts of
+    this run Spark counted as failed (their rows are this run's), and by other runs."""
+    out: dict[Unit, Entry] = {}
+    for s in stats:
+        for e in s.inherited_entries():
+            out.setdefault(e.unit, e)
+    own = [e for e in out.values() if e.run_id == run_id]
+    return own, [e for e in out.values() if e.run_id != run_id]
+
+
+def committed_by_failed_tasks(cfg: IngestConfig, sent: Sent, stats: list[TaskStats], known: list[Entry]) -> list[Entry]:
+    """After a failed job, the units its failed tasks committed before they failed (a task
+    holds several): the ledger's entries of this run that no successful task reported.
+    Their rows are in the topic, so in the report. Nothing if Kafka does not answer now."""
+    topic = sent.task_delivery.ledger_topic
+    if topic is None or sent.after is None:
+        return []
+    seen = {e.unit for s in stats for e in s.entries()} | {e.unit for e in known}
+    try:
+        entries = ledger.read(sent.conf, topic, timeout_s=10.0)
+    except KappaError:
+        return []
+    found: dict[Unit, Entry] = {}
+    for e in entries:
+        if e.run_id == cfg.run_id and e.topic == cfg.topic and e.unit not in seen:
+            found[e.unit] = e
+    return list(found.values())
+
+
+# Long: the ledger's account of one run, unit sets built and compared in one place.
+def account(
+    cfg: IngestConfig,
+    report: RunReport,
+    plan: Plan,
+    sent: Sent,
+    inherited: list[Entry],
+    elsewhere: list[Entry],
+    earlier: Resumption | Selection | None,
+) -> list[Entry]:
+    """Which units this run delivered and which are missing; the ledger entries the driver
+    writes itself (the Spark sink's; after a successful job, units no row begins in).
+    Returns this run's entries, for the ledger's Delta copy."""
+    outcome = sent.outcome
+    entries = [e for s in outcome.stats for e in s.entries()]
+    seen = {e.unit for e in entries} | {e.unit for e in inherited} | {e.unit for e in elsewhere}
+    taken = {u for s in outcome.stats for u in s.taken_units()}  # rows in them, another writer's to commit
+    before = earlier.delivered if earlier else {}
+    planned = plan.units()
+    unplanned = sorted(seen - set(planned))
+    report.check("every split Spark read is one the run planned", not unplanned, 0, len(unplanned))
+    read_files = {f.path for f in plan.files} if earlier is None else set(earlier.paths)
+    empty: list[Entry] = []
+    if outcome.error is None:
+        files = {f.path: f for f in plan.files}
+        empty = [
+            Entry(
+                cfg.topic,
+                u,
+                files[u.file].size,
+                files[u.file].mtime_ms,
+                cfg.run_id,
+                cfg.lineage,
+                cfg.delivery,
+                split_bytes=plan.split_bytes,
+                parts_by=plan.parts_by,
+            )
+            for u in planned
+            if u.file in read_files and u not in seen and u not in before and u not in taken
+        ]
+        report.ledger["units_without_rows"] = len(empty)
+    # Spark's writer has no place for the spark sink's entries: written once their tasks succeeded.
+    by_driver = [*(entries if cfg.sink == "spark" else []), *empty]
+    try:
+        ledger.write(sent.conf, cfg.ledger_topic, by_driver)
+    except KafkaUnavailable as e:
+        if outcome.error is None:
+            raise
+        report.ledger["driver_entries_not_written"] = str(e)  # the job's own failure is the one to report
+    delivered = seen | {e.unit for e in by_driver}
+    missing = [u for u in planned if u not in delivered and u not in before]
+    report.ledger.update(
+        topic=cfg.ledger_topic,
+        units=len(planned),
+        delivered_before=len(before),
+        committed=[u.label() for u in sorted(delivered)],
+        missing=[u.label() for u in missing],
+    )
+    if outcome.error is not None and cfg.delivery == EXACTLY_ONCE:
+        if sent.after is None:  # Kafka did not answer: fencing cannot either; the next run ends them at its start
+            report.delivery["fenced_after_failure"] = 0
+        else:
+            end_open_transactions(cfg, report, sent)
+    return [*entries, *inherited, *empty]
+
+
+def with_resume_hint(error: KappaError, report: RunReport) -> KappaError:
+    """A failed job's error, saying how to finish the run once the cause is gone. A bad
+    input file is fixed by replacing it, which --resume refuses (its files must not change):
+    --incremental then sends what the ledger lacks, the replaced file whole."""
+    missing = len(report.ledger.get("missing") or [])
+    if missing and not report.dry_run:
+        if isinstance(error, InputError):
+            error.args = (f"{error}; once the file is fixed, --incremental sends the {missing} splits"
+                          " this run did not deliver",)  # fmt: skip
+        else:
+            error.args = (f"{error}; once that is fixed, --resume {report.run_id} sends its {missing} missing splits",)
+    return error
+
+
+def end_open_transactions(cfg: IngestConfig, report: RunReport, sent: Sent) -> None:
+    """After a failed job, end every transaction of the run's scope still open on its topic
+    (Spark kills the tasks it abandons without their abort), so that no consumer waits
+    for them until transaction.timeout.ms. Where Kafka cannot be asked now, the next run
+    of the topic ends them at its start."""
+    admin_conf = kafka_python_connection(cfg.producer_settings(), sent.conf["bootstrap.servers"])
+    ended = delivery.end_lingering(sent.conf, admin_conf, cfg.topic, [sent.task_delivery.scope],
+                                   timeout_s=delivery.ABORT_TIMEOUT_S)  # fmt: skip
+    report.delivery["fenced_after_failure"] = len(ended.fenced)
+    if ended.failures or ended.error:
+        report.delivery["not_fenced"] = ended.failures[:5] or [ended.error]

@@ -1,0 +1,225 @@
+"""Sending: the topics set up (the data topic, the ledger, a dead-letter topic), records
+sized to the topic's limit, what the tasks need to deliver, the run's plan written (so a
+killed run can be resumed), then the send itself with the broker-side rate sampled, and
+the topic's settled offsets read."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, replace
+
+from pyspark.sql import SparkSession
+
+from kappa_ingest import sinks
+from kappa_ingest.config import IngestConfig
+from kappa_ingest.delivery import guarantees as delivery
+from kappa_ingest.delivery import ledger, reconcile
+from kappa_ingest.delivery.task_delivery import for_tasks, paced
+from kappa_ingest.kafka import topics
+from kappa_ingest.kafka.endpoint import KafkaEndpoint
+from kappa_ingest.kafka.settings import connection_conf, kafka_python_connection
+from kappa_ingest.kafka.topics import Admin, offsets_if_reachable, settled_offsets
+from kappa_ingest.report.broker_rate import BrokerRateSampler
+from kappa_ingest.report.progress import Progress
+from kappa_ingest.report.run import RunReport
+from kappa_ingest.sinks.partition_runner import SendOutcome
+from kappa_ingest.source import dataframe as csv_source
+from kappa_ingest.source import record_size
+from kappa_ingest.source.inputs import estimate_rows
+from kappa_ingest.source.records import wall_clock_ms
+from kappa_ingest.source.splits import Unit
+from kappa_ingest.spark import metrics as spark_metrics
+from kappa_ingest.spark.failures import spark_action
+from kappa_ingest.spark.job_groups import side_jobs
+
+
+@dataclass
+class Sent:
+    """What the sending step leaves: the job's outcome and the topic's offsets around it."""
+
+    outcome: SendOutcome
+    task_delivery: delivery.TaskDelivery
+    conf: dict  # librdkafka settings for the driver's own Kafka clients
+    before: dict[int, int]
+    after: dict[int, int] | None  # None: Kafka did not answer after a failed job
+    dead_letters: tuple[dict[int, int], dict[int, int]] | None = None  # the dead-letter topic's offsets around it
+    source: csv_source.Source | None = None  # what was sent: the source, its parser checking record sizes
+    producers_before: topics.Producers | None = None  # the topic's producers before it (who else wrote?)
+
+
+def send(
+    cfg: IngestConfig,
+    spark: SparkSession,
+    source: csv_source.Source,
+    kafka: KafkaEndpoint,
+    report: RunReport,
+    warming: threading.Thread,
+    rate: float | None,
+    echo: bool,
+    skip: frozenset[Unit],
+    ledger_start: dict[int, int] | None,
+) -> Sent:
+    """Set up the topics, write the run's plan, send, and read the settled end offsets.
+    ``ledger_start``: where the run's reading of the ledger ended (its tasks read on from
+    there); None: from its end now."""
+    servers = kafka.servers()
+    report.bootstrap_servers = servers
+    report.broker["embedded"] = kafka.embedded
+    settings = cfg.producer_settings()
+    conf = connection_conf(settings, servers)
+    with Admin(servers, settings) as admin:
+        admin.check_reachable()
+        source, settings = _topics_ready(cfg, admin, report, source, settings)
+        task_delivery, pace_from = _task_delivery(cfg, admin, source, conf, skip, rate, ledger_start)
+        coordinator = None
+        if task_delivery.transactional:
+            settings = {**settings, "transaction.timeout.ms": str(int(task_delivery.transaction_timeout_s * 1000))}
+            coordinator = delivery.warm_coordinator(conf, task_delivery.scope)
+        report.delivery.update(tasks=source.tasks, ledger_topic=cfg.ledger_topic)
+        if task_delivery.transactional:
+            per = "p:<parts>:<part>" if task_delivery.shuffled else "u:<unit digest>"
+            report.delivery.update(
+                transactional_ids=f"{task_delivery.scope}{per}",
+                transaction_timeout_ms=int(task_delivery.transaction_timeout_s * 1000),
+            )
+        before = admin.end_offsets(cfg.topic)
+        producers_before = topics.producers(kafka_python_connection(settings, servers), cfg.topic, len(before))
+        dlq_before = admin.end_offsets(cfg.dead_letter_topic) if cfg.dead_letter_topic else {}
+        report.add_offsets(before, before)
+        report.write(cfg.metrics_dir)  # the run's plan, before anything is sent: --resume starts from it
+        progress = Progress(estimate_rows(list(source.files), cfg.header), quiet=cfg.quiet or not echo)
+        warming.join()
+        if coordinator is not None:
+            coordinator.join(delivery.INIT_TIMEOUT_S)
+        report.clock.end("setup")
+        spark_metrics.warm(spark)
+        if cfg.replay_speed:  # every task paces from one wall-clock anchor, a second from now
+            task_delivery = replace(task_delivery, pace=(pace_from, cfg.replay_speed, wall_clock_ms() + 1000))
+        outcome, after, dead_letters = _sent(cfg, admin, report, source, settings, servers, task_delivery, rate,
+                                             before, dlq_before, progress)  # fmt: skip
+    return Sent(outcome, task_delivery, conf, before, after, dead_letters, source, producers_before)
+
+
+def _topics_ready(
+    cfg: IngestConfig, admin: Admin, report: RunReport, source: csv_source.Source, settings: dict[str, str]
+) -> tuple[csv_source.Source, dict[str, str]]:
+    """The topics the run writes to, made or checked; records sized to the topic's limit
+    (the source's parser takes out larger ones) and batches within it."""
+    _data_topic(cfg, admin, report)
+    ledger.ensure(admin, cfg.ledger_topic, report.broker["topic_replication"])
+    dlq = cfg.dead_letter_topic
+    if dlq:
+        admin.ensure_topic(dlq, cfg.topic_partitions, cfg.replication_factor)
+    topic_max = record_size.topic_max(admin, cfg.topic, cfg.topic_config)
+    limit = record_size.limit(cfg.sink, settings, topic_max)
+    source = size_checked(cfg, source, limit)
+    report.broker["max_record_bytes"] = limit.bytes
+    settings = record_size.batches_within(settings, cfg.sink, topic_max)
+    for writes_to in (cfg.topic, cfg.ledger_topic, *([dlq] if dlq else [])):
+        admin.check_writable(writes_to)
+    return source, settings
+
+
+def _task_delivery(
+    cfg: IngestConfig,
+    admin: Admin,
+    source: csv_source.Source,
+    conf: dict,
+    skip: frozenset[Unit],
+    rate: float | None,
+    ledger_start: dict[int, int] | None,
+) -> tuple[delivery.TaskDelivery, int]:
+    """What the tasks need to deliver, and (a paced replay) the first event time (ms)."""
+    task_delivery = replace(
+        for_tasks(cfg, source, admin, conf, skip, rate),
+        ledger_start=ledger_start if ledger_start is not None else admin.end_offsets(cfg.ledger_topic),
+        dead_letter_topic=cfg.dead_letter_topic,
+    )
+    pace_from = 0
+    if cfg.replay_speed:
+        pace_from, span_ms = _event_span(cfg, source)
+        task_delivery = paced(task_delivery, span_ms / cfg.replay_speed / 1000, admin)
+    return task_delivery, pace_from
+
+
+def _sent(
+    cfg: IngestConfig,
+    admin: Admin,
+    report: RunReport,
+    source: csv_source.Source,
+    settings: dict[str, str],
+    servers: str,
+    task_delivery: delivery.TaskDelivery,
+    rate: float | None,
+    before: dict[int, int],
+    dlq_before: dict[int, int],
+    progress: Progress,
+) -> tuple[SendOutcome, dict[int, int] | None, tuple[dict[int, int], dict[int, int]] | None]:
+    """The send itself, the broker-side rate sampled meanwhile; then the settled offsets
+    (of the dead-letter topic too), or after a failed job whatever Kafka answers quickly."""
+    sampler = BrokerRateSampler(servers, cfg.topic, settings, on_sample=progress.update).start()
+    after: dict[int, int] | None = None
+    dead_letters = None
+    try:
+        try:
+            outcome = sinks.send(cfg.sink, source, settings, servers, task_delivery, rate)
+        finally:
+            report.clock.end("sending")
+            progress.close()
+        if outcome.error is None:
+            sent = sum(st.rows_sent for st in outcome.stats)
+            expected = reconcile.expected_growth(sent, [st.markers for st in outcome.stats if st.transactions])
+            after = settled_offsets(admin, cfg.topic, before, expected or sent)
+            if cfg.dead_letter_topic:
+                dead_letters = (dlq_before, admin.end_offsets(cfg.dead_letter_topic))
+        else:
+            after = offsets_if_reachable(admin, cfg.topic)
+    finally:
+        # Its last sample is the settled offsets: commit markers follow a commit.
+        report.broker_rate = sampler.stop(last=after)
+    return outcome, after, dead_letters
+
+
+def _data_topic(cfg: IngestConfig, admin: Admin, report: RunReport) -> None:
+    """Create the topic as asked, or say how the existing one differs from what was asked."""
+    if admin.ensure_topic(cfg.topic, cfg.topic_partitions, cfg.replication_factor, cfg.topic_config):
+        report.broker["topic_created"] = True
+    shape = admin.describe(cfg.topic)
+    assert shape is not None, f"topic {cfg.topic} exists"
+    report.broker.update(topic_partitions=shape.partitions, topic_replication=shape.replication)
+    if not report.broker.get("topic_created") and (shape.partitions, shape.replication) != (
+        cfg.topic_partitions, cfg.replication_factor,
+    ):  # fmt: skip
+        report.broker["topic_note"] = (
+            f"topic {cfg.topic} existed with {shape.partitions} partitions and replication {shape.replication}:"
+            " --topic-partitions and --replication-factor apply to a topic the run creates"
+        )
+
+
+def size_checked(cfg: IngestConfig, source: csv_source.Source, limit: record_size.Limit) -> csv_source.Source:
+    """The source, its parser taking out rows whose record is over ``limit`` (quarantined,
+    or with --strict-size failing the run)."""
+    checked = record_size.SizeChecked(source.parser, source.spec, limit, record_size.header_bytes(cfg.run_id, cfg.sink),
+                                      cfg.strict_size)  # fmt: skip
+    return replace(source, parser=checked)
+
+
+def _event_span(cfg: IngestConfig, source: csv_source.Source) -> tuple[int, int]:
+    """The first event time and the span to the last (ms): where --replay-speed paces from."""
+    from pyspark.sql import functions as F
+
+    with side_jobs(cfg, "pace", "the events' time span"):
+        us = source.event_micros()
+        row = spark_action(lambda: source.df.agg(F.min(us).alias("a"), F.max(us).alias("b")).collect()[0])
+    if row["a"] is None:
+        return 0, 0
+    first, last = row["a"] // 1000, row["b"] // 1000
+    return first, last - first
+
+
+def rate_per_task(cfg: IngestConfig, spark: SparkSession, source: csv_source.Source) -> float | None:
+    """The job-wide --target-rate split over the tasks that run at once."""
+    if cfg.target_rate is None:
+        return None
+    concurrent = max(1, min(source.tasks, spark.sparkContext.defaultParallelism))
+    return cfg.target_rate / concurrent

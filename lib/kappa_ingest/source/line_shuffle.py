@@ -1,0 +1,143 @@
+"""Raw lines moved between tasks before they are parsed: the line path's shuffle and sort.
+
+Two kinds of run need rows in other tasks, or another order, than the file scan gives:
+more producers than the files split into (``--partitions``), and replays in event-time
+order (``--order-by-event-time``, ``--replay-speed``). A raw line is one string, cheaper
+to move and sort than the parsed row, so each scan task marks its lines and they are
+moved and sorted as they are; the sink parses them after, on the line path, each batch
+cut by split (:mod:`kappa_ingest.source.task_input`).
+
+A line's marks: whether it is its file's first line (the header, or a BOM to take off:
+position tells no more once lines move), its number in its split (ties in event time
+keep the file's order) and, for an ordered replay, its key and event time, found by the
+same Arrow parser and typing the sink uses. A line that does not parse has neither and
+sorts first; the sink quarantines it with its reason.
+
+A row's part of its split is a function of its own text (its line, or its key; a UTF-16
+line, moved by offset: its place in its file), never of the files read beside it, so a
+unit is the same rows in every run and in its resume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from kappa_ingest.source.columns import (
+    BLOCK_COL,
+    EVENT_TS_COL,
+    EVENT_US_COL,
+    FILE_COL,
+    FIRST_COL,
+    KEY_COL,
+    LINE_AT_COL,
+    LINE_COL,
+    LINE_LEN_COL,
+    LINE_NO_COL,
+)
+from kappa_ingest.source.parsing import LineParser, Parsed
+from kappa_ingest.source.typed import TS_TYPE, Typing
+
+
+def marked(lines: DataFrame, parser: LineParser, order: Typing | None = None, key: str | None = None) -> DataFrame:
+    """``lines`` (the file scan's raw lines, or a task's splits to read: a parser that
+    ``reads_splits``) with their marks; ``order``: the typing that finds each line's event
+    time (and ``key``, its key), for a replay in that order.
+
+    Splits read here move without their text: each line's byte offset and length in its
+    file instead (an eighth of a wide line's bytes through the shuffle and the sort), read
+    back from the file by the task that parses it (:func:`kappa_ingest.source.split_reader.with_lines`)."""
+    spans = parser.reads_splits
+    ddl = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in lines.schema.fields)
+    if spans:  # the scan's columns (its text aside) come in the order split_reader.read gives them
+        ddl += f", {LINE_AT_COL} long"
+    ddl += f", {FIRST_COL} boolean, {LINE_NO_COL} long"
+    if spans:
+        ddl += f", {LINE_LEN_COL} int"
+    if order is not None:
+        ddl += f", {KEY_COL} string, {EVENT_US_COL} long"
+    event_only = Typing(null_values=order.null_values, event_column=order.event_column,
+                        event_format=order.event_format) if order is not None else None  # fmt: skip
+
+    def mark(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from kappa_ingest.source import split_reader
+        from kappa_ingest.source.task_input import segments
+
+        # Only the key and the event time are converted: a third of the cost of every column.
+        parse = replace(parser, wanted=tuple(c for c in (key, order.event_column) if c) if order else ()).fresh()
+        counted: dict[tuple[str, int], int] = {}  # a split's lines may come over several batches
+        schema = None
+        for batch in split_reader.read(batches, at=True, encoding=parser.encoding) if spans else batches:
+            # A scan task reads its splits' lines in order; a batch may hold several splits.
+            for file, start, _, rows, _ in segments(batch):
+                before = counted.get((file, start), 0)
+                counted[(file, start)] = before + rows.num_rows
+                line_no = np.arange(before, before + rows.num_rows, dtype=np.int64)
+                out = [*rows.columns, pa.array((line_no == 0) & (start == 0)), pa.array(line_no)]
+                names = [*rows.schema.names, FIRST_COL, LINE_NO_COL]
+                if spans:  # the line's place in its file, not its text
+                    text = names.index(LINE_COL)
+                    out.append(pc.binary_length(out[text]).cast(pa.int32()))
+                    names.append(LINE_LEN_COL)
+                if event_only is not None:
+                    out += _key_and_event_time(parse(rows), rows.num_rows, key, event_only)
+                    names += [KEY_COL, EVENT_US_COL]
+                if spans:
+                    del out[text], names[text]
+                schema = schema or _schema(names, out)
+                yield pa.RecordBatch.from_arrays(out, schema=schema)
+
+    return lines.mapInArrow(mark, ddl)
+
+
+def _schema(names: list[str], arrays: list[pa.Array]) -> pa.Schema:
+    return pa.schema([pa.field(n, a.type) for n, a in zip(names, arrays, strict=True)])
+
+
+def _key_and_event_time(parsed: Parsed, n: int, key: str | None, event_only: Typing) -> list[pa.Array]:
+    """The key's text and the event time of each line that parses; null for the others."""
+    typed, _ = event_only.apply(parsed.rows.select([event_only.event_column]))
+    at = pa.array(parsed.row_at if parsed.row_at is not None else np.arange(parsed.rows.num_rows))
+    keys = parsed.rows.column(key) if key else pa.nulls(parsed.rows.num_rows, pa.string())
+    micros = typed.column(EVENT_TS_COL).cast(TS_TYPE).cast(pa.int64())
+    return [_scatter(keys, at, n, pa.string()), _scatter(micros, at, n, pa.int64())]
+
+
+def _scatter(values: pa.Array, at: pa.Array, n: int, type_: pa.DataType) -> pa.Array:
+    """``values`` placed at positions ``at`` of an array of ``n``, null elsewhere."""
+    if len(at) == n:
+        return values.cast(type_)
+    where = np.full(n, -1, dtype=np.int64)
+    where[np.asarray(at)] = np.arange(len(at))
+    return values.cast(type_).take(pa.array(where, mask=where < 0))
+
+
+def by_line(df: DataFrame, parts: int) -> DataFrame:
+    """Marked lines in ``parts`` parts, each line's part a hash of its text (moved by its
+    offset, of its file and offset)."""
+    if LINE_COL in df.columns:
+        return df.repartition(parts, F.col(LINE_COL))
+    return df.repartition(parts, F.col(FILE_COL), F.col(LINE_AT_COL))
+
+
+def by_key_in_event_time_order(df: DataFrame, parts: int) -> DataFrame:
+    """Marked lines in ``parts`` parts by their key, each part in event-time order."""
+    return in_event_time_order(df.repartition(parts, F.col(KEY_COL)))
+
+
+def in_event_time_order(df: DataFrame) -> DataFrame:
+    """Each task's marked lines in event-time order, ties in file order."""
+    return df.sortWithinPartitions(F.col(EVENT_US_COL), F.col(FILE_COL), F.col(BLOCK_COL), F.col(LINE_NO_COL))
+
+
+def after_shuffle(parser: LineParser) -> LineParser:
+    """The sink's parser for marked lines (moved by their offsets where the scan's tasks
+    read their splits: the sink's tasks read the lines back, so the parser still
+    ``reads_splits``)."""
+    return replace(parser, marked=True)

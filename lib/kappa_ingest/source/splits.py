@@ -1,0 +1,177 @@
+"""Input splits: the pieces of input the delivery ledger records as delivered.
+
+Spark reads a file in splits of ``split_bytes`` (at offsets 0, S, 2S, ...); a ``.csv.gz``
+file, or any file read with ``--multiline``, is one split. Left to itself Spark derives
+the split size from the total input and the cores, so a run over fewer files (a resumed
+one) would split the same file differently. kappa-ingest fixes it instead
+(:func:`spark_conf`): a file's splits then depend only on its size and ``split_bytes``,
+which the run records, so a resumed run reads exactly the splits of the run it resumes.
+
+When ``--partitions`` asks for more producers than the files split into, the rows are
+hash-partitioned over ``parts`` tasks (deterministically: Spark's murmur3 of the row), and
+a unit of delivery is one part of one split.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from urllib.parse import unquote, urlparse
+
+from kappa_ingest.errors import InputError
+
+# Spark's own default for spark.sql.files.maxPartitionBytes / openCostInBytes.
+MAX_SPLIT_BYTES = 128 << 20
+OPEN_COST_BYTES = 4 << 20
+# The split size of --incremental runs: a function of nothing a run chooses, so that two
+# scheduled runs over one new file cut it into the same units (and, writing a unit under the
+# same transactional id, never both commit it). About a second of sending per unit here.
+INCREMENTAL_SPLIT_BYTES = 64 << 20
+
+
+@dataclass(frozen=True, order=True)
+class Unit:
+    """One unit of delivery: part ``part`` of ``parts`` of the byte range ``[start, start + length)`` of ``file``."""
+
+    file: str  # canonical_file(): a local absolute path, or a URI
+    start: int
+    length: int
+    part: int = 0
+    parts: int = 1
+
+    def label(self) -> str:
+        name = f"{self.file} [{self.start:,}, {self.start + self.length:,})"
+        return name + (f" part {self.part + 1}/{self.parts}" if self.parts > 1 else "")
+
+
+@dataclass(frozen=True)
+class InputFile:
+    path: str  # canonical_file()
+    size: int
+    mtime_ms: int
+    splittable: bool
+
+
+BY_LINES = "lines"  # a hash of the raw line (or, ordered, of the key's text as Arrow parses it)
+BY_ROWS = "rows"  # a hash of the row Spark's CSV reader parsed (or of its key column)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The units a run reads: its files (with size and modification time), the split size
+    and the parts per split."""
+
+    files: tuple[InputFile, ...]
+    split_bytes: int
+    parts: int = 1
+    parts_by: str = ""  # with parts > 1, what put a row in its part: BY_LINES or BY_ROWS
+
+    def splits(self, f: InputFile) -> list[tuple[int, int]]:
+        """``(start, length)`` of each split of ``f``, as Spark's file scan makes them."""
+        if not f.splittable or f.size <= self.split_bytes:
+            return [(0, f.size)]
+        return [(start, min(self.split_bytes, f.size - start)) for start in range(0, f.size, self.split_bytes)]
+
+    def units(self) -> list[Unit]:
+        return [
+            Unit(f.path, start, length, part, self.parts)
+            for f in self.files
+            for start, length in self.splits(f)
+            for part in range(self.parts)
+        ]
+
+    def file(self, path: str) -> InputFile | None:
+        return next((f for f in self.files if f.path == path), None)
+
+    def changed(self) -> list[tuple[InputFile, tuple[int, int] | None]]:
+        """Local files whose size or modification time (ms) is no longer the plan's, with
+        what they are now (None: gone). Remote files are checked once Spark lists them."""
+        out: list[tuple[InputFile, tuple[int, int] | None]] = []
+        for f in self.files:
+            if "://" in f.path:
+                continue
+            try:
+                st = os.stat(f.path)
+            except OSError:
+                out.append((f, None))
+                continue
+            now = (st.st_size, st.st_mtime_ns // 1_000_000)
+            if now != (f.size, f.mtime_ms):
+                out.append((f, now))
+        return out
+
+    def to_json(self) -> dict:
+        return {"split_bytes": self.split_bytes, "parts": self.parts, "parts_by": self.parts_by,
+                "files": [asdict(f) for f in self.files]}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, d: dict) -> Plan:
+        parts = int(d.get("parts", 1))
+        # Plans from before the line path shuffled: parts were always Spark's parsed rows'.
+        by = d.get("parts_by", BY_ROWS if parts > 1 else "")
+        return cls(tuple(InputFile(**f) for f in d["files"]), int(d["split_bytes"]), parts, by)
+
+
+def canonical_file(spark_path: str) -> str:
+    """The ledger's name of a file: Spark's ``file:/a%20b/c.csv`` is ``/a b/c.csv``; other
+    URIs stay as Spark gives them."""
+    if spark_path.startswith("file:"):
+        return unquote(urlparse(spark_path).path)
+    if "://" not in spark_path and not spark_path.startswith("/"):
+        return os.path.abspath(spark_path)
+    return spark_path
+
+
+def splittable(path: str, multiline: bool) -> bool:
+    """Whether Spark splits the file: not gzip (no splittable codec), not multiline CSV."""
+    return not multiline and not path.endswith(".gz")
+
+
+def local_file(path: str, multiline: bool) -> InputFile:
+    st = os.stat(path)
+    canonical = canonical_file(path)
+    return InputFile(canonical, st.st_size, st.st_mtime_ns // 1_000_000, splittable(canonical, multiline))
+
+
+def default_split_bytes(sizes: Iterable[int], partitions: int | None, parallelism: int) -> tuple[int, int]:
+    """``(split_bytes, open_cost_bytes)`` for a run: about ``partitions`` splits when given
+    (no open cost, so small files pack by bytes alone), else Spark's own rule
+    (FilePartition.maxSplitBytes: total bytes plus an open cost per file, over the cores,
+    between 4 MB and 128 MB)."""
+    sizes = list(sizes)
+    total = sum(sizes)
+    if partitions:
+        return max(4096, -(-total // partitions)), 0
+    per_core = (total + OPEN_COST_BYTES * len(sizes)) // max(1, parallelism)
+    return min(MAX_SPLIT_BYTES, max(OPEN_COST_BYTES, per_core)), OPEN_COST_BYTES
+
+
+def spark_conf(split_bytes: int, open_cost_bytes: int) -> dict[str, str]:
+    """Settings that make Spark's file scan split at exactly ``split_bytes``: with one
+    minimum partition its bytes-per-core term is the whole input, so the split size is
+    maxPartitionBytes whenever the input is larger, and no file is split otherwise."""
+    return {
+        "spark.sql.files.maxPartitionBytes": str(split_bytes),
+        "spark.sql.files.minPartitionNum": "1",
+        "spark.sql.files.openCostInBytes": str(open_cost_bytes),
+    }
+
+
+def changed_input(plan: Plan, run_id: str) -> InputError | None:
+    """The first local input file whose size or modification time is no longer the plan's
+    (or that is gone): it changed while the run read it, so what was sent of it may be
+    incomplete or mixed. Remote files are not checked."""
+    for planned, now in plan.changed():
+        if now is None:
+            what = "deleted or moved"
+        elif now[0] != planned.size:
+            what = f"size {planned.size:,} -> {now[0]:,} bytes"
+        else:
+            what = f"modified {now[1] - planned.mtime_ms:,} ms after it was planned, same size"
+        return InputError(
+            f"input {planned.path} changed while the run read it ({what}): its rows in the topic (run_id {run_id})"
+            " may be incomplete or mixed; send it again once nothing writes to it"
+            " (with --incremental: --on-changed resend)"
+        )
+    return None

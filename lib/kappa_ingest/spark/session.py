@@ -1,0 +1,189 @@
+"""The one Spark session factory, with explicit arguments.
+
+Under ``spark-submit`` (``./spark-submit.sh``) the master, packages and ``conf/`` settings
+are already in the launch configuration and ``getOrCreate`` picks them up; started from
+Python (``kappa-ingest ingest``, tests, notebooks) this adds what the job needs itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+from pyspark import SparkContext
+from pyspark.sql import SparkSession
+
+from kappa_ingest.paths import cache_dir, conf_dir
+from kappa_ingest.spark import class_archive
+
+SPARK_VERSION = "4.0.0"
+KAFKA_PACKAGE = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION}"
+DELTA_PACKAGE = "io.delta:delta-spark_2.13:4.0.0"
+PACKAGES = (KAFKA_PACKAGE, DELTA_PACKAGE)
+
+
+# The driver JVM with C1 only: its optimising compiler (C2) spends the first seconds of a run
+# compiling on cores the run needs. Measured on 1M rows (2 cores): start-up + set-up
+# 9.7 s -> 5.8-6.8 s, the same sending stage (6.2-6.5 s), JVM CPU in it 2.0 -> 3.6 s. The
+# extra CPU grows with the input, so only inputs under QUICK_JIT_BYTES get it.
+QUICK_JIT = "-XX:TieredStopAtLevel=1"
+QUICK_JIT_BYTES = 1 << 30
+
+
+def quick_jit(input_bytes: int) -> bool:
+    """Whether the driver JVM gets the quick compiler only: by the input's size, unless
+    KAPPA_INGEST_QUICK_JIT=1 or 0 says (``make bench`` measures both on the same input)."""
+    forced = os.environ.get("KAPPA_INGEST_QUICK_JIT")
+    return forced == "1" if forced in ("0", "1") else input_bytes < QUICK_JIT_BYTES
+
+
+def launched_by_spark_submit() -> bool:
+    """True when a driver JVM was started by spark-submit before Python ran."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def build_session(
+    app_name: str,
+    master: str | None = None,
+    extra_conf: dict[str, str] | None = None,
+    quick_jit: bool = False,
+    start_up_aids: bool = True,
+) -> SparkSession:
+    """A session for the job. ``master`` is used only when Python starts the JVM itself
+    (default ``local[*]``); ``extra_conf`` wins over ``conf/`` defaults; ``quick_jit``
+    starts the driver JVM with the quick compiler only (see ``QUICK_JIT``); without
+    ``start_up_aids`` (the benchmark's baselines, as users would run them) neither the class
+    archive nor the preloading worker daemon is used."""
+    builder = SparkSession.builder.appName(app_name)
+    if not launched_by_spark_submit():
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        log4j = f"-Dlog4j2.configurationFile=file:{conf_dir() / 'log4j2-spark.properties'}"
+        archive = class_archive.options() if start_up_aids else ""
+        driver_java = f"{log4j} {archive} {QUICK_JIT if quick_jit else ''}".strip()
+        from kappa_ingest.kafka.interceptor import jar_path
+
+        resolved = resolved_package_jars()
+        conf = {
+            **_defaults_file(),
+            "spark.jars": ",".join([str(jar_path()), *resolved]),
+            **(
+                {}
+                if resolved
+                else {
+                    "spark.jars.packages": ",".join(PACKAGES),
+                    "spark.jars.ivySettings": str(conf_dir() / "ivysettings.xml"),
+                }
+            ),
+            "spark.driver.extraJavaOptions": driver_java,
+            "spark.executor.extraJavaOptions": log4j,
+        }
+        master = master or "local[*]"
+        if start_up_aids and master.startswith("local"):  # workers run this venv's Python, with the package
+            conf["spark.python.daemon.module"] = "kappa_ingest.spark.worker_daemon"
+        if master.startswith("local"):
+            # Shuffle files (an ordered replay's raw lines) stay on this machine: compressing
+            # them costs CPU and saves no network (measured: 0.6 s of a 5 s map stage, 1M rows).
+            conf.setdefault("spark.shuffle.compress", "false")
+        builder = builder.master(master)
+        for k, v in conf.items():
+            builder = builder.config(k, v)
+    for k, v in (extra_conf or {}).items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def stop_session(spark: SparkSession, timeout_s: float = 10.0) -> None:
+    """Stop the session and, when this process started the JVM, the JVM too, waiting for it.
+
+    Left to itself the JVM notices only after Python has exited, and winds down for half a
+    second more with nobody waiting for it but a pipe. Unusable for more Spark afterwards:
+    for the command line's end, not for a notebook.
+    """
+    import subprocess
+
+    sc = spark.sparkContext
+    # local-cluster executors work in SPARK_HOME/work/<app> (the pip package's own directory,
+    # which LocalSparkCluster gives no option to move): runs piled gigabytes up in the venv.
+    scratch = _local_cluster_work_dir(sc)
+    # pyspark's stop() shuts its accumulator server down and waits for the server's 0.5 s
+    # poll (0.7 s measured after a run); the server's thread is a daemon that ends with the process.
+    accumulators = getattr(sc, "_accumulatorServer", None)
+    sc._accumulatorServer = None  # type: ignore[assignment]
+    spark.stop()
+    if accumulators is not None:
+        accumulators.server_shutdown = True
+        # The JVM's end of its connection closes as the JVM exits below; the handler's
+        # EOFError then is expected, not worth a traceback on the user's terminal.
+        accumulators.handle_error = lambda request, client_address: None
+    if scratch is not None:
+        import shutil
+
+        shutil.rmtree(scratch, ignore_errors=True)
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)  # set only where pyspark launched the JVM itself
+    if gateway is None or proc is None:
+        return
+    gateway.shutdown()
+    SparkContext._gateway = SparkContext._jvm = None  # type: ignore[assignment]
+    if proc.stdin is not None:
+        proc.stdin.close()  # the gateway JVM exits when its stdin closes
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _local_cluster_work_dir(sc: SparkContext) -> Path | None:
+    if not (sc.master or "").startswith("local-cluster"):
+        return None
+    import pyspark
+
+    return Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent) / "work" / sc.applicationId
+
+
+def _resolved_list() -> Path:
+    digest = hashlib.sha256(",".join(PACKAGES).encode()).hexdigest()[:12]
+    return cache_dir() / f"spark-package-jars-{digest}.txt"
+
+
+def resolved_package_jars() -> list[str]:
+    """The local jars ``spark.jars.packages`` resolved to last time (see ``remember_package_jars``).
+
+    Passing them as ``spark.jars`` skips the resolver, its network round trips and its
+    console report; empty when unknown or when a jar has left the ivy cache.
+    """
+    listing = _resolved_list()
+    if not listing.exists():
+        return []
+    jars = [line for line in listing.read_text().splitlines() if line]
+    return jars if jars and all(Path(j).exists() for j in jars) else []
+
+
+def remember_package_jars(spark: SparkSession) -> list[str]:
+    """Record the jars a session started with ``spark.jars.packages`` was given."""
+    # pyspark's launcher lists the resolved jars here (spark.jars keeps only explicit ones).
+    listed = spark.sparkContext.getConf().get("spark.repl.local.jars", "").split(",")
+    jars = [j.removeprefix("file://") for j in listed if j and "kappa-ingest-interceptor" not in j]
+    if jars:
+        _resolved_list().write_text("\n".join(jars) + "\n")
+    return jars
+
+
+def _defaults_file() -> dict[str, str]:
+    """``conf/spark-defaults.conf`` as a dict (spark-submit reads it with --properties-file)."""
+    path = conf_dir() / "spark-defaults.conf"
+    out: dict[str, str] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            line = line.strip()
+            if line and not line.startswith("#"):
+                key, _, value = line.partition(" ")
+                out[key] = value.strip()
+    return out
