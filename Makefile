@@ -9,7 +9,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
 DEMO_ROWS ?= 200000
 
-.PHONY: setup browser demo test faults unit integration lint format bench sweep scaling soak clean
+.PHONY: setup browser netlab demo test faults unit integration lint format bench sweep scaling soak clean
 
 setup: $(STAMP) $(VENV)/.jars
 
@@ -34,11 +34,11 @@ data/demo-$(DEMO_ROWS).csv: | $(STAMP)
 
 # The suite, then the fault tests (real processes killed, paused and taken over: ~13 minutes
 # on two cores) in a pytest of their own.
-test: setup browser lint
+test: setup browser netlab lint
 	$(BIN)/pytest tests -m "not faults"
 	$(BIN)/pytest tests -m faults
 
-faults: setup browser
+faults: setup browser netlab
 	$(BIN)/pytest tests -m faults
 
 unit: setup
@@ -54,6 +54,11 @@ APT_CHROMIUM := DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-instal
 browser:
 	@command -v chromium >/dev/null || $(SUDO) sh -c '$(APT_CHROMIUM) 2>&1 || { apt-get update -q >/dev/null && $(APT_CHROMIUM); }' \
 		|| echo "note: apt-get could not install chromium; the report page's browser test will skip"
+
+# iproute2's ip and tc, for the lab of hosts (network namespaces; the suite runs as root).
+APT_IPROUTE := DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends iproute2 >/dev/null
+netlab:
+	@command -v ip >/dev/null && command -v tc >/dev/null || $(SUDO) sh -c '$(APT_IPROUTE) 2>&1 || { apt-get update -q >/dev/null && $(APT_IPROUTE); }'
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

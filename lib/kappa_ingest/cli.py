@@ -4,6 +4,7 @@ kappa-ingest ingest --input PATH --topic TOPIC [option ...]   # local Spark
 kappa-ingest reprocess --from-topic T --runs ID --to-topic T2  # replay history into a new topic
 kappa-ingest kafka start|stop|status [--dir DIR]              # the embedded local Kafka
 kappa-ingest cluster start|stop|status [--dir DIR]            # a Spark standalone cluster on 127.0.0.1
+kappa-ingest lab up|down|status|link [--brokers N] [HOST --rtt-ms MS --rate R --cut --restore]  # hosts of their own (root)
 kappa-ingest pack --out kappa-venv.tar.gz                      # the venv for executors (--archives)
 kappa-ingest gen-data --layout wide30 --rows N --out FILE     # test data
 """
@@ -57,6 +58,19 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--workers", type=int, default=2, help="workers (default 2)")
     c.add_argument("--worker-cores", type=int, default=1, help="cores each worker offers (default 1)")
     c.add_argument("--worker-memory", default="1g", help="memory each worker offers executors (default 1g)")
+    lab = sub.add_parser("lab", help="brokers and a driver on hosts of their own, links to shape and cut (root)")
+    lab.add_argument("action", choices=["up", "down", "status", "link"])
+    lab.add_argument("host", nargs="?", help="with link: the host whose link to change (b1, b2, ..., drv)")
+    lab.add_argument("--dir", default=".lab", help="state and logs directory (default .lab)")
+    lab.add_argument("--brokers", type=int, default=1, help="broker hosts (default 1; 3 or more: replication 3)")
+    lab.add_argument("--heap", default="512m", help="broker JVM heap (default 512m)")
+    lab.add_argument("--workers", type=int, default=0, help="Spark worker hosts, with a master host (default none)")
+    lab.add_argument("--worker-cores", type=int, default=1, help="cores each worker offers (default 1)")
+    lab.add_argument("--worker-memory", default="1g", help="memory each worker offers executors (default 1g)")
+    lab.add_argument("--rtt-ms", type=float, help="round trip the host's proxy adds (a broker host's link)")
+    lab.add_argument("--rate", help="the link's rate, as tc writes it (1gbit, 100mbit); 'none' lifts it")
+    lab.add_argument("--cut", action="store_true", help="cut the host's link (a partition)")
+    lab.add_argument("--restore", action="store_true", help="bring a cut link back")
     pk = sub.add_parser("pack", help="the venv as an archive for executors (spark-submit --archives FILE#venv)")
     pk.add_argument("--out", default="build/kappa-venv.tar.gz", help=".tar, .tar.gz or .tgz")
     pk.add_argument("--venv", default=None, help="the venv to pack (default: the one running kappa-ingest)")
@@ -270,6 +284,52 @@ def _kafka(args: argparse.Namespace) -> int:
     return 0
 
 
+def _lab(args: argparse.Namespace) -> int:
+    from kappa_ingest.lab import hosts
+
+    if args.action == "up":
+        lab = hosts.up(args.dir, brokers=args.brokers, heap=args.heap, rtt_ms=args.rtt_ms or 0.0,
+                       workers=args.workers, worker_cores=args.worker_cores, worker_memory=args.worker_memory)  # fmt: skip
+        print(f"lab up: Kafka at {lab.bootstrap_servers}, reached from the hosts' network; state in {lab.state_dir}")
+        if lab.spark is not None:
+            print(f"Spark master at {lab.spark.master_url}")
+        _print_hosts(lab)
+        return 0
+    if args.action == "down":
+        print("lab down" if hosts.down(args.dir) else f"no lab up from {args.dir}")
+        return 0
+    lab = hosts.status(args.dir)
+    if lab is None:
+        print(f"no lab up from {args.dir}")
+        return 1
+    if args.action == "status":
+        print(f"lab {lab.net.lab_id}: Kafka at {lab.bootstrap_servers}, brokers alive {lab.kafka.alive()}")
+        if lab.spark is not None:
+            print(f"Spark master at {lab.spark.master_url}, daemons alive {lab.spark.alive()}")
+        _print_hosts(lab)
+        return 0
+    if args.host not in lab.net.hosts:
+        raise UsageError(f"lab link: name a host of the lab ({', '.join(lab.net.hosts)})")
+    if args.cut and args.restore:
+        raise UsageError("lab link: --cut or --restore, not both")
+    if args.rtt_ms is not None:
+        if args.host not in lab.broker_hosts:
+            raise UsageError(f"lab link --rtt-ms: delay is a broker host's proxy ({', '.join(lab.broker_hosts)})")
+        lab.delay(args.host, args.rtt_ms)
+    if args.rate is not None:
+        lab.net.shape(args.host, None if args.rate == "none" else args.rate)
+    if args.cut:
+        lab.net.cut(args.host)
+    if args.restore:
+        lab.net.restore(args.host)
+    return 0
+
+
+def _print_hosts(lab: Any) -> None:
+    for host, address in lab.net.hosts.items():
+        print(f"  {host:4} {address:11} ip netns exec {lab.net.ns(host)} COMMAND")
+
+
 def _cluster(args: argparse.Namespace) -> int:
     from kappa_ingest.spark import cluster as spark_cluster
 
@@ -406,6 +466,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_reprocess(args)
         if args.command == "kafka":
             return _kafka(args)
+        if args.command == "lab":
+            return _lab(args)
         if args.command == "cluster":
             return _cluster(args)
         if args.command == "pack":

@@ -39,24 +39,34 @@ def test_the_readme_cluster_recipe_on_a_standalone_cluster(kafka, tmp_path):
         assert [w["state"] for w in cluster.workers()] == ["ALIVE", "ALIVE"]
         _, err = packing.communicate(timeout=300)
         assert packing.returncode == 0, err
-        submit(kafka, cluster, path, archive, tmp_path)
+        submit(kafka.bootstrap_servers, cluster, path, archive, tmp_path)
+        assert rows(consume_all(kafka.bootstrap_servers, "on-a-cluster")) == expected_rows(path)
     finally:
         packing.kill()
         subprocess.run([KI, "cluster", "stop", "--dir", str(tmp_path / "cluster")], timeout=60, check=True)
     assert spark_cluster.status(tmp_path / "cluster") is None
 
 
-def submit(kafka, cluster, path: Path, archive: Path, tmp_path: Path) -> None:
+def submit(
+    servers: str,
+    cluster,
+    path: Path,
+    archive: Path,
+    tmp_path: Path,
+    on: tuple[str, ...] = (),
+    driver_host: str = "127.0.0.1",
+) -> dict:
+    """spark-submit.sh as the README has it (``on``: the driver's lab host, ``ip netns exec NS``)."""
     no_compiler = tmp_path / "executor-cache"
     no_compiler.mkdir()
     done = subprocess.run(
-        [str(ROOT / "spark-submit.sh"), "--master", cluster.master_url,
+        [*on, str(ROOT / "spark-submit.sh"), "--master", cluster.master_url, "--conf", f"spark.driver.host={driver_host}",
          "--total-executor-cores", "2", "--executor-cores", "1", "--executor-memory", "512m",
          "--archives", f"{archive}#venv", "--conf", "spark.pyspark.python=./venv/bin/python",
          "--conf", f"spark.executorEnv.KAPPA_INGEST_CACHE={no_compiler}", "--conf", "spark.executorEnv.CC=/no/cc",
          str(ROOT / "jobs" / "ingest_csv.py"), "--input", str(path), "--topic", "on-a-cluster",
-         "--bootstrap-servers", kafka.bootstrap_servers, "--partitions", "4", "--metrics-dir", str(tmp_path / "m")],
-        capture_output=True, text=True, timeout=400, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}, cwd=tmp_path,
+         "--bootstrap-servers", servers, "--partitions", "4", "--metrics-dir", str(tmp_path / "m")],
+        capture_output=True, text=True, timeout=400, env={**os.environ, "SPARK_LOCAL_IP": driver_host}, cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     [summary_file] = (tmp_path / "m" / "runs").glob("*/summary.json")
@@ -70,5 +80,36 @@ def submit(kafka, cluster, path: Path, archive: Path, tmp_path: Path) -> None:
     assert list(no_compiler.glob("kappa-ingest-native-*.so")), "executors took the shipped C loops, not a build"
     assert all(c["ok"] for c in summary["checks"]), summary["checks"]
     assert "loops" in done.stdout and "executors" in done.stdout
-    records = consume_all(kafka.bootstrap_servers, "on-a-cluster")
-    assert rows(records) == expected_rows(path)  # record by record, as the csv module reads the file
+    return summary
+
+
+@pytest.mark.faults
+def test_the_cluster_recipe_across_hosts_of_their_own(tmp_path):
+    """The same recipe in a lab: broker, master, two workers and the driver each on a host
+    (a network namespace) of its own, five addresses; every row read back read_committed."""
+    from kappa_ingest.lab import hosts, net
+
+    path = datagen.generate("wide30", 30_000, tmp_path / "in.csv")
+    archive = tmp_path / "kappa-venv.tar.gz"
+    packing = subprocess.Popen([KI, "pack", "--out", str(archive)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    lab = hosts.up(tmp_path / "lab", brokers=1, workers=2, worker_memory="768m")
+    try:
+        assert len(set(lab.net.hosts.values())) == 5 and lab.spark is not None
+        with lab.net.inside(hosts.DRIVER):
+            assert [w["state"] for w in lab.spark.workers()] == ["ALIVE", "ALIVE"]
+        _, err = packing.communicate(timeout=300)
+        assert packing.returncode == 0, err
+        drv = lab.net.hosts[hosts.DRIVER]
+        summary = submit(
+            lab.bootstrap_servers, lab.spark, path, archive, tmp_path, tuple(lab.net.exec(hosts.DRIVER)), drv
+        )
+        on_hosts = {e["host"] for e in summary["executors"]}
+        assert on_hosts == {lab.net.hosts["w1"], lab.net.hosts["w2"]}, on_hosts  # each executor on its worker's host
+        with lab.net.inside(hosts.DRIVER):
+            records = consume_all(lab.bootstrap_servers, "on-a-cluster")
+        assert rows(records) == expected_rows(path)  # record by record, as the csv module reads the file
+    finally:
+        packing.kill()
+        hosts.down(tmp_path / "lab")
+    assert net.namespaces(lab.net.lab_id) == []

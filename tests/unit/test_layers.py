@@ -29,6 +29,7 @@ LAYERS = (
     ("pipeline",),
     ("ingest",),
     ("setup_jars",),
+    ("lab",),
     ("bench",),
     ("cli",),
 )

@@ -70,10 +70,23 @@ def _distinct_free_ports(count: int, taken: set[int]) -> list[int]:
     raise KafkaUnavailable(f"could not find {count} distinct free ports on 127.0.0.1")
 
 
-def _port_open(port: int) -> bool:
+def _port_open(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+        return s.connect_ex((host, port)) == 0
+
+
+HOST_PORT, HOST_CONTROLLER_PORT = 9092, 9093  # a broker's ports on a lab host of its own
+
+
+@dataclass(frozen=True)
+class Host:
+    """Where a broker runs: 127.0.0.1 here, or a lab host's address, the ``ip netns exec``
+    prefix that puts it there, and the port of the delaying proxy it is advertised through."""
+
+    address: str = "127.0.0.1"
+    launch: tuple[str, ...] = ()
+    advertised_port: int | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +95,13 @@ class Broker:
     port: int
     controller_port: int
     pid: int
+    host: str = "127.0.0.1"  # a lab host's address (kappa_ingest.lab)
+    advertised_port: int | None = None  # where clients reach it, if not ``port`` (a lab's delaying proxy)
+    launch: tuple[str, ...] = ()  # the prefix it runs under (a lab host's `ip netns exec NS`)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.advertised_port or self.port}"
 
 
 @dataclass(frozen=True)
@@ -96,7 +116,7 @@ class LocalKafka:
 
     @property
     def bootstrap_servers(self) -> str:
-        return ",".join(f"127.0.0.1:{b.port}" for b in self.brokers)
+        return ",".join(b.address for b in self.brokers)
 
     def alive(self) -> list[bool]:
         return [processes.alive(b.pid) for b in self.brokers]
@@ -115,6 +135,8 @@ def _server_properties(
     protocols: tuple[str, str],
     extra: dict[str, str],
     stock: bool = False,
+    host: str = "127.0.0.1",
+    advertised: str | None = None,
 ) -> str:
     """server.properties of a combined node: ``protocols`` are those of the listener for
     clients and brokers (also its name) and of the controller listener; ``extra`` entries
@@ -145,8 +167,8 @@ def _server_properties(
             "process.roles=broker,controller",
             f"node.id={node_id}",
             f"controller.quorum.voters={voters}",
-            f"listeners={listener}://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
-            f"advertised.listeners={listener}://127.0.0.1:{port}",
+            f"listeners={listener}://{host}:{port},CONTROLLER://{host}:{cport}",
+            f"advertised.listeners={listener}://{advertised or f'{host}:{port}'}",
             "controller.listener.names=CONTROLLER",
             f"inter.broker.listener.name={listener}",
             f"listener.security.protocol.map={listener}:{listener},CONTROLLER:{controller}",
@@ -170,6 +192,7 @@ def start(
     security: str = PLAINTEXT,
     users: dict[str, str] | None = None,
     stock: bool = False,
+    hosts: list[Host] | None = None,
 ) -> LocalKafka:
     """Format storage and start ``brokers`` KRaft brokers on 127.0.0.1; wait until they serve.
     ``stock``: on Kafka's own defaults (topics created on first mention, and so on) rather
@@ -179,6 +202,8 @@ def start(
     added to every broker's server.properties. With ``security="sasl_ssl"`` the brokers get a
     new CA and certificate and take SCRAM-SHA-512 users ``admin`` (super user), ``app`` and
     ``users`` (name -> password; random passwords for admin and app unless given there).
+    ``hosts``: one per broker, each on a lab host of its own (:mod:`kappa_ingest.lab`) on the
+    ports Kafka is known by; the caller waits from where those addresses are reached.
     Raises KafkaUnavailable, naming the log file, if a broker exits or does not answer in time.
     """
     if security not in kafka_security.MODES:
@@ -196,10 +221,15 @@ def start(
     java = shutil.which("java")
     if java is None:
         raise UsageError("Java 17 is needed to run the local Kafka broker; install a JDK")
-    chosen = _distinct_free_ports(2 * brokers - (1 if port else 0), taken={port} if port else set())
-    flat = ([port] if port else []) + chosen
-    ports = [(flat[2 * i], flat[2 * i + 1]) for i in range(brokers)]
-    voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports))
+    if hosts is not None:  # a host of its own each: every port is free there
+        ports = [(HOST_PORT, HOST_CONTROLLER_PORT)] * brokers
+        places = hosts
+    else:
+        chosen = _distinct_free_ports(2 * brokers - (1 if port else 0), taken={port} if port else set())
+        flat = ([port] if port else []) + chosen
+        ports = [(flat[2 * i], flat[2 * i + 1]) for i in range(brokers)]
+        places = [Host() for _ in range(brokers)]
+    voters = ",".join(f"{i + 1}@{places[i].address}:{c}" for i, (_, c) in enumerate(ports))
     # May start with "-": passed as --cluster-id=ID so it is never read as an option.
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
     classpath = f"{jars}/*"
@@ -216,14 +246,18 @@ def start(
                 shutil.rmtree(node_dir)
             (node_dir / "logs").mkdir(parents=True)
             props = node_dir / "server.properties"
-            text = _server_properties(
-                node_id, ports, node_dir / "data", voters, protocols, {**secured, **(properties or {})}, stock
-            )
+            place = places[node_id - 1]
+            advertised = f"{place.address}:{place.advertised_port}" if place.advertised_port else None
+            text = _server_properties(node_id, ports, node_dir / "data", voters, protocols,
+                                      {**secured, **(properties or {})}, stock, place.address, advertised)  # fmt: skip
             kafka_security.write_private(props, text.encode())  # may hold the admin's password
             _format(java, classpath, node_dir, cluster_id, scram)
         for node_id, node_dir in enumerate(node_dirs, start=1):
-            pid = _launch(java, classpath, node_dir, heap)
-            started.append(Broker(node_id, ports[node_id - 1][0], ports[node_id - 1][1], pid))
+            place = places[node_id - 1]
+            pid = _launch(java, classpath, node_dir, heap, place.launch)
+            started.append(
+                Broker(node_id, *ports[node_id - 1], pid, place.address, place.advertised_port, place.launch)
+            )
             cluster = replace(cluster, brokers=tuple(started))
             _write_state(cluster)
         _wait_ready(cluster, timeout_s)
@@ -288,12 +322,13 @@ def _argfile_quoted(arg: str) -> str:
     return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _launch(java: str, classpath: str, node_dir: Path, heap: str) -> int:
-    """Start one broker from its directory (server.properties, formatted data, logs/); its pid."""
+def _launch(java: str, classpath: str, node_dir: Path, heap: str, prefix: tuple[str, ...] = ()) -> int:
+    """Start one broker from its directory (server.properties, formatted data, logs/); its pid
+    (``prefix``, a lab host's ``ip netns exec NS``, execs the broker in its place)."""
     log_dir = node_dir / "logs"
     with open(log_dir / "stdout.log", "ab") as out:
         proc = subprocess.Popen(
-            [java, f"-Xmx{heap}", f"-Xms{heap}", "-XX:+UseG1GC",
+            [*prefix, java, f"-Xmx{heap}", f"-Xms{heap}", "-XX:+UseG1GC",
              f"-Dlog4j2.configurationFile={conf_dir() / 'log4j2-kafka.properties'}",
              f"-Dkafka.logs.dir={log_dir}", "-cp", classpath, "kafka.Kafka", str(node_dir / "server.properties")],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -315,8 +350,8 @@ def restart(cluster: LocalKafka, heap: str = "512m", timeout_s: float = 90.0) ->
             brokers.append(b)
             continue
         processes.reap(b.pid)
-        pid = _launch(java, classpath, cluster.state_dir / f"broker-{b.node_id}", heap)
-        brokers.append(Broker(b.node_id, b.port, b.controller_port, pid))
+        pid = _launch(java, classpath, cluster.state_dir / f"broker-{b.node_id}", heap, b.launch)
+        brokers.append(replace(b, pid=pid))
     restarted = replace(cluster, brokers=tuple(brokers))
     _write_state(restarted)
     _wait_ready(restarted, timeout_s)
@@ -338,7 +373,7 @@ def _wait_ready(cluster: LocalKafka, timeout_s: float) -> None:
 
     deadline = time.monotonic() + timeout_s
     for b in cluster.brokers:
-        while not _port_open(b.port):
+        while not _port_open(b.port, b.host):
             if not processes.alive(b.pid):
                 raise KafkaUnavailable(
                     f"local Kafka broker {b.node_id} exited at start-up; see {cluster.state_dir}/broker-{b.node_id}/logs"
@@ -368,7 +403,7 @@ def status(state_dir: Path | str) -> LocalKafka | None:
     if not f.exists():
         return None
     state = json.loads(f.read_text())
-    brokers = tuple(Broker(**b) for b in state["brokers"])
+    brokers = tuple(Broker(**{**b, "launch": tuple(b.get("launch", ()))}) for b in state["brokers"])
     # A state file written before security was recorded describes a plaintext cluster.
     paths = [Path(state[k]) if state.get(k) else None for k in ("ca_file", "secrets_dir")]
     cluster = LocalKafka(state_dir, brokers, state.get("security", PLAINTEXT), *paths)

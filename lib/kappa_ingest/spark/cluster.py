@@ -32,6 +32,11 @@ class Daemon:
     pid: int
     port: int
     ui_port: int
+    host: str = "127.0.0.1"  # a lab host's address (kappa_ingest.lab)
+    launch: tuple[str, ...] = ()  # the prefix it runs under (a lab host's `ip netns exec NS`)
+
+
+LAB_PORTS = {"master": (7077, 8080), "worker": (7078, 8081)}  # a daemon's ports on a lab host of its own
 
 
 @dataclass(frozen=True)
@@ -41,11 +46,11 @@ class SparkCluster:
 
     @property
     def master_url(self) -> str:
-        return f"spark://127.0.0.1:{self.daemons[0].port}"
+        return f"spark://{self.daemons[0].host}:{self.daemons[0].port}"
 
     @property
     def ui_url(self) -> str:
-        return f"http://127.0.0.1:{self.daemons[0].ui_port}"
+        return f"http://{self.daemons[0].host}:{self.daemons[0].ui_port}"
 
     def alive(self) -> dict[str, bool]:
         return {d.name: processes.alive(d.pid) for d in self.daemons}
@@ -71,46 +76,57 @@ def spark_class() -> str:
     return str(found)
 
 
-def _launch(state_dir: Path, name: str, args: list[str]) -> int:
+def _launch(state_dir: Path, name: str, args: list[str], host: str = "127.0.0.1", prefix: tuple[str, ...] = ()) -> int:
     log_dir = state_dir / name
     log_dir.mkdir(parents=True, exist_ok=True)
     import pyspark
 
     # SPARK_HOME given: spark-class would find it with whichever python3 is first on PATH.
     env = {**os.environ, "SPARK_HOME": str(Path(pyspark.__file__).parent), "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
-           "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(log_dir)}  # fmt: skip
+           "SPARK_LOCAL_IP": host, "SPARK_LOG_DIR": str(log_dir)}  # fmt: skip
     with open(log_dir / f"{name}.log", "ab") as out:
-        proc = subprocess.Popen([spark_class(), *args], stdout=out, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen([*prefix, spark_class(), *args], stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)  # fmt: skip
     return proc.pid
 
 
+# Long: a cluster's start is an order of steps (master, workers, wait) with cleanup on failure.
 def start(
-    state_dir: Path | str, workers: int = 2, cores: int = 1, memory: str = "1g", timeout_s: float = 60.0
+    state_dir: Path | str,
+    workers: int = 2,
+    cores: int = 1,
+    memory: str = "1g",
+    timeout_s: float = 60.0,
+    hosts: list[tuple[str, tuple[str, ...]]] | None = None,
 ) -> SparkCluster:
     """Start a master and ``workers`` workers (each with ``cores`` cores and ``memory`` for
-    executors) on 127.0.0.1; return once the master lists every worker alive."""
+    executors) on 127.0.0.1; return once the master lists every worker alive. ``hosts``:
+    the master's and each worker's lab host (address, ``ip netns exec`` prefix); the caller
+    waits from where those addresses are reached."""
     state_dir = Path(state_dir).resolve()
     if (running := status(state_dir)) is not None:
         raise UsageError(f"a Spark cluster is already running from {state_dir} at {running.master_url};"
                          " stop it first with 'kappa-ingest cluster stop'")  # fmt: skip
     if shutil.which("java") is None:
         raise UsageError("Java 17 is needed to run a Spark cluster; install a JDK")
-    port, ui = free_port(), free_port()
+    places = hosts or [("127.0.0.1", ())] * (workers + 1)
+    host, prefix = places[0]
+    port, ui = LAB_PORTS["master"] if hosts else (free_port(), free_port())
     daemons = [Daemon("master", _launch(state_dir, "master", [
-        "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui),
-    ]), port, ui)]  # fmt: skip
+        "org.apache.spark.deploy.master.Master", "--host", host, "--port", str(port), "--webui-port", str(ui),
+    ], host, prefix), port, ui, host, prefix)]  # fmt: skip
     cluster = SparkCluster(state_dir, tuple(daemons))
     try:
         _write_state(cluster)
         for i in range(1, workers + 1):
-            name, wport, wui = f"worker-{i}", free_port(), free_port()
+            name, (host, prefix) = f"worker-{i}", places[i]
+            wport, wui = LAB_PORTS["worker"] if hosts else (free_port(), free_port())
             pid = _launch(state_dir, name, [
-                "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--port", str(wport),
+                "org.apache.spark.deploy.worker.Worker", "--host", host, "--port", str(wport),
                 "--webui-port", str(wui), "--cores", str(cores), "--memory", memory,
                 "--work-dir", str(state_dir / name / "work"), cluster.master_url,
-            ])  # fmt: skip
-            daemons.append(Daemon(name, pid, wport, wui))
+            ], host, prefix)  # fmt: skip
+            daemons.append(Daemon(name, pid, wport, wui, host, prefix))
             cluster = SparkCluster(state_dir, tuple(daemons))
             _write_state(cluster)
         _wait_ready(cluster, workers, timeout_s)
@@ -146,7 +162,10 @@ def status(state_dir: Path | str) -> SparkCluster | None:
     f = Path(state_dir).resolve() / STATE_FILE
     if not f.exists():
         return None
-    cluster = SparkCluster(Path(state_dir).resolve(), tuple(Daemon(**d) for d in json.loads(f.read_text())["daemons"]))
+    daemons = json.loads(f.read_text())["daemons"]
+    cluster = SparkCluster(
+        Path(state_dir).resolve(), tuple(Daemon(**{**d, "launch": tuple(d.get("launch", ()))}) for d in daemons)
+    )
     return cluster if any(cluster.alive().values()) else None
 
 

@@ -1,0 +1,152 @@
+"""A lab: Kafka brokers on hosts of their own, each advertised through a delaying proxy, a
+Spark master and workers on theirs, and a driver host to run the job from
+(``kappa-ingest lab up|down|status|link``).
+
+Everything a lab starts is recorded in ``<state_dir>/lab.json`` and stopped by PID; its
+namespaces are removed on ``down`` and on any failure while it comes up.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from kappa_ingest import processes
+from kappa_ingest.errors import UsageError
+from kappa_ingest.kafka import broker
+from kappa_ingest.kafka.broker import HOST_PORT, Host, LocalKafka
+from kappa_ingest.lab import net
+from kappa_ingest.lab.net import Net
+from kappa_ingest.spark import cluster as spark_cluster
+from kappa_ingest.spark.cluster import SparkCluster
+
+PROXY_PORT = 19092  # where a broker host's proxy listens; clients and brokers reach the broker there
+STATE_FILE = "lab.json"
+DRIVER = "drv"
+MASTER = "m"
+
+
+@dataclass
+class Lab:
+    state_dir: Path
+    net: Net
+    kafka: LocalKafka
+    proxies: dict[str, int]  # broker host -> the proxy's pid
+    spark: SparkCluster | None = None  # with workers: the master's and workers' hosts
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.kafka.bootstrap_servers
+
+    @property
+    def broker_hosts(self) -> list[str]:
+        return list(self.proxies)
+
+    def delay(self, host: str, rtt_ms: float) -> None:
+        """The round trip ``host``'s proxy adds from now on (its connections too)."""
+        _control(self.state_dir, host).write_text(f"{rtt_ms}\n")
+
+    def run(self, host: str, *command: str, **kwargs) -> subprocess.Popen:  # type: ignore[no-untyped-def]
+        """Start ``command`` on ``host``."""
+        return subprocess.Popen([*self.net.exec(host), *command], **kwargs)
+
+    def down(self) -> None:
+        down(self.state_dir)
+
+
+def _control(state_dir: Path, host: str) -> Path:
+    return state_dir / f"proxy-{host}.rtt"
+
+
+# Long: the hosts, proxies, brokers and Spark daemons come up in this order, all undone on failure.
+def up(
+    state_dir: Path | str,
+    brokers: int = 1,
+    heap: str = "512m",
+    rtt_ms: float = 0.0,
+    workers: int = 0,
+    worker_cores: int = 1,
+    worker_memory: str = "1g",
+) -> Lab:
+    """Start a lab: ``brokers`` broker hosts (replication 3 from three on), a driver host,
+    and with ``workers`` a Spark master host and that many worker hosts."""
+    state_dir = Path(state_dir).resolve()
+    if status(state_dir) is not None:
+        raise UsageError(f"a lab is already up from {state_dir}: 'kappa-ingest lab down' first")
+    state_dir.mkdir(parents=True, exist_ok=True)
+    the_net = net.create()
+    proxies: dict[str, int] = {}
+    try:
+        hosts = [f"b{i}" for i in range(1, brokers + 1)]
+        spark_hosts = [MASTER, *(f"w{i}" for i in range(1, workers + 1))] if workers else []
+        for h in [*hosts, *spark_hosts, DRIVER]:
+            the_net.add(h)
+        for h in hosts:
+            _control(state_dir, h).write_text(f"{rtt_ms}\n")
+            address = the_net.hosts[h]
+            with open(state_dir / f"proxy-{h}.log", "ab") as log:
+                proxy = subprocess.Popen(
+                    [*the_net.exec(h), sys.executable, "-m", "kappa_ingest.lab.proxy", "--listen",
+                     f"{address}:{PROXY_PORT}", "--to", f"{address}:{HOST_PORT}", "--control", str(_control(state_dir, h))],
+                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                )  # fmt: skip
+            proxies[h] = proxy.pid
+        _save(state_dir, the_net, proxies)
+        replicated = {"default.replication.factor": "3", "min.insync.replicas": "2"} if brokers >= 3 else {}
+        places = [Host(the_net.hosts[h], tuple(the_net.exec(h)), PROXY_PORT) for h in hosts]
+        spark = None
+        with the_net.inside(DRIVER):  # where the brokers and the master are reached from
+            kafka = broker.start(state_dir / "kafka", brokers, heap=heap, properties=replicated, hosts=places)
+            if workers:
+                on = [(the_net.hosts[h], tuple(the_net.exec(h))) for h in spark_hosts]
+                spark = spark_cluster.start(state_dir / "spark", workers, worker_cores, worker_memory, hosts=on)
+    except BaseException:
+        _stop(state_dir, the_net, proxies)
+        raise
+    return Lab(state_dir, the_net, kafka, proxies, spark)
+
+
+def _save(state_dir: Path, the_net: Net, proxies: dict[str, int]) -> None:
+    state = {"net": the_net.to_json(), "proxies": proxies}
+    (state_dir / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
+
+
+def status(state_dir: Path | str) -> Lab | None:
+    """The lab recorded in ``state_dir`` if its namespaces are still there."""
+    state_dir = Path(state_dir).resolve()
+    f = state_dir / STATE_FILE
+    if not f.exists():
+        return None
+    state = json.loads(f.read_text())
+    the_net = Net(state["net"]["lab_id"], state["net"]["hosts"])
+    if not net.namespaces(the_net.lab_id):
+        return None
+    kafka = broker.status(state_dir / "kafka") or LocalKafka(state_dir / "kafka", ())
+    spark = spark_cluster.status(state_dir / "spark")
+    return Lab(state_dir, the_net, kafka, {h: int(p) for h, p in state["proxies"].items()}, spark)
+
+
+def down(state_dir: Path | str) -> bool:
+    """Stop everything the lab runs, by PID, and remove its namespaces; False if none was up."""
+    state_dir = Path(state_dir).resolve()
+    f = state_dir / STATE_FILE
+    if not f.exists():
+        return False
+    state = json.loads(f.read_text())
+    _stop(
+        state_dir, Net(state["net"]["lab_id"], state["net"]["hosts"]), {h: int(p) for h, p in state["proxies"].items()}
+    )
+    return True
+
+
+def _stop(state_dir: Path, the_net: Net, proxies: dict[str, int]) -> None:
+    try:
+        spark_cluster.stop(state_dir / "spark")
+        broker.stop(state_dir / "kafka")
+        processes.stop(list(proxies.values()), 5.0)
+    finally:
+        net.remove(the_net.lab_id)  # and whatever else still runs in its namespaces
+        (state_dir / STATE_FILE).unlink(missing_ok=True)

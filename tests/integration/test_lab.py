@@ -1,0 +1,211 @@
+"""The lab: a broker on a host of its own behind its delaying proxy, the job run from a
+driver host, a link cut and restored, and nothing left behind (namespaces, processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+import faults
+from helpers import consume_all, expected_rows, rows
+from kappa_ingest import datagen, failpoints, processes
+from kappa_ingest.errors import KafkaUnavailable
+from kappa_ingest.lab import hosts, net
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
+ROWS = 20_000
+
+
+def _metadata_ms(lab: hosts.Lab, timeout_s: float) -> float:
+    """One metadata round trip from the driver host, a new client each time."""
+    with lab.net.inside(hosts.DRIVER):
+        admin = AdminClient({"bootstrap.servers": lab.bootstrap_servers})
+        start = time.monotonic()
+        admin.list_topics(timeout=timeout_s)
+        return (time.monotonic() - start) * 1000
+
+
+def test_a_run_from_the_driver_host_sends_every_row_once_through_the_brokers_proxy(tmp_path):
+    data = datagen.generate("wide30", ROWS, tmp_path / "in.csv")
+    lab = hosts.up(tmp_path / "lab", brokers=1, rtt_ms=2)
+    pids = [*lab.proxies.values(), *(b.pid for b in lab.kafka.brokers)]
+    try:
+        assert lab.bootstrap_servers == f"{lab.net.hosts['b1']}:{hosts.PROXY_PORT}"
+        cli = str(Path(sys.executable).parent / "kappa-ingest")
+        run = lab.run(
+            hosts.DRIVER, cli, "ingest", "--input", str(data), "--topic", "lab", "--bootstrap-servers",
+            lab.bootstrap_servers, "--master", "local[2]", "--metrics-dir", str(tmp_path / "m"), "--run-id", "lab-run",
+            "--quiet", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+        )  # fmt: skip
+        out, _ = run.communicate(timeout=300)
+        assert run.returncode == 0, out[-3000:]
+        report = json.loads((tmp_path / "m" / "runs" / "lab-run" / "summary.json").read_text())
+        assert report["bootstrap_servers"] == lab.bootstrap_servers and report["status"] == "succeeded"
+        with lab.net.inside(hosts.DRIVER):
+            records = consume_all(lab.bootstrap_servers, "lab")
+        assert rows(records) == expected_rows(data)  # every row once, as the csv module reads the file
+        # The proxy's delay is the link's, changed while it runs; a cut link is a partition.
+        lab.delay("b1", 60)
+        time.sleep(0.5)  # the proxy reads its control file every 0.1 s
+        assert 60 <= _metadata_ms(lab, 10) < 1000
+        lab.net.cut("b1")
+        with pytest.raises(KafkaException):  # librdkafka's timeout: nobody answers
+            _metadata_ms(lab, 2)
+        assert all(processes.alive(p) for p in pids), "a cut host runs on"
+        lab.net.restore("b1")
+        assert _metadata_ms(lab, 20) >= 60
+    finally:
+        assert hosts.down(tmp_path / "lab")
+    assert net.namespaces(lab.net.lab_id) == [] and not any(processes.alive(p) for p in pids)
+    assert hosts.status(tmp_path / "lab") is None
+
+
+def test_a_lab_that_fails_to_come_up_leaves_nothing_behind(tmp_path):
+    before = set(net.namespaces())
+    with pytest.raises(KafkaUnavailable):
+        hosts.up(tmp_path / "lab", brokers=1, heap="1x")  # no JVM takes that heap
+    assert set(net.namespaces()) == before
+    assert not (tmp_path / "lab" / hosts.STATE_FILE).exists()
+
+
+def test_the_lab_command_brings_hosts_up_shapes_a_link_and_takes_them_down(tmp_path):
+    cli = str(Path(sys.executable).parent / "kappa-ingest")
+    lab_dir = str(tmp_path / "lab")
+
+    def lab(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([cli, "lab", *args, "--dir", lab_dir], capture_output=True, text=True, timeout=180)
+
+    up = lab("up")
+    try:
+        assert up.returncode == 0, up.stderr
+        assert "lab up: Kafka at 10.77.0.1:19092" in up.stdout and "ip netns exec kl-" in up.stdout
+        state = hosts.status(lab_dir)
+        assert state is not None and sorted(state.net.hosts) == ["b1", "drv"]
+        assert lab("link", "b1", "--rtt-ms", "30", "--rate", "100mbit").returncode == 0
+        assert (Path(lab_dir) / "proxy-b1.rtt").read_text().strip() == "30.0"
+        shaped = subprocess.run(["tc", "-n", state.net.ns("b1"), "qdisc", "show", "dev", "eth0"],
+                                capture_output=True, text=True).stdout  # fmt: skip
+        assert "tbf" in shaped and "100Mbit" in shaped
+        wrong = lab("link", "drv", "--rtt-ms", "30")
+        assert wrong.returncode == 2 and "delay is a broker host's proxy" in wrong.stderr
+        status = lab("status")
+        assert status.returncode == 0 and "brokers alive [True]" in status.stdout
+    finally:
+        down = lab("down")
+    assert down.returncode == 0 and "lab down" in down.stdout
+    assert lab("status").returncode == 1 and net.namespaces(state.net.lab_id) == []
+
+
+def test_the_coordinators_broker_cut_off_at_commit_time_has_the_commit_retried_not_the_task(tmp_path):
+    """The only broker (the transaction coordinator, every partition's leader) is cut off
+    for 14 s while a unit commits: alive, unreachable. Kafka's calls wait at most
+    delivery.timeout.ms (5 s here); the commit's timeout is retriable and is called again
+    once the link is back, and the task is not run again."""
+    path = datagen.generate("wide30", 20_000, tmp_path / "in.csv", seed=4)
+    held, log, metrics = tmp_path / "held", tmp_path / "run.log", tmp_path / "m"
+    held.mkdir()
+    lab = hosts.up(tmp_path / "lab", brokers=1)
+    try:
+        proc = faults.cli("--input", str(path), "--topic", "cut-commit", "--bootstrap-servers", lab.bootstrap_servers,
+                          "--master", "local[2]", "--partitions", "1", "--run-id", "cut-commit", "--metrics-dir",
+                          str(metrics), "--kafka-opt", "delivery.timeout.ms=5000", "--quiet", log=log,
+                          env={failpoints.ENV: f"{failpoints.BEFORE_COMMIT}:{held}"}, on=lab.net.exec(hosts.DRIVER))  # fmt: skip
+        try:
+            faults.wait_for(lambda: list(held.glob(f"*.{failpoints.BEFORE_COMMIT}")), 180, "the task about to commit",
+                            proc, log)  # fmt: skip
+            lab.net.cut("b1")
+            try:
+                for marker in held.glob(f"*.{failpoints.BEFORE_COMMIT}"):
+                    marker.unlink()  # the commit goes ahead, into the cut link
+                time.sleep(14)  # well past a commit call's wait (5 s): it times out, retriable
+                assert proc.poll() is None, "the run ended while the coordinator was cut off"
+            finally:
+                lab.net.restore("b1")
+            assert proc.wait(180) == 0, log.read_text()[-3000:]
+        finally:
+            faults.stop_group(proc)
+        report = faults.summary(metrics, "cut-commit")
+        assert report["status"] == "succeeded" and all(c["ok"] for c in report["checks"]), report["checks"]
+        assert not report["duplicates"]["failed_attempts"], "the task was run again"
+        assert report["delivery"]["commit_retries"] >= 1, report["delivery"]
+        assert report["delivery"]["transactions_committed"] == 1 and report["delivery"]["transactions_aborted"] == 0
+        faults.assert_c_loops(report)
+        with lab.net.inside(hosts.DRIVER):
+            records = consume_all(lab.bootstrap_servers, "cut-commit")
+        faults.assert_delivered(records, expected_rows(path), [report])
+    finally:
+        hosts.down(tmp_path / "lab")
+
+
+def _leaders(lab: hosts.Lab, topic: str) -> dict[int, str]:
+    """Each partition's leader, as the lab host it runs on."""
+    by_node = {b.node_id: h for b, h in zip(lab.kafka.brokers, lab.broker_hosts, strict=True)}
+    with lab.net.inside(hosts.DRIVER):
+        md = AdminClient({"bootstrap.servers": lab.bootstrap_servers}).list_topics(topic, timeout=10)
+    return {p: by_node[m.leader] for p, m in md.topics[topic].partitions.items()}
+
+
+def test_a_partition_leader_cut_off_from_the_workers_mid_run_ends_exactly_once(tmp_path):
+    """Three brokers (replication 3, min.insync.replicas 2); the job runs on the driver host
+    (local master: its executors are there). Mid-send, one data partition's leader is cut off
+    from that host, not from the other brokers: it stays leader, alive and in sync, and the
+    producers cannot reach it. The run completes exactly once, or fails cleanly (exit 4) and
+    --resume, the link back, completes it exactly once."""
+    rows_in = 40_000
+    path = datagen.generate("wide30", rows_in, tmp_path / "in.csv", seed=9)
+    log, metrics = tmp_path / "run.log", tmp_path / "m"
+    lab = hosts.up(tmp_path / "lab", brokers=3)
+    on = lab.net.exec(hosts.DRIVER)
+    cut = None
+    try:
+        proc = faults.cli("--input", str(path), "--topic", "leader-cut", "--bootstrap-servers", lab.bootstrap_servers,
+                          "--master", "local[2]", "--partitions", "2", "--topic-partitions", "3",
+                          "--replication-factor", "3", "--target-rate", "4000", "--run-id", "leader-cut",
+                          "--metrics-dir", str(metrics), "--kafka-opt", "delivery.timeout.ms=10000", "--quiet",
+                          log=log, on=on)  # fmt: skip
+        try:
+
+            def sending() -> bool:
+                with lab.net.inside(hosts.DRIVER):
+                    return faults.sent_so_far(lab.bootstrap_servers, "leader-cut") >= 4000
+
+            faults.wait_for(sending, 180, "sending", proc, log)
+            ledger_leader = _leaders(lab, "_kappa_ingest_ledger")[0]
+            cut = next(h for h in _leaders(lab, "leader-cut").values() if h != ledger_leader)
+            with lab.net.inside(hosts.DRIVER):  # records sent (not all committed: a unit commits at its end)
+                sent = faults.sent_so_far(lab.bootstrap_servers, "leader-cut")
+                faults.landed_mid_send(lab.bootstrap_servers, ["leader-cut"], rows_in)
+            lab.net.cut_between(cut, hosts.DRIVER)
+            code = proc.wait(240)
+        finally:
+            faults.stop_group(proc)
+            if cut:
+                lab.net.restore_between(cut, hosts.DRIVER)
+        first = faults.summary(metrics, "leader-cut")
+        reports = [first]
+        assert code in (0, 4), log.read_text()[-3000:]
+        if code == 4:
+            assert "Kafka" in first["error"] and first["status"] == "failed", first["error"]
+            resumed = subprocess.run([*on, sys.executable, "-m", "kappa_ingest.cli", "ingest", "--resume", "leader-cut",
+                                      "--run-id", "leader-cut-2", "--metrics-dir", str(metrics), "--quiet"],
+                                     capture_output=True, text=True, timeout=300,
+                                     env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})  # fmt: skip
+            assert resumed.returncode == 0, resumed.stderr[-3000:]
+            reports.append(faults.summary(metrics, "leader-cut-2"))
+        assert reports[-1]["status"] == "succeeded", reports[-1]["error"]
+        with lab.net.inside(hosts.DRIVER):
+            records = consume_all(lab.bootstrap_servers, "leader-cut")
+        faults.assert_delivered(records, expected_rows(path), reports)
+        assert sent >= 4000
+        print(f"leader {cut} cut from the workers' host: exit {code}, runs {[r['run_id'] for r in reports]}")
+    finally:
+        hosts.down(tmp_path / "lab")
