@@ -209,3 +209,78 @@ def test_a_partition_leader_cut_off_from_the_workers_mid_run_ends_exactly_once(t
         print(f"leader {cut} cut from the workers' host: exit {code}, runs {[r['run_id'] for r in reports]}")
     finally:
         hosts.down(tmp_path / "lab")
+
+
+def _executor_pids(lab: hosts.Lab, host: str) -> list[int]:
+    """The Spark executor JVMs running on a lab host."""
+    pids = subprocess.run(["ip", "netns", "pids", lab.net.ns(host)], capture_output=True, text=True).stdout.split()
+    out = []
+    for pid in pids:
+        try:
+            if "CoarseGrainedExecutorBackend" in Path(f"/proc/{pid}/cmdline").read_text():
+                out.append(int(pid))
+        except OSError:
+            pass
+    return out
+
+
+def test_a_worker_cut_off_from_the_driver_while_its_executor_sends_delivers_every_row_once(tmp_path):
+    """A standalone cluster in the lab. Mid-send, worker w1 is cut off from the driver and
+    the master, not from the brokers: Spark loses its executor (no heartbeat) and runs its
+    tasks again on w2, while that executor, alive, goes on sending. The same units'
+    transactional ids fence it: every row once."""
+    rows_in = 60_000
+    path = datagen.generate("wide30", rows_in, tmp_path / "in.csv", seed=11)
+    archive = tmp_path / "kappa-venv.tar.gz"
+    ki = str(Path(sys.executable).parent / "kappa-ingest")
+    packing = subprocess.Popen([ki, "pack", "--out", str(archive)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    lab = hosts.up(tmp_path / "lab", brokers=1, workers=2, worker_memory="768m")
+    log, metrics = tmp_path / "run.log", tmp_path / "m"
+    try:
+        assert packing.wait(300) == 0, packing.stderr.read()[-2000:] if packing.stderr else ""
+        drv = lab.net.hosts[hosts.DRIVER]
+        root = Path(__file__).resolve().parents[2]
+        with open(log, "wb") as out:
+            proc = lab.run(
+                hosts.DRIVER, str(root / "spark-submit.sh"), "--master", lab.spark.master_url,
+                "--conf", f"spark.driver.host={drv}", "--total-executor-cores", "2", "--executor-cores", "1",
+                "--executor-memory", "512m", "--archives", f"{archive}#venv",
+                "--conf", "spark.pyspark.python=./venv/bin/python",
+                "--conf", "spark.executor.heartbeatInterval=2s", "--conf", "spark.network.timeout=12s",
+                "--conf", "spark.network.timeoutInterval=4s",
+                str(root / "jobs" / "ingest_csv.py"), "--input", str(path), "--topic", "worker-cut",
+                "--bootstrap-servers", lab.bootstrap_servers, "--partitions", "4", "--target-rate", "3000",
+                "--run-id", "worker-cut", "--metrics-dir", str(metrics), "--quiet",
+                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "SPARK_LOCAL_IP": drv}, cwd=tmp_path,
+                start_new_session=True,
+            )  # fmt: skip
+
+        def sending() -> bool:
+            with lab.net.inside(hosts.DRIVER):
+                return faults.sent_so_far(lab.bootstrap_servers, "worker-cut") >= 6000
+
+        try:
+            faults.wait_for(sending, 240, "sending", proc, log)
+            [zombie] = _executor_pids(lab, "w1")
+            for other in (hosts.DRIVER, hosts.MASTER):
+                lab.net.cut_between("w1", other)
+            with lab.net.inside(hosts.DRIVER):
+                sent_at_cut = faults.sent_so_far(lab.bootstrap_servers, "worker-cut")
+            time.sleep(15)  # past spark.network.timeout: the driver has given the executor up
+            assert processes.alive(zombie), "the cut-off executor was to stay alive"
+            code = proc.wait(300)
+        finally:
+            faults.stop_group(proc)
+            for other in (hosts.DRIVER, hosts.MASTER):
+                lab.net.restore_between("w1", other)
+        assert code == 0, log.read_text()[-3000:]
+        report = faults.summary(metrics, "worker-cut")
+        assert report["status"] == "succeeded" and all(c["ok"] for c in report["checks"]), report["checks"]
+        assert report["duplicates"]["failed_attempts"], "no task of the cut-off executor was run again"
+        with lab.net.inside(hosts.DRIVER):
+            records = consume_all(lab.bootstrap_servers, "worker-cut")
+        faults.assert_delivered(records, expected_rows(path), [report])
+        assert 0 < sent_at_cut < rows_in * 1.1
+    finally:
+        packing.kill()
+        hosts.down(tmp_path / "lab")
