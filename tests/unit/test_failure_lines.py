@@ -51,9 +51,9 @@ def test_a_kafka_unavailable_raised_in_a_task_keeps_its_exit_code():
     text = TRACEBACK.replace(
         'cimpl.KafkaException: KafkaError{code=_TIMED_OUT,val=-185,str="Transactional API operation'
         ' (commit_transaction) timed out"}',
-        "kappa_ingest.errors.KafkaUnavailable: the delivery ledger '_kappa_ingest_ledger' could not be read to its"
-        " end in time",
+        "kappa_ingest.errors.KafkaUnavailable: Kafka did not let the delivery ledger '_kappa_ingest_ledger' be read"
+        " to its end in time",
     )
     e = classify(RuntimeError(text))
     assert isinstance(e, KafkaUnavailable) and e.exit_code == 4
-    assert str(e) == "the delivery ledger '_kappa_ingest_ledger' could not be read to its end in time"
+    assert str(e) == "Kafka did not let the delivery ledger '_kappa_ingest_ledger' be read to its end in time"

@@ -193,8 +193,8 @@ def _consume(
     while todo:
         if time.monotonic() > deadline:
             raise KafkaUnavailable(
-                f"the delivery ledger {ledger_topic!r} could not be read to its end in time"
-                " (a transaction left open on it by another run?)"
+                f"Kafka did not let the delivery ledger {ledger_topic!r} be read to its end in time (its brokers"
+                " unreachable, or a transaction left open on it by another run)"
             )
         for m in consumer.consume(1000, timeout=0.05):  # consume() waits out its timeout unless the batch fills
             err = m.error()
