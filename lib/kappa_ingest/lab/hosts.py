@@ -53,9 +53,6 @@ class Lab:
         """Start ``command`` on ``host``."""
         return subprocess.Popen([*self.net.exec(host), *command], **kwargs)
 
-    def down(self) -> None:
-        down(self.state_dir)
-
 
 def _control(state_dir: Path, host: str) -> Path:
     return state_dir / f"proxy-{host}.rtt"
@@ -114,31 +111,33 @@ def _save(state_dir: Path, the_net: Net, proxies: dict[str, int]) -> None:
     (state_dir / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
 
 
-def status(state_dir: Path | str) -> Lab | None:
-    """The lab recorded in ``state_dir`` if its namespaces are still there."""
-    state_dir = Path(state_dir).resolve()
+def _recorded(state_dir: Path) -> tuple[Net, dict[str, int]] | None:
+    """The network and proxy pids ``lab.json`` records, if there is one."""
     f = state_dir / STATE_FILE
     if not f.exists():
         return None
     state = json.loads(f.read_text())
-    the_net = Net(state["net"]["lab_id"], state["net"]["hosts"])
-    if not net.namespaces(the_net.lab_id):
+    return Net(state["net"]["lab_id"], state["net"]["hosts"]), {h: int(p) for h, p in state["proxies"].items()}
+
+
+def status(state_dir: Path | str) -> Lab | None:
+    """The lab recorded in ``state_dir`` if its namespaces are still there."""
+    state_dir = Path(state_dir).resolve()
+    recorded = _recorded(state_dir)
+    if recorded is None or not net.namespaces(recorded[0].lab_id):
         return None
     kafka = broker.status(state_dir / "kafka") or LocalKafka(state_dir / "kafka", ())
-    spark = spark_cluster.status(state_dir / "spark")
-    return Lab(state_dir, the_net, kafka, {h: int(p) for h, p in state["proxies"].items()}, spark)
+    the_net, proxies = recorded
+    return Lab(state_dir, the_net, kafka, proxies, spark_cluster.status(state_dir / "spark"))
 
 
 def down(state_dir: Path | str) -> bool:
     """Stop everything the lab runs, by PID, and remove its namespaces; False if none was up."""
     state_dir = Path(state_dir).resolve()
-    f = state_dir / STATE_FILE
-    if not f.exists():
+    recorded = _recorded(state_dir)
+    if recorded is None:
         return False
-    state = json.loads(f.read_text())
-    _stop(
-        state_dir, Net(state["net"]["lab_id"], state["net"]["hosts"]), {h: int(p) for h, p in state["proxies"].items()}
-    )
+    _stop(state_dir, *recorded)
     return True
 
 

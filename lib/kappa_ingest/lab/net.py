@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import os
 import secrets
 import signal
@@ -165,12 +164,3 @@ def remove(lab_id: str | None = None) -> list[str]:
     for ns in gone:
         _run(IP, "netns", "del", ns, check=False)
     return gone
-
-
-def save(net: Net, path: Path) -> None:
-    path.write_text(json.dumps(net.to_json(), indent=2) + "\n")
-
-
-def load(path: Path) -> Net:
-    d = json.loads(path.read_text())
-    return Net(d["lab_id"], d["hosts"])
