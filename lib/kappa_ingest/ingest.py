@@ -278,8 +278,7 @@ def _settle(
     was sent (and, for a replay, both topics compared)."""
     changed = changed_input(source.plan, cfg.run_id)  # a file that changed while read: not all of it was sent
     if held is not None and held.lost is not None:
-        raise LockLost(f"{held.lost}; what it committed is in the topic once, and the other run (or the next"
-                       " --incremental run) sends the rest")  # fmt: skip
+        raise LockLost(f"{held.lost}; {accounting.LOCK_LOST_REST}")
     if outcome.error is not None:
         if sent is not None and sent.after is not None:
             report.add_offsets(sent.before, sent.after)

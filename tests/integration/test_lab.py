@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -224,6 +225,37 @@ def _executor_pids(lab: hosts.Lab, host: str) -> list[int]:
     return out
 
 
+def _pack(tmp_path: Path) -> tuple[Path, subprocess.Popen]:
+    """``kappa-ingest pack``, started: the archive the workers' executors run from."""
+    archive = tmp_path / "kappa-venv.tar.gz"
+    ki = str(Path(sys.executable).parent / "kappa-ingest")
+    return archive, subprocess.Popen(
+        [ki, "pack", "--out", str(archive)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+
+
+def _submit(lab: hosts.Lab, packing: subprocess.Popen, archive: Path, log: Path, *job: str) -> subprocess.Popen:
+    """The README's cluster recipe from the driver host: spark-submit.sh to the lab's master,
+    two one-core executors, the job's arguments ``job``. Executors are given up 12 s after
+    their last heartbeat (Spark's default: 120 s)."""
+    assert packing.wait(300) == 0, packing.stderr.read()[-2000:] if packing.stderr else ""
+    assert lab.spark is not None
+    drv = lab.net.hosts[hosts.DRIVER]
+    root = Path(__file__).resolve().parents[2]
+    with open(log, "wb") as out:
+        return lab.run(
+            hosts.DRIVER, str(root / "spark-submit.sh"), "--master", lab.spark.master_url,
+            "--conf", f"spark.driver.host={drv}", "--total-executor-cores", "2", "--executor-cores", "1",
+            "--executor-memory", "512m", "--archives", f"{archive}#venv",
+            "--conf", "spark.pyspark.python=./venv/bin/python",
+            "--conf", "spark.executor.heartbeatInterval=2s", "--conf", "spark.network.timeout=12s",
+            "--conf", "spark.network.timeoutInterval=4s",
+            str(root / "jobs" / "ingest_csv.py"), "--bootstrap-servers", lab.bootstrap_servers, *job,
+            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "SPARK_LOCAL_IP": drv}, cwd=log.parent,
+            start_new_session=True,
+        )  # fmt: skip
+
+
 def test_a_worker_cut_off_from_the_driver_while_its_executor_sends_delivers_every_row_once(tmp_path):
     """A standalone cluster in the lab. Mid-send, worker w1 is cut off from the driver and
     the master, not from the brokers: Spark loses its executor (no heartbeat) and runs its
@@ -231,29 +263,12 @@ def test_a_worker_cut_off_from_the_driver_while_its_executor_sends_delivers_ever
     transactional ids fence it: every row once."""
     rows_in = 60_000
     path = datagen.generate("wide30", rows_in, tmp_path / "in.csv", seed=11)
-    archive = tmp_path / "kappa-venv.tar.gz"
-    ki = str(Path(sys.executable).parent / "kappa-ingest")
-    packing = subprocess.Popen([ki, "pack", "--out", str(archive)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    archive, packing = _pack(tmp_path)
     lab = hosts.up(tmp_path / "lab", brokers=1, workers=2, worker_memory="768m")
     log, metrics = tmp_path / "run.log", tmp_path / "m"
     try:
-        assert packing.wait(300) == 0, packing.stderr.read()[-2000:] if packing.stderr else ""
-        drv = lab.net.hosts[hosts.DRIVER]
-        root = Path(__file__).resolve().parents[2]
-        with open(log, "wb") as out:
-            proc = lab.run(
-                hosts.DRIVER, str(root / "spark-submit.sh"), "--master", lab.spark.master_url,
-                "--conf", f"spark.driver.host={drv}", "--total-executor-cores", "2", "--executor-cores", "1",
-                "--executor-memory", "512m", "--archives", f"{archive}#venv",
-                "--conf", "spark.pyspark.python=./venv/bin/python",
-                "--conf", "spark.executor.heartbeatInterval=2s", "--conf", "spark.network.timeout=12s",
-                "--conf", "spark.network.timeoutInterval=4s",
-                str(root / "jobs" / "ingest_csv.py"), "--input", str(path), "--topic", "worker-cut",
-                "--bootstrap-servers", lab.bootstrap_servers, "--partitions", "4", "--target-rate", "3000",
-                "--run-id", "worker-cut", "--metrics-dir", str(metrics), "--quiet",
-                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "SPARK_LOCAL_IP": drv}, cwd=tmp_path,
-                start_new_session=True,
-            )  # fmt: skip
+        proc = _submit(lab, packing, archive, log, "--input", str(path), "--topic", "worker-cut", "--partitions", "4",
+                       "--target-rate", "3000", "--run-id", "worker-cut", "--metrics-dir", str(metrics), "--quiet")  # fmt: skip
 
         def sending() -> bool:
             with lab.net.inside(hosts.DRIVER):
@@ -281,6 +296,75 @@ def test_a_worker_cut_off_from_the_driver_while_its_executor_sends_delivers_ever
             records = consume_all(lab.bootstrap_servers, "worker-cut")
         faults.assert_delivered(records, expected_rows(path), [report])
         assert 0 < sent_at_cut < rows_in * 1.1
+    finally:
+        packing.kill()
+        hosts.down(tmp_path / "lab")
+
+
+def test_a_driver_cut_off_from_the_brokers_past_its_lease_is_taken_over_while_its_executors_send(tmp_path):
+    """A scheduled run (--incremental, a lease of 8 s) on a standalone cluster in the lab.
+    Mid-send its driver is cut off from the broker, not from its workers: the executors go
+    on sending, the lock goes unrenewed. Past the lease a second run, from a host of its
+    own, takes the topic over: it marks the first run superseded and fences its open
+    transactions, and sends what the ledger does not show. The first run's tasks stop at
+    their next unit; once the link is back its driver learns it lost the lock and exits 6
+    saying who took it. Every row once between the two."""
+    files, each = 6, 6_000
+    landing = tmp_path / "landing"
+    paths = [datagen.generate("wide30", each, landing / f"part-{i}.csv", seed=40 + i) for i in range(files)]
+    expected = sum((expected_rows(p) for p in paths), Counter())
+    archive, packing = _pack(tmp_path)
+    lab = hosts.up(tmp_path / "lab", brokers=1, workers=2, worker_memory="768m")
+    lab.net.add("drv2")  # the second run's host (in the lab's namespaces: removed with it)
+    log, log2, metrics = tmp_path / "cut.log", tmp_path / "successor.log", tmp_path / "m"
+    common = ["--input", str(landing), "--topic", "driver-cut", "--incremental", "--lock-lease", "8",
+              "--metrics-dir", str(metrics), "--quiet"]  # fmt: skip
+
+    def sent() -> int:
+        with lab.net.inside("drv2"):
+            return faults.sent_so_far(lab.bootstrap_servers, "driver-cut")
+
+    try:
+        proc = _submit(lab, packing, archive, log, *common, "--partitions", "2", "--target-rate", "1000",
+                       "--run-id", "cut-off")  # fmt: skip
+        second = None
+        try:
+            faults.wait_for(lambda: sent() >= 3000, 240, "sending", proc, log)
+            lab.net.cut_between(hosts.DRIVER, "b1")
+            at_cut = sent()
+            with lab.net.inside("drv2"):
+                faults.landed_mid_send(lab.bootstrap_servers, ["cut-off"], files * each)
+            time.sleep(10)  # past the lease of 8 s, on the broker's clock
+            assert sent() > at_cut, "the cut-off driver's executors stopped sending"
+            assert proc.poll() is None, log.read_text()[-3000:]
+            # Its own hostname too: on the same host, a live PID would keep the lock alive.
+            second = faults.cli(*common, "--bootstrap-servers", lab.bootstrap_servers, "--master", "local[2]",
+                                "--run-id", "successor", log=log2, on=lab.net.exec("drv2"), hostname="drv2")  # fmt: skip
+            assert second.wait(240) == 0, log2.read_text()[-3000:]
+            assert proc.poll() is None, "the cut-off run ended before its link came back"
+            lab.net.restore_between(hosts.DRIVER, "b1")
+            back = time.monotonic()
+            code = proc.wait(240)
+            ended_after_s = time.monotonic() - back
+        finally:
+            faults.stop_group(proc)
+            if second is not None:
+                faults.stop_group(second)
+            lab.net.restore_between(hosts.DRIVER, "b1")
+        assert code == 6, log.read_text()[-3000:]
+        [line] = faults.error_lines(log)
+        assert "lost its lock" in line or "taken over by run successor" in line, line
+        assert "--resume" not in line, line  # the successor sends the rest: nothing to resume
+        taker, cut_off = faults.summary(metrics, "successor"), faults.summary(metrics, "cut-off")
+        assert taker["delivery"]["lock"]["taken_over_from"] == ["cut-off"], taker["delivery"]["lock"]
+        assert cut_off["status"] == "failed" and cut_off["delivery"]["lock"].get("renewal_failures"), cut_off[
+            "delivery"
+        ]
+        with lab.net.inside("drv2"):
+            records = consume_all(lab.bootstrap_servers, "driver-cut")
+        faults.assert_delivered(records, expected, [cut_off, taker])
+        print(f"driver cut at {at_cut} records; the cut-off run sent {cut_off['rows_sent']}, ended {ended_after_s:.0f} s"
+              f" after the link came back: {line}; the successor sent {taker['rows_sent']}")  # fmt: skip
     finally:
         packing.kill()
         hosts.down(tmp_path / "lab")

@@ -1,7 +1,7 @@
 """The one line a failed job prints names the error the task raised, not a line of source
 the traceback quotes."""
 
-from kappa_ingest.errors import KafkaUnavailable
+from kappa_ingest.errors import KafkaUnavailable, LockLost
 from kappa_ingest.spark.failures import classify
 
 TRACEBACK = """org.apache.spark.api.python.PythonException: Traceback (most recent call last):
@@ -57,3 +57,20 @@ def test_a_kafka_unavailable_raised_in_a_task_keeps_its_exit_code():
     e = classify(RuntimeError(text))
     assert isinstance(e, KafkaUnavailable) and e.exit_code == 4
     assert str(e) == "Kafka did not let the delivery ledger '_kappa_ingest_ledger' be read to its end in time"
+
+
+def test_a_run_taken_over_is_not_told_to_resume_what_the_other_run_sends():
+    """A task stopped because another run superseded this one: the splits this run did not
+    deliver are the other run's, so the hint is not ``--resume``; any other failure's is."""
+    from kappa_ingest.pipeline.accounting import with_resume_hint
+    from kappa_ingest.report.run import RunReport
+
+    report = RunReport("cut-off", "confluent", "t", {})
+    report.ledger["missing"] = ["a.csv [0, 10)", "b.csv [0, 10)"]
+    superseded = classify(
+        RuntimeError("kappa_ingest.sinks.producer.RunSuperseded: run cut-off was taken over by run s")
+    )
+    line = str(with_resume_hint(superseded, report))
+    assert isinstance(superseded, LockLost) and "--resume" not in line and "the other run" in line, line
+    line = str(with_resume_hint(classify(RuntimeError(TRACEBACK)), report))
+    assert "--resume cut-off sends its 2 missing splits" in line, line

@@ -15,6 +15,7 @@ from kappa_ingest.errors import (
     InputError,
     KafkaUnavailable,
     KappaError,
+    LockLost,
 )
 from kappa_ingest.kafka.settings import kafka_python_connection
 from kappa_ingest.pipeline.sending import Sent
@@ -119,12 +120,19 @@ def account(
     return [*entries, *inherited, *empty]
 
 
+LOCK_LOST_REST = (
+    "what it committed is in the topic once, and the other run (or the next --incremental run) sends the rest"
+)
+
+
 def with_resume_hint(error: KappaError, report: RunReport) -> KappaError:
     """A failed job's error, saying how to finish the run once the cause is gone. A bad
     input file is fixed by replacing it, which --resume refuses (its files must not change):
     --incremental then sends what the ledger lacks, the replaced file whole."""
     missing = len(report.ledger.get("missing") or [])
-    if missing and not report.dry_run:
+    if isinstance(error, LockLost):  # the run that took it over sends the rest: resuming this one has nothing to do
+        error.args = (f"{error}; {LOCK_LOST_REST}",)
+    elif missing and not report.dry_run:
         if isinstance(error, InputError):
             error.args = (f"{error}; once the file is fixed, --incremental sends the {missing} splits"
                           " this run did not deliver",)  # fmt: skip
