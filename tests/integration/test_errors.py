@@ -63,6 +63,17 @@ def test_bad_usage_exits_2(tmp_path, args, needles):
     assert summary["status"] == "failed"
 
 
+def test_a_spark_setting_spark_refuses_exits_2_naming_it(tmp_path):
+    (tmp_path / "in.csv").write_text("a\n1\n")
+    done = cli(tmp_path, "--input", str(tmp_path / "in.csv"), "--topic", "t", "--dry-run",
+               "--spark-conf", "spark.executor.memory=lots")  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    # Spark's launcher prints its own reason (with a Java trace) before ours.
+    assert "Executor memory must be a positive number" in done.stderr
+    [line] = [x for x in done.stderr.splitlines() if x.startswith("kappa-ingest:")]
+    assert "Spark refused to start with --spark-conf spark.executor.memory=lots" in line, line
+
+
 def test_unreachable_broker_exits_4_within_30_s(tmp_path):
     (tmp_path / "in.csv").write_text("a\n1\n")
     started = time.monotonic()

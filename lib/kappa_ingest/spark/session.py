@@ -12,9 +12,12 @@ import os
 import sys
 from pathlib import Path
 
+from py4j.protocol import Py4JJavaError
 from pyspark import SparkContext
+from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
+from kappa_ingest.errors import UsageError
 from kappa_ingest.paths import cache_dir, conf_dir
 from kappa_ingest.spark import class_archive
 
@@ -93,7 +96,17 @@ def build_session(
             builder = builder.config(k, v)
     for k, v in (extra_conf or {}).items():
         builder = builder.config(k, v)
-    spark = builder.getOrCreate()
+    given = " ".join(f"--spark-conf {k}={v}" for k, v in (extra_conf or {}).items())
+    refused = f"Spark refused to start{f' with {given}' if given else ''}"
+    try:
+        spark = builder.getOrCreate()
+    except Py4JJavaError as e:  # the context checked its settings and refused one: the user's to fix
+        cause = str(e.java_exception).strip().splitlines()[0] if e.java_exception is not None else str(e)
+        raise UsageError(f"{refused}: {cause}") from e
+    except PySparkRuntimeError as e:  # spark-submit's own checks: its reason is printed above by the JVM
+        if e.getErrorClass() != "JAVA_GATEWAY_EXITED":
+            raise
+        raise UsageError(f"{refused} (its JVM exited at once: Spark's reason is printed above)") from e
     spark.sparkContext.setLogLevel("WARN")
     return spark
 
