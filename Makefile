@@ -9,7 +9,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
 DEMO_ROWS ?= 200000
 
-.PHONY: setup browser netlab demo test faults unit integration lint format bench sweep scaling soak clean
+.PHONY: setup browser netlab demo test faults unit integration lint format bench links sweep scaling soak clean
 
 setup: $(STAMP) $(VENV)/.jars
 
@@ -73,9 +73,15 @@ clean:
 
 # Benchmarks: not part of `make test` (they take minutes and need a quiet machine).
 BENCH_ARGS ?=
-bench: setup
+# The contestants on the local broker, then over delayed, shaped and cut links (root: the lab).
+bench: setup netlab
 	@command -v kcat >/dev/null || echo "note: kcat not installed (apt-get install kcat); its row is skipped"
 	$(BIN)/python jobs/benchmark.py $(BENCH_ARGS)
+	$(BIN)/kappa-ingest bench --links $(LINKS_ARGS)
+
+LINKS_ARGS ?=
+links: setup netlab
+	$(BIN)/kappa-ingest bench --links $(LINKS_ARGS)
 
 # 10M rows through each sink, read back and checked row by row; ~20 minutes on 2 cores.
 SOAK_ARGS ?=

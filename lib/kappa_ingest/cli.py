@@ -84,13 +84,19 @@ def build_parser() -> argparse.ArgumentParser:
                        help="two runs side by side: rows, phases, rates, checks and the settings that differ")  # fmt: skip
     r.add_argument("--metrics-dir", default="./metrics")
     r.add_argument("--html", metavar="FILE", help="with --run-id: write a self-contained HTML page with the figures")
-    b = sub.add_parser("bench", help="benchmarks: the Hesse-style sweep (--sweep) or scaling (--scaling)")
+    b = sub.add_parser(
+        "bench", help="benchmarks: the Hesse-style sweep (--sweep), scaling (--scaling), links (--links)"
+    )
     mode = b.add_mutually_exclusive_group(required=True)
     mode.add_argument(
         "--sweep", action="store_true", help="acks x batch.size x compression x partitions, and --target-rate"
     )
     mode.add_argument("--scaling", action="store_true", help="rows/s against partitions and input size")
-    b.add_argument("--rows", type=int, default=300_000, help="input rows per sweep cell (default 300000)")
+    mode.add_argument("--links", action="store_true", help="over delayed, shaped and cut links in a lab (root)")
+    b.add_argument("--rtt-ms", type=float, action="append", help="with --links: round trips (default 2, 20, 100)")
+    b.add_argument("--repeats", type=int, default=1, help="with --links: runs per link and contestant (default 1)")
+    b.add_argument("--no-cuts", action="store_true", help="with --links: leave out the runs whose link is cut")
+    b.add_argument("--rows", type=int, help="input rows (default: 300000 a sweep cell, 1000000 with --links)")
     b.add_argument("--out", default="bench-results")
     b.add_argument("--data", default="data")
     b.add_argument("--quick", action="store_true", help="a corner of the sweep only (for tests)")
@@ -397,7 +403,12 @@ def _bench(args: argparse.Namespace) -> int:
     if args.sweep:
         from kappa_ingest.bench.sweep import run_sweep
 
-        run_sweep(args.rows, Path(args.out), Path(args.data), quick=args.quick)
+        run_sweep(args.rows or 300_000, Path(args.out), Path(args.data), quick=args.quick)
+    elif args.links:
+        from kappa_ingest.bench.links import CUTS_S, RTTS_MS, run_links
+
+        run_links(Path(args.out), Path(args.data), args.rows or 1_000_000, tuple(args.rtt_ms or RTTS_MS), repeats=args.repeats,
+                  cuts_s=() if args.no_cuts else CUTS_S, command=" ".join(["kappa-ingest bench", *sys.argv[2:]]))  # fmt: skip
     else:
         from kappa_ingest.bench.scaling import run_scaling
 

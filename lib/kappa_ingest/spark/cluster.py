@@ -145,8 +145,8 @@ def _wait_ready(cluster: SparkCluster, workers: int, timeout_s: float) -> None:
         try:
             if sum(w["state"] == "ALIVE" for w in cluster.workers()) == workers:
                 return
-        except OSError:
-            pass  # the master's UI is not up yet; the deadline bounds the loop
+        except (OSError, ValueError):  # not up yet, or its page before the /json/ handler is attached (seen in CI)
+            pass  # the deadline bounds the loop
         if time.monotonic() > deadline:
             raise UsageError(f"the Spark cluster did not list {workers} workers in {timeout_s:.0f} s;"
                              f" see the logs in {cluster.state_dir}")  # fmt: skip

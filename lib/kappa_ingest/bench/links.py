@@ -1,0 +1,290 @@
+"""``make links``: kappa-ingest and plain Spark over the links a real network has.
+
+One broker on a lab host of its own, reached through its delaying proxy, the job run from
+the lab's driver host (:mod:`kappa_ingest.lab`): first unshaped (the proxy adds nothing, no
+rate limit), then at each round trip over a link shaped to a rate (``tbf``). Each run is
+put beside the same contestant unshaped, and beside the link's capacity in records/s (its
+rate over the bytes a record takes on the wire, read from the broker's log). Then, as a
+user meets it: the link cut mid-run for less than ``delivery.timeout.ms`` (absorbed), and
+for longer (exit 4, completed by ``--resume``), each checked row by row against the input.
+
+    .venv/bin/kappa-ingest bench --links [--rows 1000000] [--rtt-ms 2 --rtt-ms 20 --rtt-ms 100]
+
+Needs root (network namespaces). Writes ``bench-results/links-<timestamp>/results.json``
+and ``results.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kappa_ingest import datagen
+from kappa_ingest.bench.monitor import Usage, run_measured
+from kappa_ingest.bench.soak import input_hashes, topic_hashes
+from kappa_ingest.kafka.topics import Admin
+from kappa_ingest.lab import hosts
+from kappa_ingest.lab.hosts import DRIVER, Lab
+
+RTTS_MS = (2.0, 20.0, 100.0)
+RATE = "1gbit"
+RATE_BITS = {"gbit": 1e9, "mbit": 1e6, "kbit": 1e3}
+BROKER = "b1"
+DEFAULT = "kappa-ingest (default: confluent, exactly-once)"
+AT_LEAST_ONCE = "kappa-ingest confluent at-least-once"
+PLAIN_SPARK = "plain Spark"
+CUTS_S = (15.0, 130.0)  # shorter than the default delivery.timeout.ms (120 s), and longer
+
+
+@dataclass
+class LinkRun:
+    link: str  # "unshaped", or "100 ms, 1gbit"
+    rtt_ms: float
+    rate: str | None
+    contestant: str
+    repeat: int
+    rows: int  # rows the run reports sent
+    broker_records: int  # records the broker holds of it (control records aside: offsets used)
+    sending_s: float  # the sending stage (kappa-ingest's report; plain Spark: its write)
+    wall_s: float  # command to exit
+    rows_per_s: float  # rows over the sending stage
+    rows_per_wall_s: float  # rows over command to exit
+    wire_bytes_per_record: float  # the topic's log bytes over its records: what a record takes on the link
+    capacity_records_per_s: float | None  # the link's rate over that; None unshaped
+
+
+@dataclass
+class CutRun:
+    cut_s: float
+    exit_code: int  # the run the cut landed in
+    resumed_exit_code: int | None  # its --resume, if it needed one
+    rows_at_cut: int  # records in the topic when the link went down: the cut landed mid-send
+    rows_in_topic: int  # read back read_committed
+    rows_match: bool  # the input's rows, each once (row hashes compared as multisets)
+    error: str
+
+
+def _rate_bits(rate: str) -> float:
+    for unit, scale in RATE_BITS.items():
+        if rate.endswith(unit):
+            return float(rate[: -len(unit)]) * scale
+    raise ValueError(f"rate {rate!r}: expected a number and gbit, mbit or kbit")
+
+
+def _kappa(delivery: str, extra: tuple[str, ...] = ()) -> Callable[[Path, str, str, Path], list[str]]:
+    def cmd(data: Path, topic: str, servers: str, work: Path) -> list[str]:
+        cli = str(Path(sys.executable).parent / "kappa-ingest")
+        return [cli, "ingest", "--input", str(data), "--topic", topic, "--bootstrap-servers", servers,
+                "--delivery", delivery, "--master", "local[2]", "--partitions", "2", "--metrics-dir",
+                str(work / "metrics"), "--run-id", topic, "--quiet", *extra]  # fmt: skip
+
+    return cmd
+
+
+def _plain_spark(data: Path, topic: str, servers: str, work: Path) -> list[str]:
+    return [sys.executable, "-m", "kappa_ingest.bench.plain_spark", str(data), topic, servers, "local[2]"]
+
+
+CONTESTANTS: dict[str, Callable[[Path, str, str, Path], list[str]]] = {
+    DEFAULT: _kappa("exactly-once"),
+    AT_LEAST_ONCE: _kappa("at-least-once"),
+    PLAIN_SPARK: _plain_spark,
+}
+
+
+def _timing(name: str, usage: Usage, work: Path, topic: str, rows: int) -> tuple[int, float]:
+    """Rows sent and the sending stage's seconds."""
+    if name == PLAIN_SPARK:
+        line = next(x for x in reversed(usage.stdout.splitlines()) if x.startswith("{"))
+        return rows, json.loads(line)["ingest_s"]
+    summary = json.loads((work / "metrics" / "runs" / topic / "summary.json").read_text())
+    return summary["rows_sent"], summary["ingest_s"]
+
+
+def _wire_bytes(lab: Lab, topic: str) -> int:
+    """The bytes of ``topic``'s log segments on the broker: its record batches as they came."""
+    data = lab.kafka.state_dir / "broker-1" / "data"
+    return sum(f.stat().st_size for d in data.glob(f"{topic}-*") for f in d.glob("*.log"))
+
+
+def _shape(lab: Lab, rtt_ms: float, rate: str | None) -> None:
+    lab.delay(BROKER, rtt_ms)
+    for host in (BROKER, DRIVER):
+        lab.net.shape(host, rate)
+    time.sleep(0.5)  # the proxy reads its control file every 0.1 s
+
+
+def _measure(lab: Lab, admin: Admin, name: str, data: Path, rows: int, work: Path, link: tuple[str, float, str | None],
+             repeat: int) -> LinkRun:  # fmt: skip
+    label, rtt_ms, rate = link
+    topic = f"links-{int(rtt_ms)}-{name.split()[0].lower()}-{len(name)}-{repeat}-{os.getpid()}"
+    admin.ensure_topic(topic, 2, 1)
+    command = [*lab.net.exec(DRIVER), *CONTESTANTS[name](data, topic, lab.bootstrap_servers, work)]
+    usage = run_measured(command, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+    if usage.returncode != 0:
+        raise RuntimeError(f"{name} over {label} exited {usage.returncode}: {usage.stderr.strip()[-600:]}")
+    sent, sending_s = _timing(name, usage, work, topic, rows)
+    records = sum(admin.end_offsets(topic).values())
+    per_record = _wire_bytes(lab, topic) / max(1, records)
+    capacity = _rate_bits(rate) / 8 / per_record if rate else None
+    return LinkRun(label, rtt_ms, rate, name, repeat, sent, records, round(sending_s, 3), round(usage.wall_s, 3),
+                   round(sent / sending_s, 1), round(sent / usage.wall_s, 1), round(per_record, 1),
+                   round(capacity) if capacity else None)  # fmt: skip
+
+
+def _cut(lab: Lab, admin: Admin, data: Path, rows: int, expected: tuple[list[str], np.ndarray], work: Path,
+         cut_s: float) -> CutRun:  # fmt: skip
+    """The default run, its broker's link cut for ``cut_s`` once a tenth of the rows are in
+    the topic; ``--resume`` if it failed; the topic read back and compared with the input."""
+    topic = f"links-cut-{int(cut_s)}-{os.getpid()}"
+    admin.ensure_topic(topic, 2, 1)
+    command = [*lab.net.exec(DRIVER), *CONTESTANTS[DEFAULT](data, topic, lab.bootstrap_servers, work)]
+    at_cut: list[int] = []
+
+    def cut_when_sending() -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            if sum(admin.end_offsets(topic).values()) >= rows // 10:
+                at_cut.append(sum(admin.end_offsets(topic).values()))
+                lab.net.cut(BROKER)
+                time.sleep(cut_s)
+                lab.net.restore(BROKER)
+                return
+            time.sleep(0.2)
+
+    cutter = threading.Thread(target=cut_when_sending, daemon=True)
+    cutter.start()
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    usage = run_measured(command, env=env)
+    cutter.join(cut_s + 60)
+    lab.net.restore(BROKER)
+    resumed = None
+    error = ""
+    if usage.returncode != 0:
+        error = next(
+            (x for x in usage.stderr.splitlines() if x.startswith("kappa-ingest: error:")), usage.stderr[-300:]
+        )
+        again = run_measured([*lab.net.exec(DRIVER), sys.executable, "-m", "kappa_ingest.cli", "ingest", "--resume",
+                              topic, "--run-id", f"{topic}-resumed", "--metrics-dir", str(work / "metrics"), "--quiet"],
+                             env=env)  # fmt: skip
+        resumed = again.returncode
+    with lab.net.inside(DRIVER):
+        got = topic_hashes(lab.bootstrap_servers, topic, expected[0])
+    match = bool(len(got) == len(expected[1]) and np.array_equal(got, expected[1]))
+    return CutRun(cut_s, usage.returncode, resumed, at_cut[0] if at_cut else 0, len(got), match, error)
+
+
+def _ratios(runs: list[LinkRun]) -> list[dict[str, Any]]:
+    """Median rates per link and contestant, beside the same contestant unshaped."""
+    groups: dict[tuple[str, str], list[LinkRun]] = {}
+    for r in runs:
+        groups.setdefault((r.link, r.contestant), []).append(r)
+    unshaped = {
+        c: statistics.median(x.rows_per_s for x in rs) for (link, c), rs in groups.items() if link == "unshaped"
+    }
+    unshaped_wall = {
+        c: statistics.median(x.rows_per_wall_s for x in rs) for (link, c), rs in groups.items() if link == "unshaped"
+    }
+    out = []
+    for (link, c), rs in groups.items():
+        rate = statistics.median(x.rows_per_s for x in rs)
+        wall = statistics.median(x.rows_per_wall_s for x in rs)
+        capacity = rs[0].capacity_records_per_s
+        out.append({"link": link, "contestant": c, "runs": len(rs), "rows_per_s": round(rate),
+                    "x_unshaped": round(rate / unshaped[c], 2) if c in unshaped else None,
+                    "rows_per_wall_s": round(wall),
+                    "wall_x_unshaped": round(wall / unshaped_wall[c], 2) if c in unshaped_wall else None,
+                    "wire_bytes_per_record": statistics.median(x.wire_bytes_per_record for x in rs),
+                    "capacity_records_per_s": capacity,
+                    "x_capacity": round(rate / capacity, 3) if capacity else None})  # fmt: skip
+    return out
+
+
+def markdown(table: list[dict[str, Any]], cuts: list[CutRun], meta: dict[str, Any]) -> str:
+    lines = [
+        f"Links: {meta['rows']:,} wide30 rows, one broker behind its delaying proxy, the job on the driver host"
+        f" (`{meta['command']}`, {meta['started']}).",
+        "",
+        "| link | contestant | rows/s (sending) | × unshaped | rows/s (command to exit) | × unshaped |"
+        " bytes/record on the wire | link capacity, records/s | × capacity |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for r in table:
+        cap = f"{r['capacity_records_per_s']:,.0f}" if r["capacity_records_per_s"] else "-"
+        xcap = f"{r['x_capacity']:.3f}" if r["x_capacity"] else "-"
+        lines.append(f"| {r['link']} | {r['contestant']} | {r['rows_per_s']:,} | {r['x_unshaped']} |"
+                     f" {r['rows_per_wall_s']:,} | {r['wall_x_unshaped']} | {r['wire_bytes_per_record']:.0f} |"
+                     f" {cap} | {xcap} |")  # fmt: skip
+    if cuts:
+        lines += ["", "| link cut mid-run | exit | --resume | rows in topic at the cut | rows read back | every row once |",
+                  "|---|--:|--:|--:|--:|---|"]  # fmt: skip
+        for c in cuts:
+            resumed = "-" if c.resumed_exit_code is None else str(c.resumed_exit_code)
+            lines.append(f"| {c.cut_s:.0f} s | {c.exit_code} | {resumed} | {c.rows_at_cut:,} | {c.rows_in_topic:,} |"
+                         f" {'yes' if c.rows_match else 'NO'} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+# Long: the lab's life, each link in turn, each contestant in it, then the cuts.
+def run_links(
+    out_root: Path,
+    data_dir: Path,
+    rows: int = 1_000_000,
+    rtts_ms: tuple[float, ...] = RTTS_MS,
+    rate: str = RATE,
+    repeats: int = 1,
+    contestants: tuple[str, ...] = tuple(CONTESTANTS),
+    cuts_s: tuple[float, ...] = CUTS_S,
+    command: str = "kappa-ingest bench --links",
+) -> Path:
+    if os.geteuid() != 0:
+        raise SystemExit("links: the lab's network namespaces need root")
+    data = data_dir / f"wide30-{rows}.csv"
+    if not data.exists():
+        datagen.generate("wide30", rows, data)
+    started = datetime.now(UTC)
+    out = out_root / f"links-{started.strftime('%Y%m%dT%H%M%SZ')}"
+    out.mkdir(parents=True, exist_ok=True)
+    work = out / "work"
+    links = [("unshaped", 0.0, None), *((f"{r:g} ms, {rate}", r, rate) for r in rtts_ms)]
+    runs: list[LinkRun] = []
+    cut_runs: list[CutRun] = []
+    lab = hosts.up(work / "lab", brokers=1, heap="1g")
+    try:
+        # On the driver host's network throughout: Kafka clients start threads as they go.
+        with lab.net.inside(DRIVER), Admin(lab.bootstrap_servers) as admin:
+            for link in links:
+                _shape(lab, link[1], link[2])
+                for repeat in range(repeats):
+                    for name in contestants:
+                        r = _measure(lab, admin, name, data, rows, work, link, repeat)
+                        print(json.dumps(asdict(r)), flush=True)
+                        runs.append(r)
+            if cuts_s:
+                _shape(lab, 0.0, None)
+                expected = input_hashes(data)
+                for cut_s in cuts_s:
+                    c = _cut(lab, admin, data, rows, expected, work, cut_s)
+                    print(json.dumps(asdict(c)), flush=True)
+                    cut_runs.append(c)
+    finally:
+        hosts.down(work / "lab")
+    table = _ratios(runs)
+    meta = {"rows": rows, "command": command, "started": started.isoformat(timespec="seconds"), "rate": rate}
+    (out / "results.json").write_text(json.dumps({"meta": meta, "runs": [asdict(r) for r in runs], "table": table,
+                                                  "cuts": [asdict(c) for c in cut_runs]}, indent=2) + "\n")  # fmt: skip
+    (out / "results.md").write_text(markdown(table, cut_runs, meta))
+    print(markdown(table, cut_runs, meta))
+    print(f"results: {out}")
+    return out
