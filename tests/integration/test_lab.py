@@ -147,6 +147,61 @@ def test_the_coordinators_broker_cut_off_at_commit_time_has_the_commit_retried_n
         hosts.down(tmp_path / "lab")
 
 
+def _wait_sending(lab: hosts.Lab, topic: str, rows: int, proc: subprocess.Popen, log: Path) -> None:
+    """Until ``rows`` records of ``topic`` are in the broker, seen from the driver host."""
+
+    def sending() -> bool:
+        with lab.net.inside(hosts.DRIVER):
+            return faults.sent_so_far(lab.bootstrap_servers, topic) >= rows
+
+    faults.wait_for(sending, 240, "sending", proc, log)
+
+
+def _resume(on: list[str], run_id: str, new_id: str, metrics: Path) -> dict:
+    """``--resume run_id`` from the host ``on`` runs, as a user would; its report."""
+    resumed = subprocess.run([*on, sys.executable, "-m", "kappa_ingest.cli", "ingest", "--resume", run_id, "--run-id",
+                              new_id, "--metrics-dir", str(metrics), "--quiet"], capture_output=True, text=True,
+                             timeout=300, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    return faults.summary(metrics, new_id)
+
+
+def test_a_link_cut_longer_than_the_delivery_timeout_ends_in_exit_4_and_resume_completes_it(tmp_path):
+    """The only broker's link cut mid-send for longer than delivery.timeout.ms (5 s here):
+    the records in flight time out and the run fails with exit 4, its line naming them and
+    the --resume that finishes it; once the link is back, --resume does, every row once.
+    (A cut shorter than delivery.timeout.ms is absorbed: `make links`, 15 s of 120 s.)"""
+    rows_in = 40_000
+    path = datagen.generate("wide30", rows_in, tmp_path / "in.csv", seed=13)
+    log, metrics = tmp_path / "run.log", tmp_path / "m"
+    lab = hosts.up(tmp_path / "lab", brokers=1)
+    on = lab.net.exec(hosts.DRIVER)
+    try:
+        proc = faults.cli("--input", str(path), "--topic", "link-cut", "--bootstrap-servers", lab.bootstrap_servers,
+                          "--master", "local[2]", "--partitions", "2", "--target-rate", "4000", "--run-id", "link-cut",
+                          "--metrics-dir", str(metrics), "--kafka-opt", "delivery.timeout.ms=5000", "--quiet",
+                          log=log, on=on)  # fmt: skip
+        try:
+            _wait_sending(lab, "link-cut", 4000, proc, log)
+            with lab.net.inside(hosts.DRIVER):
+                faults.landed_mid_send(lab.bootstrap_servers, ["link-cut"], rows_in)
+            lab.net.cut("b1")
+            code = proc.wait(180)
+        finally:
+            faults.stop_group(proc)
+            lab.net.restore("b1")
+        assert code == 4, log.read_text()[-3000:]
+        [line] = faults.error_lines(log)
+        assert "Kafka" in line and "--resume link-cut" in line and "Erroneous state" not in line, line
+        reports = [faults.summary(metrics, "link-cut"), _resume(on, "link-cut", "link-cut-2", metrics)]
+        with lab.net.inside(hosts.DRIVER):
+            records = consume_all(lab.bootstrap_servers, "link-cut")
+        faults.assert_delivered(records, expected_rows(path), reports)
+        print(f"link cut past delivery.timeout.ms: {line}")
+    finally:
+        hosts.down(tmp_path / "lab")
+
+
 def _leaders(lab: hosts.Lab, topic: str) -> dict[int, str]:
     """Each partition's leader, as the lab host it runs on."""
     by_node = {b.node_id: h for b, h in zip(lab.kafka.brokers, lab.broker_hosts, strict=True)}
@@ -174,12 +229,7 @@ def test_a_partition_leader_cut_off_from_the_workers_mid_run_ends_exactly_once(t
                           "--metrics-dir", str(metrics), "--kafka-opt", "delivery.timeout.ms=10000", "--quiet",
                           log=log, on=on)  # fmt: skip
         try:
-
-            def sending() -> bool:
-                with lab.net.inside(hosts.DRIVER):
-                    return faults.sent_so_far(lab.bootstrap_servers, "leader-cut") >= 4000
-
-            faults.wait_for(sending, 180, "sending", proc, log)
+            _wait_sending(lab, "leader-cut", 4000, proc, log)
             ledger_leader = _leaders(lab, "_kappa_ingest_ledger")[0]
             cut = next(h for h in _leaders(lab, "leader-cut").values() if h != ledger_leader)
             with lab.net.inside(hosts.DRIVER):  # records sent (not all committed: a unit commits at its end)
@@ -196,12 +246,7 @@ def test_a_partition_leader_cut_off_from_the_workers_mid_run_ends_exactly_once(t
         assert code in (0, 4), log.read_text()[-3000:]
         if code == 4:
             assert "Kafka" in first["error"] and first["status"] == "failed", first["error"]
-            resumed = subprocess.run([*on, sys.executable, "-m", "kappa_ingest.cli", "ingest", "--resume", "leader-cut",
-                                      "--run-id", "leader-cut-2", "--metrics-dir", str(metrics), "--quiet"],
-                                     capture_output=True, text=True, timeout=300,
-                                     env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})  # fmt: skip
-            assert resumed.returncode == 0, resumed.stderr[-3000:]
-            reports.append(faults.summary(metrics, "leader-cut-2"))
+            reports.append(_resume(on, "leader-cut", "leader-cut-2", metrics))
         assert reports[-1]["status"] == "succeeded", reports[-1]["error"]
         with lab.net.inside(hosts.DRIVER):
             records = consume_all(lab.bootstrap_servers, "leader-cut")
@@ -269,13 +314,8 @@ def test_a_worker_cut_off_from_the_driver_while_its_executor_sends_delivers_ever
     try:
         proc = _submit(lab, packing, archive, log, "--input", str(path), "--topic", "worker-cut", "--partitions", "4",
                        "--target-rate", "3000", "--run-id", "worker-cut", "--metrics-dir", str(metrics), "--quiet")  # fmt: skip
-
-        def sending() -> bool:
-            with lab.net.inside(hosts.DRIVER):
-                return faults.sent_so_far(lab.bootstrap_servers, "worker-cut") >= 6000
-
         try:
-            faults.wait_for(sending, 240, "sending", proc, log)
+            _wait_sending(lab, "worker-cut", 6000, proc, log)
             [zombie] = _executor_pids(lab, "w1")
             for other in (hosts.DRIVER, hosts.MASTER):
                 lab.net.cut_between("w1", other)

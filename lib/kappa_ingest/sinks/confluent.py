@@ -65,7 +65,11 @@ def make_producer(
 def _not_delivered(failed: int, remaining: int, produced: int, first_error: object) -> DeliveryFailed:
     still = f", {remaining} still in flight after {FLUSH_TIMEOUT_S:.0f} s" if remaining else ""
     timed_out = "timed out" in str(first_error).lower()
-    why = ": no broker acknowledged them within delivery.timeout.ms; check that the brokers run" if timed_out else ""
+    why = (
+        ": no broker acknowledged them within delivery.timeout.ms; check that the brokers run and are reachable"
+        if timed_out
+        else ""
+    )
     return DeliveryFailed(
         f"{failed + remaining} of {produced} records not acknowledged by Kafka ({first_error}{still}){why}"
     )
@@ -128,8 +132,17 @@ class NativePartitionProducer:
             self.produced += n
             return
         self._raise_if_fatal()  # a fenced producer among them
+        self._raise_if_failed()
         reason = self.lib.kp_err2str(err.value).decode(errors="replace")
         raise DeliveryFailed(f"Kafka client refused a record: {reason}")
+
+    def _raise_if_failed(self) -> None:
+        """Records that already failed are why a transactional producer refuses the next
+        ones ("Erroneous state"): name them, and their error, instead."""
+        failed = self.lib.kp_failed(self.handle)
+        if failed:
+            first = self.lib.kp_err2str(self.lib.kp_first_error(self.handle)).decode(errors="replace")
+            raise _not_delivered(failed, 0, self.produced, first)
 
     def send_ledger(self, topic: str, records: list[tuple[bytes, bytes]]) -> None:
         for key, value in records:
@@ -256,6 +269,10 @@ class ConfluentPartitionProducer:
                 if e.args[0].code() == KafkaError._FATAL:  # its cause reaches error_cb at the next poll
                     poll(0)
                     self._raise_if_fatal()
+                if e.args[0].code() == KafkaError._STATE:  # as in the C front end: serve the reports of
+                    poll(0.1)  # the records that put the transaction in error; they are the cause
+                if self.failed:
+                    raise _not_delivered(self.failed, 0, self.produced, self.first_error) from e
                 raise DeliveryFailed(f"Kafka client refused a record: {e.args[0].str()}") from e
 
     def send(self, enc: Encoded, run_id: str) -> None:

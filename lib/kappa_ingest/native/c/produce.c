@@ -33,6 +33,7 @@ enum { VT_END, VT_TOPIC, VT_RKT, VT_PARTITION, VT_VALUE, VT_KEY, VT_OPAQUE, VT_M
        VT_HEADERS };
 #define MSG_F_COPY 0x2
 #define ERR_QUEUE_FULL (-184)
+#define ERR_STATE (-172)
 #define ERR_FATAL (-150)
 #define ERR_AUTHENTICATION (-169)
 #define ERR_TOPIC_AUTHORIZATION_FAILED 29
@@ -234,6 +235,9 @@ int64_t kp_produce(kp_producer *p, const kp_batch *b, int *err) {
                 return -(b->n + 1);
             }
             if (e != ERR_QUEUE_FULL) {
+                /* A transaction in error refuses every record: serve the delivery reports of
+                 * the records that put it there, so the caller can name them and why. */
+                if (e == ERR_STATE) rd_kafka_poll(p->rk, 100);
                 *err = e;
                 return -(i + 1);
             }
