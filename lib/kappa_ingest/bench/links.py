@@ -10,8 +10,8 @@ for longer (exit 4, completed by ``--resume``), each checked row by row against 
 
     .venv/bin/kappa-ingest bench --links [--rows 1000000] [--rtt-ms 2 --rtt-ms 20 --rtt-ms 100]
 
-Needs root (network namespaces). Writes ``bench-results/links-<timestamp>/results.json``
-and ``results.md``.
+Needs root (network namespaces). Writes ``bench-results/links-<timestamp>/runs.jsonl`` as
+it goes, then ``results.json`` and ``results.md``.
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def _shape(lab: Lab, rtt_ms: float, rate: str | None) -> None:
 def _measure(lab: Lab, admin: Admin, name: str, data: Path, rows: int, work: Path, link: tuple[str, float, str | None],
              repeat: int) -> LinkRun:  # fmt: skip
     label, rtt_ms, rate = link
-    topic = f"links-{int(rtt_ms)}-{list(CONTESTANTS).index(name)}-{repeat}-{os.getpid()}"
+    topic = f"links-{rtt_ms:g}-{list(CONTESTANTS).index(name)}-{repeat}-{os.getpid()}".replace(".", "_")
     c = CONTESTANTS[name]
     admin.ensure_topic(topic, c.partitions, 1, dict(c.topic_config))
     if c.rows is not None and c.rows < rows:
@@ -177,28 +177,38 @@ def _cut(lab: Lab, admin: Admin, data: Path, rows: int, expected: tuple[list[str
          cut_s: float) -> CutRun:  # fmt: skip
     """The default run, its broker's link cut for ``cut_s`` once a tenth of the rows are in
     the topic; ``--resume`` if it failed; the topic read back and compared with the input."""
-    topic = f"links-cut-{int(cut_s)}-{os.getpid()}"
+    topic = f"links-cut-{cut_s:g}-{os.getpid()}".replace(".", "_")
     admin.ensure_topic(topic, 2, 1)
     command = [*lab.net.exec(DRIVER), *CONTESTANTS[DEFAULT].command(data, topic, lab.bootstrap_servers, work)]
     at_cut: list[int] = []
+    done = threading.Event()  # the run has ended: a cut not made by then is not made
 
     def cut_when_sending() -> None:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            if sum(admin.end_offsets(topic).values()) >= rows // 10:
-                at_cut.append(sum(admin.end_offsets(topic).values()))
+        while not done.wait(0.2):
+            try:
+                offsets = sum(admin.end_offsets(topic).values())
+            except Exception:  # noqa: BLE001 - the topic's leader not known yet: ask again
+                continue
+            if offsets >= rows // 10:
+                at_cut.append(offsets)
                 lab.net.cut(BROKER)
-                time.sleep(cut_s)
+                done.wait(cut_s)  # the link comes back early only if the run has ended
                 lab.net.restore(BROKER)
                 return
-            time.sleep(0.2)
 
     cutter = threading.Thread(target=cut_when_sending, daemon=True)
     cutter.start()
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
-    usage = run_measured(command, env=env)
-    cutter.join(cut_s + 60)
-    lab.net.restore(BROKER)
+    try:
+        usage = run_measured(command, env=env)
+    finally:
+        done.set()
+        cutter.join(30)
+        lab.net.restore(BROKER)
+    if not at_cut:
+        raise RuntimeError(
+            f"links: the {cut_s:g} s cut never landed: the run ended before a tenth of its rows were sent"
+        )
     resumed = None
     error = ""
     if usage.returncode != 0:
@@ -213,6 +223,14 @@ def _cut(lab: Lab, admin: Admin, data: Path, rows: int, expected: tuple[list[str
         got = topic_hashes(lab.bootstrap_servers, topic, expected[0])
     match = bool(len(got) == len(expected[1]) and np.array_equal(got, expected[1]))
     return CutRun(cut_s, usage.returncode, resumed, at_cut[0] if at_cut else 0, len(got), match, error)
+
+
+def _keep(out: Path, result: LinkRun | CutRun) -> None:
+    """Each run's result as it comes (``runs.jsonl``): a failure later loses none of them."""
+    line = json.dumps(asdict(result))
+    print(line, flush=True)
+    with open(out / "runs.jsonl", "a") as f:
+        f.write(line + "\n")
 
 
 def _ratios(runs: list[LinkRun]) -> list[dict[str, Any]]:
@@ -299,14 +317,14 @@ def run_links(
                 for repeat in range(repeats):
                     for name in contestants:
                         r = _measure(lab, admin, name, data, rows, work, link, repeat)
-                        print(json.dumps(asdict(r)), flush=True)
+                        _keep(out, r)
                         runs.append(r)
             if cuts_s:
                 _shape(lab, 0.0, None)
                 expected = input_hashes(data)
                 for cut_s in cuts_s:
                     c = _cut(lab, admin, data, rows, expected, work, cut_s)
-                    print(json.dumps(asdict(c)), flush=True)
+                    _keep(out, c)
                     cut_runs.append(c)
     finally:
         hosts.down(work / "lab")

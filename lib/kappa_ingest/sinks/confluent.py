@@ -131,8 +131,11 @@ class NativePartitionProducer:
         if done == n:
             self.produced += n
             return
+        if -n - 1 < done < 0:  # the records before the refused one were queued
+            self.produced += -done - 1
         self._raise_if_fatal()  # a fenced producer among them
-        self._raise_if_failed()
+        if err.value == KafkaError._STATE:
+            self._raise_if_failed()
         reason = self.lib.kp_err2str(err.value).decode(errors="replace")
         raise DeliveryFailed(f"Kafka client refused a record: {reason}")
 
@@ -271,8 +274,8 @@ class ConfluentPartitionProducer:
                     self._raise_if_fatal()
                 if e.args[0].code() == KafkaError._STATE:  # as in the C front end: serve the reports of
                     poll(0.1)  # the records that put the transaction in error; they are the cause
-                if self.failed:
-                    raise _not_delivered(self.failed, 0, self.produced, self.first_error) from e
+                    if self.failed:
+                        raise _not_delivered(self.failed, 0, self.produced, self.first_error) from e
                 raise DeliveryFailed(f"Kafka client refused a record: {e.args[0].str()}") from e
 
     def send(self, enc: Encoded, run_id: str) -> None:

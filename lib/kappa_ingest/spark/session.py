@@ -96,19 +96,32 @@ def build_session(
             builder = builder.config(k, v)
     for k, v in (extra_conf or {}).items():
         builder = builder.config(k, v)
-    given = " ".join(f"--spark-conf {k}={v}" for k, v in (extra_conf or {}).items())
-    refused = f"Spark refused to start{f' with {given}' if given else ''}"
+    # Keys only: a value may be a secret (an S3 key), and the line reaches summary.json.
+    keys = ", ".join(extra_conf or {})
+    refused = f"Spark refused to start{f' with the settings {keys}' if keys else ''}"
     try:
         spark = builder.getOrCreate()
-    except Py4JJavaError as e:  # the context checked its settings and refused one: the user's to fix
-        cause = str(e.java_exception).strip().splitlines()[0] if e.java_exception is not None else str(e)
+    except Py4JJavaError as e:
+        java = e.java_exception
+        cause = str(java).strip().splitlines()[0] if java is not None else ""
+        if not cause.startswith(_SETTING_REFUSALS):  # the environment's fault (a port, a disk): not usage
+            raise
         raise UsageError(f"{refused}: {cause}") from e
-    except PySparkRuntimeError as e:  # spark-submit's own checks: its reason is printed above by the JVM
+    except PySparkRuntimeError as e:  # spark-submit's own checks of its arguments
         if e.getErrorClass() != "JAVA_GATEWAY_EXITED":
             raise
-        raise UsageError(f"{refused} (its JVM exited at once: Spark's reason is printed above)") from e
+        raise UsageError(f"{refused}: its JVM exited at once (Spark's reason is printed above)") from e
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+# What the context throws for a setting it cannot take (a size, a number, a master URL).
+_SETTING_REFUSALS = (
+    "java.lang.IllegalArgumentException",
+    "java.lang.NumberFormatException",
+    "org.apache.spark.SparkIllegalArgumentException",
+    "org.apache.spark.SparkException: Could not parse Master URL",
+)
 
 
 def stop_session(spark: SparkSession, timeout_s: float = 10.0) -> None:
