@@ -130,3 +130,12 @@ def split_by_rule(read_line, start: int, end: int, skip: bool) -> list[bytes]:
         out.append(line[0])
         pos = line[1]
     return out
+
+
+def cluster_recipe(master_url: str, driver_host: str, archive: Path) -> list[str]:
+    """spark-submit.sh as the README's cluster recipe has it, two one-core executors, up to
+    the job's own settings and script."""
+    root = Path(__file__).resolve().parents[1]
+    return [str(root / "spark-submit.sh"), "--master", master_url, "--conf", f"spark.driver.host={driver_host}",
+            "--total-executor-cores", "2", "--executor-cores", "1", "--executor-memory", "512m",
+            "--archives", f"{archive}#venv", "--conf", "spark.pyspark.python=./venv/bin/python"]  # fmt: skip

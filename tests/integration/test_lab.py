@@ -16,7 +16,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 import faults
-from helpers import consume_all, expected_rows, rows
+from helpers import cluster_recipe, consume_all, expected_rows, rows
 from kappa_ingest import datagen, failpoints, processes
 from kappa_ingest.config.choices import DEFAULT_LEDGER_TOPIC
 from kappa_ingest.delivery import ledger
@@ -293,10 +293,7 @@ def _submit(lab: hosts.Lab, packing: subprocess.Popen, archive: Path, log: Path,
     root = Path(__file__).resolve().parents[2]
     with open(log, "wb") as out:
         return lab.run(
-            hosts.DRIVER, str(root / "spark-submit.sh"), "--master", lab.spark.master_url,
-            "--conf", f"spark.driver.host={drv}", "--total-executor-cores", "2", "--executor-cores", "1",
-            "--executor-memory", "512m", "--archives", f"{archive}#venv",
-            "--conf", "spark.pyspark.python=./venv/bin/python",
+            hosts.DRIVER, *cluster_recipe(lab.spark.master_url, drv, archive),
             "--conf", "spark.executor.heartbeatInterval=2s", "--conf", "spark.network.timeout=12s",
             "--conf", "spark.network.timeoutInterval=4s",
             str(root / "jobs" / "ingest_csv.py"), "--bootstrap-servers", lab.bootstrap_servers, *job,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import consume_all, expected_rows, rows
+from helpers import cluster_recipe, consume_all, expected_rows, rows
 from kappa_ingest import datagen
 from kappa_ingest.spark import cluster as spark_cluster
 
@@ -60,9 +60,7 @@ def submit(
     no_compiler = tmp_path / "executor-cache"
     no_compiler.mkdir()
     done = subprocess.run(
-        [*on, str(ROOT / "spark-submit.sh"), "--master", cluster.master_url, "--conf", f"spark.driver.host={driver_host}",
-         "--total-executor-cores", "2", "--executor-cores", "1", "--executor-memory", "512m",
-         "--archives", f"{archive}#venv", "--conf", "spark.pyspark.python=./venv/bin/python",
+        [*on, *cluster_recipe(cluster.master_url, driver_host, archive),
          "--conf", f"spark.executorEnv.KAPPA_INGEST_CACHE={no_compiler}", "--conf", "spark.executorEnv.CC=/no/cc",
          str(ROOT / "jobs" / "ingest_csv.py"), "--input", str(path), "--topic", "on-a-cluster",
          "--bootstrap-servers", servers, "--partitions", "4", "--metrics-dir", str(tmp_path / "m")],

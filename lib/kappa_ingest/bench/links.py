@@ -165,7 +165,9 @@ def _measure(lab: Lab, admin: Admin, name: str, data: Path, rows: int, work: Pat
     if usage.returncode != 0:
         raise RuntimeError(f"{name} over {label} exited {usage.returncode}: {usage.stderr.strip()[-600:]}")
     sent, sending_s = _timing(name, usage, work, topic, rows)
-    records = sum(admin.end_offsets(topic).values())
+    records = sum(admin.end_offsets(topic).values())  # the broker's count, beside the run's own
+    if records < sent:
+        raise RuntimeError(f"{name} over {label}: the broker holds {records} records of the {sent} rows sent")
     per_record = _wire_bytes(lab, topic) / max(1, records)
     capacity = _rate_bits(rate) / 8 / per_record if rate else None
     return LinkRun(label, rtt_ms, rate, name, repeat, sent, records, round(sending_s, 3), round(usage.wall_s, 3),
@@ -222,7 +224,7 @@ def _cut(lab: Lab, admin: Admin, data: Path, rows: int, expected: tuple[list[str
     with lab.net.inside(DRIVER):
         got = topic_hashes(lab.bootstrap_servers, topic, expected[0])
     match = bool(len(got) == len(expected[1]) and np.array_equal(got, expected[1]))
-    return CutRun(cut_s, usage.returncode, resumed, at_cut[0] if at_cut else 0, len(got), match, error)
+    return CutRun(cut_s, usage.returncode, resumed, at_cut[0], len(got), match, error)
 
 
 def _keep(out: Path, result: LinkRun | CutRun) -> None:
@@ -238,21 +240,15 @@ def _ratios(runs: list[LinkRun]) -> list[dict[str, Any]]:
     groups: dict[tuple[str, str], list[LinkRun]] = {}
     for r in runs:
         groups.setdefault((r.link, r.contestant), []).append(r)
-    unshaped = {
-        c: statistics.median(x.rows_per_s for x in rs) for (link, c), rs in groups.items() if link == "unshaped"
-    }
-    unshaped_wall = {
-        c: statistics.median(x.rows_per_wall_s for x in rs) for (link, c), rs in groups.items() if link == "unshaped"
-    }
+    medians = {k: (statistics.median(x.rows_per_s for x in rs), statistics.median(x.rows_per_wall_s for x in rs))
+               for k, rs in groups.items()}  # fmt: skip
     out = []
     for (link, c), rs in groups.items():
-        rate = statistics.median(x.rows_per_s for x in rs)
-        wall = statistics.median(x.rows_per_wall_s for x in rs)
+        (rate, wall), base = medians[(link, c)], medians.get(("unshaped", c))
         capacity = rs[0].capacity_records_per_s
         out.append({"link": link, "contestant": c, "runs": len(rs), "rows_per_s": round(rate),
-                    "x_unshaped": round(rate / unshaped[c], 2) if c in unshaped else None,
-                    "rows_per_wall_s": round(wall),
-                    "wall_x_unshaped": round(wall / unshaped_wall[c], 2) if c in unshaped_wall else None,
+                    "x_unshaped": round(rate / base[0], 2) if base else None, "rows_per_wall_s": round(wall),
+                    "wall_x_unshaped": round(wall / base[1], 2) if base else None,
                     "wire_bytes_per_record": statistics.median(x.wire_bytes_per_record for x in rs),
                     "capacity_records_per_s": capacity,
                     "x_capacity": round(rate / capacity, 3) if capacity else None})  # fmt: skip

@@ -133,26 +133,29 @@ class NativePartitionProducer:
             return
         if -n - 1 < done < 0:  # the records before the refused one were queued
             self.produced += -done - 1
-        self._raise_if_fatal()  # a fenced producer among them
-        if err.value == KafkaError._STATE:
-            self._raise_if_failed()
-        reason = self.lib.kp_err2str(err.value).decode(errors="replace")
-        raise DeliveryFailed(f"Kafka client refused a record: {reason}")
+        raise self._refused(err.value, "a record")
 
-    def _raise_if_failed(self) -> None:
-        """Records that already failed are why a transactional producer refuses the next
-        ones ("Erroneous state"): name them, and their error, instead."""
+    def _refused(self, code: int, what: str) -> DeliveryFailed:
+        """Why a record was refused: a fatal error (a fenced producer among them), records
+        that failed before it (a transaction in error refuses the next ones: "Erroneous
+        state"), else the refusal's own code."""
+        self._raise_if_fatal()
+        if code == KafkaError._STATE:
+            self._raise_if_failed()
+        return DeliveryFailed(f"Kafka client refused {what}: {self.lib.kp_err2str(code).decode(errors='replace')}")
+
+    def _raise_if_failed(self, remaining: int = 0) -> None:
+        """Records not acknowledged (failed, or ``remaining`` in flight): named, with the first error."""
         failed = self.lib.kp_failed(self.handle)
-        if failed:
+        if failed or remaining:
             first = self.lib.kp_err2str(self.lib.kp_first_error(self.handle)).decode(errors="replace")
-            raise _not_delivered(failed, 0, self.produced, first)
+            raise _not_delivered(failed, remaining, self.produced, first)
 
     def send_ledger(self, topic: str, records: list[tuple[bytes, bytes]]) -> None:
         for key, value in records:
             e = self.lib.kp_produce_one(self.handle, topic.encode(), key, len(key), value, len(value))
             if e:
-                self._raise_if_fatal()
-                raise DeliveryFailed(f"Kafka client refused a ledger record: {self.lib.kp_err2str(e).decode()}")
+                raise self._refused(e, "a ledger record")
 
     def send_dead_letters(self, topic: str, records: list[tuple[bytes, list[tuple[str, bytes]]]]) -> None:
         for value, headers in records:
@@ -162,8 +165,7 @@ class NativePartitionProducer:
             lens = (ctypes.c_int64 * n)(*(len(v) for _, v in headers))
             e = self.lib.kp_produce_with_headers(self.handle, topic.encode(), value, len(value), n, names, values, lens)
             if e:
-                self._raise_if_fatal()
-                raise DeliveryFailed(f"Kafka client refused a dead letter: {self.lib.kp_err2str(e).decode()}")
+                raise self._refused(e, "a dead letter")
 
     def _raise_if_fatal(self) -> None:
         code = self.lib.kp_fatal_error(self.handle)
@@ -174,10 +176,7 @@ class NativePartitionProducer:
     def flush(self) -> None:
         remaining = self.lib.kp_flush(self.handle, int(FLUSH_TIMEOUT_S * 1000))
         self._raise_if_fatal()
-        failed = self.lib.kp_failed(self.handle)
-        if remaining or failed:
-            first = self.lib.kp_first_error(self.handle)
-            raise _not_delivered(failed, remaining, self.produced, self.lib.kp_err2str(first).decode())
+        self._raise_if_failed(remaining)
 
     def _txn(self, code: int, what: str) -> None:
         if code == 0:

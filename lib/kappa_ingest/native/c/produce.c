@@ -206,6 +206,14 @@ kp_producer *kp_new(const char **names, const char **values, int n, char *errstr
     return p;
 }
 
+/* A record refused (not for a full queue): its code. A transaction in error refuses every
+ * record; the delivery reports of the records that put it there are served first, so the
+ * caller can name them and why. */
+static int refused(kp_producer *p, int e) {
+    if (e == ERR_STATE) rd_kafka_poll(p->rk, 100);
+    return e;
+}
+
 /*
  * Produce the batch's records [0, n). Returns n, or -(i + 1) when record i is refused
  * before sending (its error code in *err), or -(n + 1) when a fatal error stops the producer
@@ -235,10 +243,7 @@ int64_t kp_produce(kp_producer *p, const kp_batch *b, int *err) {
                 return -(b->n + 1);
             }
             if (e != ERR_QUEUE_FULL) {
-                /* A transaction in error refuses every record: serve the delivery reports of
-                 * the records that put it there, so the caller can name them and why. */
-                if (e == ERR_STATE) rd_kafka_poll(p->rk, 100);
-                *err = e;
+                *err = refused(p, e);
                 return -(i + 1);
             }
             /* The local queue is full: serve delivery reports until it drains. */
@@ -260,7 +265,7 @@ int kp_produce_one(kp_producer *p, const char *topic, const void *key, size_t ke
         int e = rd_kafka_producev(p->rk, VT_TOPIC, topic, VT_MSGFLAGS, MSG_F_COPY, VT_KEY, key, key_len,
                                   VT_VALUE, value, value_len, VT_END);
         if (e == ERR_FATAL) return note_fatal(p);
-        if (e != ERR_QUEUE_FULL) return e;
+        if (e != ERR_QUEUE_FULL) return refused(p, e);
         rd_kafka_poll(p->rk, 50);
         if (p->fatal_error) return p->fatal_error;
     }
@@ -277,7 +282,7 @@ int kp_produce_with_headers(kp_producer *p, const char *topic, const void *value
         if (e == 0) return 0; /* librdkafka owns the headers now */
         rd_kafka_headers_destroy(h);
         if (e == ERR_FATAL) return note_fatal(p);
-        if (e != ERR_QUEUE_FULL) return e;
+        if (e != ERR_QUEUE_FULL) return refused(p, e);
         rd_kafka_poll(p->rk, 50);
         if (p->fatal_error) return p->fatal_error;
     }
