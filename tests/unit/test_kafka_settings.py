@@ -17,7 +17,19 @@ def test_librdkafka_names_and_types():
     conf = ks.for_confluent(SETTINGS, "h:1")
     assert conf == {"bootstrap.servers": "h:1", "partitioner": "murmur2_random", "allow.auto.create.topics": False, "acks": "all", "enable.idempotence": True, "linger.ms": 20,
                     "batch.size": 1048576, "compression.type": "lz4", "queue.buffering.max.kbytes": 65536,
-                    "message.max.bytes": 2097152}  # fmt: skip
+                    "message.max.bytes": 2097152, "batch.num.messages": 1_000_000}  # fmt: skip
+
+
+def test_librdkafka_batches_are_bounded_by_batch_size_alone():
+    """librdkafka ends a batch at 10,000 records and at message.max.bytes too: without
+    max.request.size its request ceiling makes room for the batch; a given one stands."""
+    big = ks.for_confluent({"batch.size": "8388608"}, "h:1")
+    assert big["batch.num.messages"] == 1_000_000
+    assert big["message.max.bytes"] == 8388608 + ks.REQUEST_FRAMING
+    small = ks.for_confluent({"batch.size": "16384"}, "h:1")
+    assert small["message.max.bytes"] == ks.REQUEST_MAX_DEFAULT
+    given = ks.for_confluent({"batch.size": "8388608", "max.request.size": "300000"}, "h:1")
+    assert given["message.max.bytes"] == 300_000
 
 
 def test_kafka_python_names_and_types():

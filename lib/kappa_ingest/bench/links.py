@@ -43,14 +43,12 @@ RATE_BITS = {"gbit": 1e9, "mbit": 1e6, "kbit": 1e3}
 BROKER = "b1"
 DEFAULT = "kappa-ingest (default: confluent, exactly-once)"
 AT_LEAST_ONCE = "kappa-ingest confluent at-least-once"
-TUNED = "kappa-ingest exactly-once, tuned for the link"
+TUNED = "kappa-ingest exactly-once, a topic of 8 partitions"
 PLAIN_SPARK = "plain Spark"
-# librdkafka's idempotent producer keeps one request in flight per partition and five per
-# connection, so on a long round trip a producer sends at most ~5 batches per round trip:
-# more partitions and larger batches (a topic that takes them) are what a link needs.
-TUNED_PARTITIONS = 8
-TUNED_OPTS = ("--kafka-opt", "batch.size=4194304", "--kafka-opt", "max.request.size=8388608")
-TUNED_TOPIC = {"max.message.bytes": "8388608"}
+# librdkafka's idempotent producer sends a partition's next batch once the last is answered,
+# so a producer sends about partitions x batch.size per round trip: the defaults' 8 MB
+# batches (a topic the run creates takes them) and, beside them, more partitions.
+TUNED_OPTS = ("--topic-partitions", "8")
 PLAIN_SPARK_ROWS = 100_000  # its Java producer's 16 KB batches crawl over 100 ms: its rate is flat in size
 CUTS_S = (15.0, 130.0)  # shorter than the default delivery.timeout.ms (120 s), and longer
 
@@ -107,16 +105,15 @@ def _plain_spark(data: Path, topic: str, servers: str, work: Path) -> list[str]:
 @dataclass(frozen=True)
 class Contestant:
     command: Callable[[Path, str, str, Path], list[str]]
-    partitions: int = 2  # of the topic made for its run
-    topic_config: tuple[tuple[str, str], ...] = ()
+    partitions: int | None = None  # of a topic made for its run; None: the run creates its own, as a new user's does
     rows: int | None = None  # at most this many of the input's rows
 
 
 CONTESTANTS: dict[str, Contestant] = {
     DEFAULT: Contestant(_kappa("exactly-once")),
     AT_LEAST_ONCE: Contestant(_kappa("at-least-once")),
-    TUNED: Contestant(_kappa("exactly-once", TUNED_OPTS), TUNED_PARTITIONS, tuple(TUNED_TOPIC.items())),
-    PLAIN_SPARK: Contestant(_plain_spark, rows=PLAIN_SPARK_ROWS),
+    TUNED: Contestant(_kappa("exactly-once", TUNED_OPTS)),
+    PLAIN_SPARK: Contestant(_plain_spark, partitions=2, rows=PLAIN_SPARK_ROWS),
 }
 
 
@@ -157,7 +154,8 @@ def _measure(lab: Lab, admin: Admin, name: str, data: Path, rows: int, work: Pat
     label, rtt_ms, rate = link
     topic = f"links-{rtt_ms:g}-{list(CONTESTANTS).index(name)}-{repeat}-{os.getpid()}".replace(".", "_")
     c = CONTESTANTS[name]
-    admin.ensure_topic(topic, c.partitions, 1, dict(c.topic_config))
+    if c.partitions is not None:
+        admin.ensure_topic(topic, c.partitions, 1)
     if c.rows is not None and c.rows < rows:
         data, rows = _head(data, c.rows), c.rows
     command = [*lab.net.exec(DRIVER), *c.command(data, topic, lab.bootstrap_servers, work)]
@@ -180,7 +178,6 @@ def _cut(lab: Lab, admin: Admin, data: Path, rows: int, expected: tuple[list[str
     """The default run, its broker's link cut for ``cut_s`` once a tenth of the rows are in
     the topic; ``--resume`` if it failed; the topic read back and compared with the input."""
     topic = f"links-cut-{cut_s:g}-{os.getpid()}".replace(".", "_")
-    admin.ensure_topic(topic, 2, 1)
     command = [*lab.net.exec(DRIVER), *CONTESTANTS[DEFAULT].command(data, topic, lab.bootstrap_servers, work)]
     at_cut: list[int] = []
     done = threading.Event()  # the run has ended: a cut not made by then is not made

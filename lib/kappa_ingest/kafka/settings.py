@@ -198,15 +198,26 @@ def _check_value(name: str, value: str, translation: Translation) -> None:
         raise UsageError(f"--kafka-opt {name}={value!r}: {e}") from e
 
 
+# librdkafka also ends a batch at batch.num.messages (10,000) records and at message.max.bytes
+# (1,000,000): batches are bounded by batch.size alone, as Java's are. The largest record is
+# still max.request.size's (the parser quarantines larger ones before they reach the producer).
+BATCH_RECORDS_MAX = 1_000_000
+REQUEST_MAX_DEFAULT = 1_000_000
+REQUEST_FRAMING = 64 * 1024
+
+
 def for_confluent(settings: dict[str, str], bootstrap_servers: str) -> dict[str, Any]:
     """librdkafka configuration for confluent-kafka's Producer."""
     # librdkafka's own default partitions keys by CRC32; Java's clients (Spark's sink, Kafka
     # Streams) and kafka-python by murmur2: with it a key lands in the same partition whichever
     # client wrote it, so topics stay co-partitioned with what other producers write.
-    conf: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "partitioner": "murmur2_random", **NO_AUTO_CREATE}
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "partitioner": "murmur2_random", **NO_AUTO_CREATE,
+                            "batch.num.messages": BATCH_RECORDS_MAX}  # fmt: skip
     for name, value in _plain(settings).items():
         target, convert = TABLE[name][0]  # type: ignore[misc]
         conf[target] = convert(value)
+    if "batch.size" in conf and "max.request.size" not in settings:
+        conf["message.max.bytes"] = max(REQUEST_MAX_DEFAULT, conf["batch.size"] + REQUEST_FRAMING)
     return conf
 
 

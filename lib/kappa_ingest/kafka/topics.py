@@ -10,6 +10,7 @@ transaction is open.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -259,18 +260,44 @@ class Watermarks:
     def __init__(self, conf: dict[str, Any]) -> None:
         self.conf = conf
         self._consumer: Consumer | None = None
+        self._warming: threading.Thread | None = None
+
+    def warm(self, topic: str) -> None:
+        """Connect to ``topic``'s first partition's leader on a thread of its own, while the
+        caller waits for something else: the next query then takes one round trip, not the
+        four of a new client (bootstrap, metadata, the leader's connection, the offsets). One
+        try, whatever it answers: a real problem is the query's to report."""
+
+        def connect() -> None:
+            try:
+                self._client().get_watermark_offsets(TopicPartition(topic, 0), timeout=QUERY_TIMEOUT_S)
+            except KafkaException:
+                pass
+
+        if self._warming is None and self._consumer is None:
+            self._warming = threading.Thread(target=connect, name="watermarks-warm", daemon=True)
+            self._warming.start()
+
+    def _client(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer({**self.conf, "group.id": "kappa-ingest-offsets", "logger": LOG,
+                                       "enable.auto.commit": False, "isolation.level": "read_uncommitted"})  # fmt: skip
+        return self._consumer
+
+    def _warmed(self) -> None:
+        if self._warming is not None:
+            self._warming.join()  # bounded: one query of QUERY_TIMEOUT_S
+            self._warming = None
 
     def query(self, topic: str, partitions: int, timeout_s: float = TIMEOUT_S) -> dict[int, int]:
         """The last KafkaException if the answer does not come within ``timeout_s``."""
+        self._warmed()
         deadline = time.monotonic() + timeout_s
         while True:
             query_s = max(0.1, min(QUERY_TIMEOUT_S, deadline - time.monotonic()))
-            if self._consumer is None:
-                self._consumer = Consumer({**self.conf, "group.id": "kappa-ingest-offsets", "logger": LOG,
-                                           "enable.auto.commit": False, "isolation.level": "read_uncommitted"})  # fmt: skip
             try:
                 return {
-                    p: self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=query_s)[1]
+                    p: self._client().get_watermark_offsets(TopicPartition(topic, p), timeout=query_s)[1]
                     for p in range(partitions)
                 }
             except KafkaException as e:
@@ -280,6 +307,7 @@ class Watermarks:
             time.sleep(0.2)
 
     def close(self) -> None:
+        self._warmed()
         if self._consumer is not None:
             consumer, self._consumer = self._consumer, None
             consumer.close()

@@ -112,11 +112,6 @@ def account(
         committed=[u.label() for u in sorted(delivered)],
         missing=[u.label() for u in missing],
     )
-    if outcome.error is not None and cfg.delivery == EXACTLY_ONCE:
-        if sent.after is None:  # Kafka did not answer: fencing cannot either; the next run ends them at its start
-            report.delivery["fenced_after_failure"] = 0
-        else:
-            end_open_transactions(cfg, report, sent)
     return [*entries, *inherited, *empty]
 
 
@@ -144,8 +139,14 @@ def with_resume_hint(error: KappaError, report: RunReport) -> KappaError:
 def end_open_transactions(cfg: IngestConfig, report: RunReport, sent: Sent) -> None:
     """After a failed job, end every transaction of the run's scope still open on its topic
     (Spark kills the tasks it abandons without their abort), so that no consumer waits
-    for them until transaction.timeout.ms. Where Kafka cannot be asked now, the next run
-    of the topic ends them at its start."""
+    for them until transaction.timeout.ms: an open one is aborted, one whose commit was
+    under way is completed. Where Kafka cannot be asked now, the next run of the topic
+    ends them at its start."""
+    if cfg.delivery != EXACTLY_ONCE:
+        return
+    if sent.after is None:  # Kafka did not answer: fencing cannot either
+        report.delivery["fenced_after_failure"] = 0
+        return
     admin_conf = kafka_python_connection(cfg.producer_settings(), sent.conf["bootstrap.servers"])
     ended = delivery.end_lingering(sent.conf, admin_conf, cfg.topic, [sent.task_delivery.scope],
                                    timeout_s=delivery.ABORT_TIMEOUT_S)  # fmt: skip

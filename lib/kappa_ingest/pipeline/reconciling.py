@@ -4,6 +4,8 @@ likewise; and the broker-side sampler's readings checked against both."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 from kappa_ingest.config import IngestConfig
 from kappa_ingest.config.choices import EXACTLY_ONCE
 from kappa_ingest.delivery import guarantees as delivery
@@ -72,12 +74,21 @@ def other_writers(cfg: IngestConfig, report: RunReport, sent: Sent) -> str | Non
     partition leaders' producer state (idempotent and transactional producers; a plain one
     is not seen: --verify read-back reads the topic back in any case)."""
     admin_conf = kafka_python_connection(cfg.producer_settings(), sent.conf["bootstrap.servers"])
-    after = topics.producers(admin_conf, cfg.topic, len(sent.after or {}))
-    if sent.producers_before is None or after is None:
-        return "the brokers did not say which producers wrote to the topic"
-    wrote = topics.writers(sent.producers_before, after)
+    # Both asked at once: each is a client of its own, a few round trips on a long link.
+    with ThreadPoolExecutor(2, thread_name_prefix="writers") as pool:
+        asked = pool.submit(topics.producers, admin_conf, cfg.topic, len(sent.after or {}))
+        ours = (
+            pool.submit(delivery.producer_ids, admin_conf, sent.task_delivery.scope)
+            if sent.task_delivery.transactional
+            else None
+        )
+        after = asked.result()
+        if sent.producers_before is None or after is None:
+            return "the brokers did not say which producers wrote to the topic"
+        wrote = topics.writers(sent.producers_before, after)
+        our_ids = ours.result() if ours is not None else set()
     if sent.task_delivery.transactional:
-        others = wrote - delivery.producer_ids(admin_conf, sent.task_delivery.scope)
+        others = wrote - our_ids
     else:  # one idempotent producer per task attempt at most (the spark sink's: per executor)
         attempts = len(report.tasks) or len(sent.outcome.stats)
         others = wrote if len(wrote) > attempts else set()

@@ -6,6 +6,7 @@ the topic's settled offsets read."""
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from pyspark.sql import SparkSession
@@ -67,9 +68,13 @@ def send(
     report.broker["embedded"] = kafka.embedded
     settings = cfg.producer_settings()
     conf = connection_conf(settings, servers)
-    with Admin(servers, settings) as admin:
+    with Admin(servers, settings) as admin, ThreadPoolExecutor(1, thread_name_prefix="producers-before") as pool:
         admin.check_reachable()
         source, settings = _topics_ready(cfg, admin, report, source, settings)
+        # Who else writes to the topic, asked by a client of its own while the set-up goes on:
+        # a few round trips on a long link. Read before the first task sends (joined below).
+        asked = pool.submit(topics.producers, kafka_python_connection(settings, servers), cfg.topic,
+                            report.broker["topic_partitions"])  # fmt: skip
         task_delivery, pace_from = _task_delivery(cfg, admin, source, conf, skip, rate, ledger_start)
         coordinator = None
         if task_delivery.transactional:
@@ -83,7 +88,7 @@ def send(
                 transaction_timeout_ms=int(task_delivery.transaction_timeout_s * 1000),
             )
         before = admin.end_offsets(cfg.topic)
-        producers_before = topics.producers(kafka_python_connection(settings, servers), cfg.topic, len(before))
+        producers_before = asked.result()
         dlq_before = admin.end_offsets(cfg.dead_letter_topic) if cfg.dead_letter_topic else {}
         report.add_offsets(before, before)
         report.write(cfg.metrics_dir)  # the run's plan, before anything is sent: --resume starts from it
@@ -115,6 +120,7 @@ def _topics_ready(
     source = size_checked(cfg, source, limit)
     report.broker["max_record_bytes"] = limit.bytes
     settings = record_size.batches_within(settings, cfg.sink, topic_max)
+    report.broker["batch_bytes"] = int(settings["batch.size"])
     for writes_to in (cfg.topic, cfg.ledger_topic, *([dlq] if dlq else [])):
         admin.check_writable(writes_to)
     return source, settings
@@ -181,9 +187,13 @@ def _sent(
 
 
 def _data_topic(cfg: IngestConfig, admin: Admin, report: RunReport) -> None:
-    """Create the topic as asked, or say how the existing one differs from what was asked."""
-    if admin.ensure_topic(cfg.topic, cfg.topic_partitions, cfg.replication_factor, cfg.topic_config):
-        report.broker["topic_created"] = True
+    """Create the topic as asked (with room for large batches), or say how the existing one
+    differs from what was asked."""
+    if admin.partitions(cfg.topic) is None:
+        broker_max = int(admin.broker_setting("message.max.bytes") or record_size.BROKER_MAX_DEFAULT)
+        config = record_size.created_topic_config(cfg.topic_config, broker_max)
+        if admin.ensure_topic(cfg.topic, cfg.topic_partitions, cfg.replication_factor, config):
+            report.broker["topic_created"] = True
     shape = admin.describe(cfg.topic)
     assert shape is not None, f"topic {cfg.topic} exists"
     report.broker.update(topic_partitions=shape.partitions, topic_replication=shape.replication)

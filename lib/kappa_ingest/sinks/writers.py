@@ -156,9 +156,10 @@ class Writer:
     def _open(self, txid: str) -> PartitionProducer:
         """A producer whose transactional id is initialised, the ledger read on after it, and
         the run checked not superseded; ready to begin."""
+        assert self.tail is not None
+        self.tail.warm()
         producer = open_transactional(self.make, txid, self.d, self.stats)
         try:
-            assert self.tail is not None
             self.tail.catch_up()
             by = self.tail.superseded.get(self.d.run_id)
             if by is not None:
@@ -171,14 +172,13 @@ class Writer:
         return producer
 
     def _commit(self, producer: PartitionProducer, txid: str, entries: list[Entry]) -> bool:
-        """Flush, add ``entries`` to the ledger and commit, in the producer's transaction;
+        """Add ``entries`` to the ledger, flush and commit, in the producer's transaction;
         False if another writer took it over (fenced) meanwhile."""
         try:
-            producer.flush()
-            if entries:
+            if entries:  # behind the unit's records, in its transaction: their round trips overlap
                 assert self.d.ledger_topic is not None
                 producer.send_ledger(self.d.ledger_topic, [e.record() for e in entries])
-                producer.flush()  # the commit would wait for it too: here a failure is the ledger's own
+            producer.flush()
             touched = producer.partitions_touched
             failpoints.hold(failpoints.BEFORE_COMMIT, txid)
             t0 = time.monotonic()

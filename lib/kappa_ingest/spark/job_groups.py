@@ -28,3 +28,27 @@ def side_jobs(cfg: IngestConfig, name: str, what: str) -> Iterator[None]:
         yield
     finally:
         job_group(cfg)
+
+
+TASKS_END_S = (
+    60.0  # a bound on the wait: Spark kills a Python worker 2 s after its task (spark.python.task.killTimeout)
+)
+
+
+def await_tasks_ended(group: str, timeout_s: float = TASKS_END_S) -> bool:
+    """After a failed job: wait until no task of ``group``'s jobs runs. Spark fails the job
+    while it still kills the others, and a Python worker goes on sending and committing until
+    it is killed; once Spark counts its task ended, it commits nothing more (a commit already
+    asked of Kafka is the fencing's to complete). False if tasks still ran after ``timeout_s``."""
+    import time
+
+    tracker = SparkContext.getOrCreate().statusTracker()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        stages = [s for j in tracker.getJobIdsForGroup(group) if (info := tracker.getJobInfo(j)) for s in info.stageIds]
+        active = sum(s.numActiveTasks for i in stages if (s := tracker.getStageInfo(i)))
+        if not active:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
