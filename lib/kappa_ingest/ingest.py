@@ -252,9 +252,7 @@ def _account(
         # First the job's last tasks gone (a killed task's Python worker sends on until it is
         # killed), then their transactions ended (one whose commit was under way completes):
         # the ledger read after it has every unit whose rows are in the topic.
-        if not await_tasks_ended(group):
-            report.delivery["tasks_still_running"] = True
-        accounting.end_open_transactions(cfg, report, sent)
+        accounting.after_failed_job(cfg, report, sent, await_tasks_ended(spark.sparkContext, group))
         inherited += accounting.committed_by_failed_tasks(cfg, sent, outcome.stats, inherited)
     report.add_run(outcome.stats, spark_metrics.collect(spark, group), inherited)
     report.add_headers(source.headers, outcome.stats, inherited)

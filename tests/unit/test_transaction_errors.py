@@ -78,3 +78,30 @@ def test_only_a_producer_left_usable_is_asked_to_abort(flags, aborted):
     p = Scripted()
     writers._abort(p, TaskStats(0, 0, 0, 0, "h"), _error(**flags))
     assert ("abort" in p.calls) is aborted
+
+
+class Recording:
+    """A producer that records what it is asked to send and when it is flushed."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+
+    def send_ledger(self, topic: str, records: list) -> None:
+        self.calls.append(("send", len(records)))
+
+    def flush(self) -> None:
+        self.calls.append(("flush", 0))
+
+
+def test_a_tasks_ledger_entries_go_in_batches_the_ledger_takes():
+    """A batch follows the data topic's limit (up to 8 MB), the ledger's is Kafka's default:
+    many entries at once are flushed every LEDGER_CHUNK_BYTES, one entry is sent alone."""
+    entry = (b"k" * 100, b"v" * 924)  # 1 KB
+    one = Recording()
+    writers.send_entries(one, "ledger", [entry])
+    assert one.calls == [("send", 1)]
+    many = Recording()
+    writers.send_entries(many, "ledger", [entry] * 1200)
+    per_chunk = writers.LEDGER_CHUNK_BYTES // 1024
+    assert many.calls == [("send", per_chunk), ("flush", 0), ("send", per_chunk), ("flush", 0),
+                          ("send", 1200 - 2 * per_chunk)]  # fmt: skip

@@ -269,10 +269,12 @@ class Watermarks:
         try, whatever it answers: a real problem is the query's to report."""
 
         def connect() -> None:
+            consumer = self._client()
             try:
-                self._client().get_watermark_offsets(TopicPartition(topic, 0), timeout=QUERY_TIMEOUT_S)
-            except KafkaException:
-                pass
+                consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=QUERY_TIMEOUT_S)
+            except KafkaException:  # stale metadata, say: the query starts from a new client
+                self._consumer = None
+                consumer.close()
 
         if self._warming is None and self._consumer is None:
             self._warming = threading.Thread(target=connect, name="watermarks-warm", daemon=True)

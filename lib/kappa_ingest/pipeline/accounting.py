@@ -18,6 +18,7 @@ from kappa_ingest.errors import (
     LockLost,
 )
 from kappa_ingest.kafka.settings import kafka_python_connection
+from kappa_ingest.kafka.topics import Admin, offsets_if_reachable
 from kappa_ingest.pipeline.sending import Sent
 from kappa_ingest.report.run import RunReport
 from kappa_ingest.sinks.task_stats import TaskStats
@@ -134,6 +135,18 @@ def with_resume_hint(error: KappaError, report: RunReport) -> KappaError:
         else:
             error.args = (f"{error}; once that is fixed, --resume {report.run_id} sends its {missing} missing splits",)
     return error
+
+
+def after_failed_job(cfg: IngestConfig, report: RunReport, sent: Sent, tasks_ended: bool) -> None:
+    """Once the failed job's tasks are gone (``tasks_ended``; else the report says so):
+    their transactions ended, then the topic's end offsets read again, commits completed
+    by then included."""
+    if not tasks_ended:
+        report.delivery["tasks_still_running_after_failure"] = True
+    end_open_transactions(cfg, report, sent)
+    if sent.after is not None:
+        with Admin(sent.conf["bootstrap.servers"], cfg.producer_settings()) as admin:
+            sent.after = offsets_if_reachable(admin, cfg.topic) or sent.after
 
 
 def end_open_transactions(cfg: IngestConfig, report: RunReport, sent: Sent) -> None:

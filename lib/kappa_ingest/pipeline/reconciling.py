@@ -73,6 +73,8 @@ def other_writers(cfg: IngestConfig, report: RunReport, sent: Sent) -> str | Non
     producer wrote to it meanwhile (its records could make up for lost ones). Seen by the
     partition leaders' producer state (idempotent and transactional producers; a plain one
     is not seen: --verify read-back reads the topic back in any case)."""
+    if sent.producers_before is None:
+        return "the brokers did not say which producers wrote to the topic"
     admin_conf = kafka_python_connection(cfg.producer_settings(), sent.conf["bootstrap.servers"])
     # Both asked at once: each is a client of its own, a few round trips on a long link.
     with ThreadPoolExecutor(2, thread_name_prefix="writers") as pool:
@@ -83,7 +85,7 @@ def other_writers(cfg: IngestConfig, report: RunReport, sent: Sent) -> str | Non
             else None
         )
         after = asked.result()
-        if sent.producers_before is None or after is None:
+        if after is None:
             return "the brokers did not say which producers wrote to the topic"
         wrote = topics.writers(sent.producers_before, after)
         our_ids = ours.result() if ours is not None else set()

@@ -113,13 +113,15 @@ def _topics_ready(
     _data_topic(cfg, admin, report)
     ledger.ensure(admin, cfg.ledger_topic, report.broker["topic_replication"])
     dlq = cfg.dead_letter_topic
-    if dlq:
-        admin.ensure_topic(dlq, cfg.topic_partitions, cfg.replication_factor)
+    if dlq and admin.partitions(dlq) is None:
+        admin.ensure_topic(dlq, cfg.topic_partitions, cfg.replication_factor, _room(admin, {}))
     topic_max = record_size.topic_max(admin, cfg.topic, cfg.topic_config)
     limit = record_size.limit(cfg.sink, settings, topic_max)
     source = size_checked(cfg, source, limit)
     report.broker["max_record_bytes"] = limit.bytes
-    settings = record_size.batches_within(settings, cfg.sink, topic_max)
+    # The producers' batches go to the dead-letter topic too: within its limit as well.
+    batch_max = min(topic_max, record_size.topic_max(admin, dlq)) if dlq else topic_max
+    settings = record_size.batches_within(settings, cfg.sink, batch_max)
     report.broker["batch_bytes"] = int(settings["batch.size"])
     for writes_to in (cfg.topic, cfg.ledger_topic, *([dlq] if dlq else [])):
         admin.check_writable(writes_to)
@@ -189,11 +191,10 @@ def _sent(
 def _data_topic(cfg: IngestConfig, admin: Admin, report: RunReport) -> None:
     """Create the topic as asked (with room for large batches), or say how the existing one
     differs from what was asked."""
-    if admin.partitions(cfg.topic) is None:
-        broker_max = int(admin.broker_setting("message.max.bytes") or record_size.BROKER_MAX_DEFAULT)
-        config = record_size.created_topic_config(cfg.topic_config, broker_max)
-        if admin.ensure_topic(cfg.topic, cfg.topic_partitions, cfg.replication_factor, config):
-            report.broker["topic_created"] = True
+    if admin.partitions(cfg.topic) is None and admin.ensure_topic(
+        cfg.topic, cfg.topic_partitions, cfg.replication_factor, _room(admin, cfg.topic_config)
+    ):
+        report.broker["topic_created"] = True
     shape = admin.describe(cfg.topic)
     assert shape is not None, f"topic {cfg.topic} exists"
     report.broker.update(topic_partitions=shape.partitions, topic_replication=shape.replication)
@@ -204,6 +205,12 @@ def _data_topic(cfg: IngestConfig, admin: Admin, report: RunReport) -> None:
             f"topic {cfg.topic} existed with {shape.partitions} partitions and replication {shape.replication}:"
             " --topic-partitions and --replication-factor apply to a topic the run creates"
         )
+
+
+def _room(admin: Admin, config: dict[str, str]) -> dict[str, str]:
+    """The configs of a topic the run creates: ``config``, and room for the sink's batches."""
+    broker_max = int(admin.broker_setting("message.max.bytes") or record_size.BROKER_MAX_DEFAULT)
+    return record_size.created_topic_config(config, broker_max)
 
 
 def size_checked(cfg: IngestConfig, source: csv_source.Source, limit: record_size.Limit) -> csv_source.Source:

@@ -60,6 +60,10 @@ class KafkaPythonPartitionProducer:
             for key, value in records:
                 self._live().send(topic, value=value, key=key).add_errback(self._on_error)
         except KafkaError as e:
+            # The entry goes out behind the unit's records, still in flight: a transaction
+            # that one of them failed (or that a newer producer fenced) refuses it. That failure
+            # is the one to report, Fenced among them.
+            self.flush()
             raise DeliveryFailed(f"Kafka client refused a ledger record: {e!r}") from e
 
     def send_dead_letters(self, topic: str, records: list[tuple[bytes, list[tuple[str, bytes]]]]) -> None:

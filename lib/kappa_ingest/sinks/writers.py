@@ -177,7 +177,7 @@ class Writer:
         try:
             if entries:  # behind the unit's records, in its transaction: their round trips overlap
                 assert self.d.ledger_topic is not None
-                producer.send_ledger(self.d.ledger_topic, [e.record() for e in entries])
+                send_entries(producer, self.d.ledger_topic, [e.record() for e in entries])
             producer.flush()
             touched = producer.partitions_touched
             failpoints.hold(failpoints.BEFORE_COMMIT, txid)
@@ -320,6 +320,26 @@ class Acknowledged(Writer):
             self.producer.send_ledger(self.d.ledger_topic, [e.record() for e in entries])
             self.producer.flush()
         self.entries = entries
+
+
+# The ledger's batches: a task's transaction over shuffled input commits an entry per unit at
+# once, and batch.size follows the data topic (up to 8 MB), not the ledger, whose limit is
+# Kafka's default (1 MB) where a run created it. A batch the broker refuses is not split.
+LEDGER_CHUNK_BYTES = 512 * 1024
+
+
+def send_entries(producer: PartitionProducer, ledger_topic: str, records: list[tuple[bytes, bytes]]) -> None:
+    """Ledger records in batches the ledger takes: a flush after each LEDGER_CHUNK_BYTES."""
+    chunk: list[tuple[bytes, bytes]] = []
+    size = 0
+    for key, value in records:
+        if chunk and size + len(key) + len(value) > LEDGER_CHUNK_BYTES:
+            producer.send_ledger(ledger_topic, chunk)
+            producer.flush()
+            chunk, size = [], 0
+        chunk.append((key, value))
+        size += len(key) + len(value)
+    producer.send_ledger(ledger_topic, chunk)
 
 
 def entry_for(task_input: TaskInput, d: TaskDelivery, stats: TaskStats, unit: Unit) -> Entry:

@@ -2,8 +2,8 @@
 anything is sent.
 
 Kafka refuses a record larger than the smaller of two limits: the topic's
-``max.message.bytes`` (a topic the run creates gets the brokers' ``message.max.bytes``,
-1,048,588 by default) and the producer's largest request (``max.request.size``: librdkafka's
+``max.message.bytes`` (a topic the run creates gets 8 MiB, room for large batches, where the
+brokers' ``message.max.bytes``, 1,048,588 by default, is less) and the producer's largest request (``max.request.size``: librdkafka's
 ``message.max.bytes``, 1,000,000 by default, for the ``confluent`` sink; 1,048,576 for the
 Java and kafka-python clients). A record's size here is what it puts on the wire
 uncompressed: key, value, header names and values (``run_id``, ``source_file`` and, for
@@ -228,6 +228,6 @@ def batches_within(settings: dict[str, str], sink: str, topic_max: int) -> dict[
 def created_topic_config(topic_config: dict[str, str], broker_max: int) -> dict[str, str]:
     """The configs of a topic the run creates: the user's, and room for BATCH_ROOM batches
     where the brokers' message.max.bytes leaves less (records stay within max.request.size)."""
-    if "max.message.bytes" in topic_config or broker_max >= BATCH_ROOM + FRAMING_BYTES:
+    if "max.message.bytes" in topic_config or broker_max >= BATCH_ROOM:
         return topic_config
-    return {**topic_config, "max.message.bytes": str(BATCH_ROOM + FRAMING_BYTES)}
+    return {**topic_config, "max.message.bytes": str(BATCH_ROOM)}  # 8 MiB: what managed clusters allow at most

@@ -35,14 +35,14 @@ TASKS_END_S = (
 )
 
 
-def await_tasks_ended(group: str, timeout_s: float = TASKS_END_S) -> bool:
+def await_tasks_ended(sc: SparkContext, group: str, timeout_s: float = TASKS_END_S) -> bool:
     """After a failed job: wait until no task of ``group``'s jobs runs. Spark fails the job
     while it still kills the others, and a Python worker goes on sending and committing until
     it is killed; once Spark counts its task ended, it commits nothing more (a commit already
     asked of Kafka is the fencing's to complete). False if tasks still ran after ``timeout_s``."""
     import time
 
-    tracker = SparkContext.getOrCreate().statusTracker()
+    tracker = sc.statusTracker()
     deadline = time.monotonic() + timeout_s
     while True:
         stages = [s for j in tracker.getJobIdsForGroup(group) if (info := tracker.getJobInfo(j)) for s in info.stageIds]
