@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Callable
 
 from confluent_kafka import KafkaException
@@ -252,7 +253,10 @@ def _account(
         # First the job's last tasks gone (a killed task's Python worker sends on until it is
         # killed), then their transactions ended (one whose commit was under way completes):
         # the ledger read after it has every unit whose rows are in the topic.
-        accounting.after_failed_job(cfg, report, sent, await_tasks_ended(spark.sparkContext, group))
+        waiting = time.monotonic()
+        ended = await_tasks_ended(spark.sparkContext, group)
+        report.delivery["tasks_end_wait_s"] = round(time.monotonic() - waiting, 3)
+        accounting.after_failed_job(cfg, report, sent, ended)
         inherited += accounting.committed_by_failed_tasks(cfg, sent, outcome.stats, inherited)
     report.add_run(outcome.stats, spark_metrics.collect(spark, group), inherited)
     report.add_headers(source.headers, outcome.stats, inherited)

@@ -42,13 +42,16 @@ def await_tasks_ended(sc: SparkContext, group: str, timeout_s: float = TASKS_END
     asked of Kafka is the fencing's to complete). False if tasks still ran after ``timeout_s``."""
     import time
 
-    tracker = sc.statusTracker()
     deadline = time.monotonic() + timeout_s
-    while True:
-        stages = [s for j in tracker.getJobIdsForGroup(group) if (info := tracker.getJobInfo(j)) for s in info.stageIds]
-        active = sum(s.numActiveTasks for i in stages if (s := tracker.getStageInfo(i)))
-        if not active:
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
+    try:
+        tracker = sc.statusTracker()
+        while True:
+            jobs = tracker.getJobIdsForGroup(group)
+            stages = [s for j in jobs if (info := tracker.getJobInfo(j)) for s in info.stageIds]
+            if not sum(s.numActiveTasks for i in stages if (s := tracker.getStageInfo(i))):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+    except Exception:  # noqa: BLE001 - Spark itself gone with the job: the job's error is the one to report
+        return False
