@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 from collections.abc import Callable
 
 from confluent_kafka import KafkaException
@@ -57,7 +56,7 @@ from kappa_ingest.source.splits import changed_input
 from kappa_ingest.spark import metrics as spark_metrics
 from kappa_ingest.spark import warmup
 from kappa_ingest.spark.failures import classify, spark_action
-from kappa_ingest.spark.job_groups import await_tasks_ended, job_group
+from kappa_ingest.spark.job_groups import job_group
 
 
 def ingest(
@@ -250,13 +249,7 @@ def _account(
     delivered. Returns the run's ledger entries (for the ledger's Delta copy)."""
     inherited, elsewhere = accounting.inherited(cfg.run_id, outcome.stats)
     if sent is not None and outcome.error is not None:
-        # First the job's last tasks gone (a killed task's Python worker sends on until it is
-        # killed), then their transactions ended (one whose commit was under way completes):
-        # the ledger read after it has every unit whose rows are in the topic.
-        waiting = time.monotonic()
-        ended = await_tasks_ended(spark.sparkContext, group)
-        report.delivery["tasks_end_wait_s"] = round(time.monotonic() - waiting, 3)
-        accounting.after_failed_job(cfg, report, sent, ended)
+        accounting.after_failed_job(cfg, report, sent, spark.sparkContext, group)  # before the ledger is read
         inherited += accounting.committed_by_failed_tasks(cfg, sent, outcome.stats, inherited)
     report.add_run(outcome.stats, spark_metrics.collect(spark, group), inherited)
     report.add_headers(source.headers, outcome.stats, inherited)

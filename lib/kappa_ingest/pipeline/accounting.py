@@ -4,6 +4,10 @@ failed job the transactions it left open ended."""
 
 from __future__ import annotations
 
+import time
+
+from pyspark import SparkContext
+
 from kappa_ingest.config import IngestConfig
 from kappa_ingest.config.choices import EXACTLY_ONCE
 from kappa_ingest.delivery import guarantees as delivery
@@ -23,6 +27,7 @@ from kappa_ingest.pipeline.sending import Sent
 from kappa_ingest.report.run import RunReport
 from kappa_ingest.sinks.task_stats import TaskStats
 from kappa_ingest.source.splits import Plan, Unit
+from kappa_ingest.spark.job_groups import await_tasks_ended
 
 
 def inherited(run_id: str, stats: list[TaskStats]) -> tuple[list[Entry], list[Entry]]:
@@ -137,12 +142,15 @@ def with_resume_hint(error: KappaError, report: RunReport) -> KappaError:
     return error
 
 
-def after_failed_job(cfg: IngestConfig, report: RunReport, sent: Sent, tasks_ended: bool) -> None:
-    """Once the failed job's tasks are gone (``tasks_ended``; else the report says so):
-    their transactions ended, then the topic's end offsets read again, commits completed
-    by then included."""
-    if not tasks_ended:
+def after_failed_job(cfg: IngestConfig, report: RunReport, sent: Sent, sc: SparkContext, group: str) -> None:
+    """Before the ledger is read for what the failed job committed: its last tasks gone (a
+    killed task's Python worker sends on until it is killed; the report says how long that
+    took), then their transactions ended (one whose commit was under way completes), then
+    the topic's end offsets read again, those commits included."""
+    waiting = time.monotonic()
+    if not await_tasks_ended(sc, group):
         report.delivery["tasks_still_running_after_failure"] = True
+    report.delivery["tasks_end_wait_s"] = round(time.monotonic() - waiting, 3)
     end_open_transactions(cfg, report, sent)
     if sent.after is not None:
         with Admin(sent.conf["bootstrap.servers"], cfg.producer_settings()) as admin:

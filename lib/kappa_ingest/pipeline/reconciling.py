@@ -68,13 +68,16 @@ def reconcile_run(
                          low <= first <= last == high, f"{low}..{high}", f"{first}..{last}")  # fmt: skip
 
 
+UNSEEN_WRITERS = "the brokers did not say which producers wrote to the topic"
+
+
 def other_writers(cfg: IngestConfig, report: RunReport, sent: Sent) -> str | None:
     """Why the topic's offsets cannot vouch for the run alone, if they cannot: another
     producer wrote to it meanwhile (its records could make up for lost ones). Seen by the
     partition leaders' producer state (idempotent and transactional producers; a plain one
     is not seen: --verify read-back reads the topic back in any case)."""
     if sent.producers_before is None:
-        return "the brokers did not say which producers wrote to the topic"
+        return UNSEEN_WRITERS
     admin_conf = kafka_python_connection(cfg.producer_settings(), sent.conf["bootstrap.servers"])
     # Both asked at once: each is a client of its own, a few round trips on a long link.
     with ThreadPoolExecutor(2, thread_name_prefix="writers") as pool:
@@ -86,11 +89,10 @@ def other_writers(cfg: IngestConfig, report: RunReport, sent: Sent) -> str | Non
         )
         after = asked.result()
         if after is None:
-            return "the brokers did not say which producers wrote to the topic"
+            return UNSEEN_WRITERS
         wrote = topics.writers(sent.producers_before, after)
-        our_ids = ours.result() if ours is not None else set()
-    if sent.task_delivery.transactional:
-        others = wrote - our_ids
+    if ours is not None:
+        others = wrote - ours.result()
     else:  # one idempotent producer per task attempt at most (the spark sink's: per executor)
         attempts = len(report.tasks) or len(sent.outcome.stats)
         others = wrote if len(wrote) > attempts else set()

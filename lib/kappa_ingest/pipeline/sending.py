@@ -113,8 +113,8 @@ def _topics_ready(
     _data_topic(cfg, admin, report)
     ledger.ensure(admin, cfg.ledger_topic, report.broker["topic_replication"])
     dlq = cfg.dead_letter_topic
-    if dlq and admin.partitions(dlq) is None:
-        admin.ensure_topic(dlq, cfg.topic_partitions, cfg.replication_factor, _room(admin, {}))
+    if dlq:
+        _create(admin, dlq, cfg.topic_partitions, cfg.replication_factor, {})
     topic_max = record_size.topic_max(admin, cfg.topic, cfg.topic_config)
     limit = record_size.limit(cfg.sink, settings, topic_max)
     source = size_checked(cfg, source, limit)
@@ -191,9 +191,7 @@ def _sent(
 def _data_topic(cfg: IngestConfig, admin: Admin, report: RunReport) -> None:
     """Create the topic as asked (with room for large batches), or say how the existing one
     differs from what was asked."""
-    if admin.partitions(cfg.topic) is None and admin.ensure_topic(
-        cfg.topic, cfg.topic_partitions, cfg.replication_factor, _room(admin, cfg.topic_config)
-    ):
+    if _create(admin, cfg.topic, cfg.topic_partitions, cfg.replication_factor, cfg.topic_config):
         report.broker["topic_created"] = True
     shape = admin.describe(cfg.topic)
     assert shape is not None, f"topic {cfg.topic} exists"
@@ -207,10 +205,13 @@ def _data_topic(cfg: IngestConfig, admin: Admin, report: RunReport) -> None:
         )
 
 
-def _room(admin: Admin, config: dict[str, str]) -> dict[str, str]:
-    """The configs of a topic the run creates: ``config``, and room for the sink's batches."""
+def _create(admin: Admin, topic: str, partitions: int, replication: int, config: dict[str, str]) -> bool:
+    """Create ``topic`` if absent, with ``config`` and room for the sink's batches (the brokers'
+    limit is asked only then); True if this call created it."""
+    if admin.partitions(topic) is not None:
+        return False
     broker_max = int(admin.broker_setting("message.max.bytes") or record_size.BROKER_MAX_DEFAULT)
-    return record_size.created_topic_config(config, broker_max)
+    return admin.ensure_topic(topic, partitions, replication, record_size.created_topic_config(config, broker_max))
 
 
 def size_checked(cfg: IngestConfig, source: csv_source.Source, limit: record_size.Limit) -> csv_source.Source:

@@ -3,6 +3,7 @@ tasks with the producers' counts), the jobs beside it in groups of their own."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -30,9 +31,8 @@ def side_jobs(cfg: IngestConfig, name: str, what: str) -> Iterator[None]:
         job_group(cfg)
 
 
-TASKS_END_S = (
-    60.0  # a bound on the wait: Spark kills a Python worker 2 s after its task (spark.python.task.killTimeout)
-)
+# A bound on the wait: Spark kills a Python worker 2 s after its task (spark.python.task.killTimeout).
+TASKS_END_S = 60.0
 
 
 def await_tasks_ended(sc: SparkContext, group: str, timeout_s: float = TASKS_END_S) -> bool:
@@ -40,14 +40,13 @@ def await_tasks_ended(sc: SparkContext, group: str, timeout_s: float = TASKS_END
     while it still kills the others, and a Python worker goes on sending and committing until
     it is killed; once Spark counts its task ended, it commits nothing more (a commit already
     asked of Kafka is the fencing's to complete). False if tasks still ran after ``timeout_s``."""
-    import time
-
     deadline = time.monotonic() + timeout_s
     try:
         tracker = sc.statusTracker()
         while True:
-            jobs = tracker.getJobIdsForGroup(group)
-            stages = [s for j in jobs if (info := tracker.getJobInfo(j)) for s in info.stageIds]
+            stages = [
+                s for j in tracker.getJobIdsForGroup(group) if (info := tracker.getJobInfo(j)) for s in info.stageIds
+            ]
             if not sum(s.numActiveTasks for i in stages if (s := tracker.getStageInfo(i))):
                 return True
             if time.monotonic() > deadline:
