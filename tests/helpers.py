@@ -7,12 +7,13 @@ import csv
 import gzip
 import io
 import json
+import subprocess
 import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 
 def csv_rows(path: str | Path, delimiter: str = ",", encoding: str = "utf-8-sig", header: bool = True):
@@ -36,6 +37,7 @@ class Record:
     timestamp_ms: int
     headers: dict[str, bytes]
     partition: int
+    offset: int = -1
 
 
 def consume_all(bootstrap: str, topic: str, timeout_s: float = 60, json_values: bool = True) -> list[Record]:
@@ -48,7 +50,7 @@ def consume_all(bootstrap: str, topic: str, timeout_s: float = 60, json_values: 
         parts = c.list_topics(topic, timeout=10).topics[topic].partitions
         ends = high_watermarks(bootstrap, topic)
         todo = {p for p in parts if ends[p] > 0}
-        c.assign([TopicPartition(topic, p, 0) for p in todo])
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in todo])  # the first kept: records may be deleted
         out: list[Record] = []
         deadline = time.monotonic() + timeout_s
         while todo:
@@ -67,6 +69,7 @@ def consume_all(bootstrap: str, topic: str, timeout_s: float = 60, json_values: 
                         m.timestamp()[1],
                         dict(m.headers() or []),
                         m.partition(),
+                        m.offset(),
                     )
                 )
         return out
@@ -82,6 +85,20 @@ def high_watermarks(bootstrap: str, topic: str) -> dict[int, int]:
         return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
     finally:
         c.close()
+
+
+def delete_records(bootstrap: str, topic: str, before: dict[int, int], work_dir: Path) -> None:
+    """Delete ``topic``'s records below the offsets ``before`` (per partition) as an operator
+    does, with Kafka's own kafka-delete-records (its DeleteRecordsCommand, from the broker's jars)."""
+    from kappa_ingest.kafka.broker import jars_dir
+
+    spec = work_dir / "delete-records.json"
+    spec.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": p, "offset": o}
+                                                             for p, o in before.items()]}))  # fmt: skip
+    done = subprocess.run(["java", "-Xmx128m", "-cp", f"{jars_dir()}/*", "org.apache.kafka.tools.DeleteRecordsCommand",
+                           "--bootstrap-server", bootstrap, "--offset-json-file", str(spec)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0 and "error" not in done.stdout.lower(), done.stdout + done.stderr
 
 
 def rows(records: list[Record]) -> Counter[str]:

@@ -1,5 +1,6 @@
 """Fault injection for the fault tests: a task held at a named point of its transaction
-while the test breaks something there (kills the executor, pauses the coordinator).
+while the test breaks something there (kills the executor, pauses the coordinator), or
+the driver held before it reads the topic back (while the test takes records away).
 
 Off unless ``KAPPA_INGEST_HOLD_AT=<point>[,<point>...]:<dir>`` is in the task's environment
 (executors inherit it from the driver's on a local master). At ``point`` the task writes
@@ -17,6 +18,7 @@ ENV = "KAPPA_INGEST_HOLD_AT"
 MID_SEND = "mid-send"  # a transaction's first records handed to the producer
 BEFORE_COMMIT = "before-commit"
 AFTER_COMMIT = "after-commit"
+BEFORE_RECONCILE = "before-reconcile"  # the driver, its offsets after the send read, its checks not made
 LONGEST_S = 600.0
 
 

@@ -1,5 +1,5 @@
 """Delivery without faults: a run beside other producers of its topic, the refusals (exit 2),
-and ``--resume`` of a run with nothing left to send."""
+``--resume`` of a run with nothing left to send, and of one whose unit another run sent."""
 
 from __future__ import annotations
 
@@ -7,14 +7,16 @@ import json
 import os
 import threading
 import time
+from collections import Counter
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 from test_errors import assert_one_clean_line, cli
 
-from helpers import consume_all, expected_rows, rows
+from helpers import consume_all, csv_rows, expected_rows, rows
 from kappa_ingest import config, datagen
-from kappa_ingest.errors import UsageError
+from kappa_ingest.errors import InputError, UsageError
 from kappa_ingest.ingest import ingest
 from kappa_ingest.kafka.topics import Admin
 
@@ -149,3 +151,47 @@ def test_resume_refuses_another_topic_and_an_unknown_run(finished):
     done = cli(tmp, "--resume", "no-such-run")
     assert done.returncode == 2
     assert_one_clean_line(done.stderr, "--resume no-such-run", "no report of that run")
+
+
+def test_resume_counts_a_unit_another_lineage_delivered_since(spark, kafka, tmp_path):
+    """The --resume rule (guarantees.counts_as_delivered): any run's entry of a unit counts.
+    A strict run fails on a row too large for its topic (the last of three units); a
+    scheduled --incremental run (another lineage, which quarantines that row) sends what
+    the ledger lacks; then --resume of the strict run has nothing left to send, and the topic
+    holds every row once. Were only the lineage's own entries to count, the resumed run
+    would send the unit again (and fail on the same row)."""
+    topic = "another-lineage"
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, 2, 1, config={"max.message.bytes": "65536"})])[topic].result(30)
+    path = tmp_path / "in.csv"
+    datagen.generate("wide30", 3000, path, seed=21)
+    lines = path.read_bytes().splitlines(keepends=True)
+    wide = lines[2950].split(b",", 1)  # a row near the end, in the last unit: one field 100 kB wide
+    lines[2950] = wide[0] + b"," + b"x" * 100_000 + wide[1][wide[1].index(b",") :]
+    path.write_bytes(b"".join(lines))
+    good = expected_rows(path)
+    _, rows_in, _ = csv_rows(path)
+    too_large = Counter([json.dumps(rows_in[2949], sort_keys=True)])
+    common = {"inputs": [str(path)], "topic": topic, "bootstrap_servers": kafka.bootstrap_servers,
+              "metrics_dir": str(tmp_path / "m")}  # fmt: skip
+    strict = config.validate({**common, "run_id": "strict", "partitions": 3, "strict_size": True})
+    with pytest.raises(InputError, match="--strict-size refuses the run"):
+        ingest(strict, spark, echo=False)
+    first = summary_of(tmp_path, "strict")
+    assert first["status"] == "failed" and first["ledger"]["missing"], first["ledger"]
+    last_unit = first["ledger"]["missing"][-1]
+    scheduled = config.validate({**common, "run_id": "scheduled", "incremental": True})
+    ingest(scheduled, spark, echo=False)
+    second = summary_of(tmp_path, "scheduled")
+    assert second["status"] == "succeeded" and second["rows_quarantined"] == 1
+    assert last_unit in second["ledger"]["committed"], second["ledger"]
+    resumed = config.validate({**common, "resume": "strict", "run_id": "strict-resumed"})
+    ingest(resumed, spark, echo=False)
+    third = summary_of(tmp_path, "strict-resumed")
+    assert third["status"] == "succeeded" and third["rows_sent"] == 0
+    assert third["delivery"]["splits_skipped"] == 3
+    assert rows(consume_all(kafka.bootstrap_servers, topic)) == good - too_large  # every row once
+
+
+def summary_of(tmp_path, run_id: str) -> dict:
+    return json.loads((tmp_path / "m" / "runs" / run_id / "summary.json").read_text())

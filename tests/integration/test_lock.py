@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -133,6 +134,43 @@ def test_a_holder_whose_lock_is_taken_over_learns_it_and_says_who(kafka, tmp_pat
     finally:
         held.release()
     assert held.lost and "usurper took it over" in held.lost and told == [held.lost]
+
+
+def test_a_lock_released_while_a_renewal_reads_the_ledger_is_never_lost_after_release(kafka, tmp_path, monkeypatch):
+    """A renewal under way when the run releases its lock: release() waits for it, and the
+    takeover it then reads (the run is over) calls nobody; once release() returns, on_lost
+    is never called."""
+    held = lock.hold(_cfg(kafka, "released-mid-look", "leaving", tmp_path), kafka.bootstrap_servers)
+    told: list[str] = []
+    held.on_lost(told.append)
+    conf = connection_conf(None, kafka.bootstrap_servers)
+    from kappa_ingest.delivery import ledger
+
+    ledger.supersede(conf, DEFAULT_TOPIC, ["leaving"], "usurper")  # seen by the renewal's read below
+    upto, _ = lock._write(conf, DEFAULT_TOPIC, held.claim.key(), held.claim.value())  # the renewal's own record
+    reading, go = threading.Event(), threading.Event()
+    real = ledger.read_records
+
+    def read_held_back(*args, **kwargs):
+        records = real(*args, **kwargs)
+        if threading.current_thread().name == "renewal-under-way":
+            reading.set()
+            go.wait(30)
+        return records
+
+    monkeypatch.setattr(ledger, "read_records", read_held_back)
+    renewal = threading.Thread(target=held._look, args=(upto,), name="renewal-under-way")
+    held._thread = renewal  # the renewal thread, mid-renewal (the real one sleeps out its lease/4)
+    renewal.start()
+    assert reading.wait(30)
+    releasing = threading.Thread(target=held.release, name="release")
+    releasing.start()
+    wait_for(held._stop.is_set, 10, "release() under way")
+    assert releasing.is_alive(), "release() returned while a renewal was reading the ledger"
+    go.set()
+    releasing.join(30)
+    assert not releasing.is_alive() and not renewal.is_alive()
+    assert held.position > upto - 1 and told == [] and held.lost is None, (held.position, upto, told)
 
 
 def test_two_runs_released_together_one_holds_the_lock_the_other_exits_6(kafka, tmp_path):

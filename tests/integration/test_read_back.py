@@ -43,17 +43,18 @@ def test_the_c_reader_counts_what_the_python_consumer_counts(kafka, monkeypatch)
     probe = Consumer({"bootstrap.servers": bs, "group.id": "probe"})
     end = {p: probe.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in (0, 1)}
     probe.close()
-    units = {Unit("/in/a.csv", 0, 10): [(0, 0, 15_000)], Unit("/in/b.csv", 0, 10): [(1, 100, 50)]}
+    a, b = (Unit("/in/a.csv", 0, 10),), (Unit("/in/b.csv", 0, 10), Unit("/in/b.csv", 10, 10))
+    located = {a: [(0, 0, 15_000)], b: [(1, 100, 50)]}
 
     def read() -> reconcile.ReadBack:
         return reconcile.read_back({"bootstrap.servers": bs}, topic, dict.fromkeys(end, OFFSET_BEGINNING), end,
-                                   {"one"}, by_partition=True, units=units)  # fmt: skip
+                                   {"one"}, by_partition=True, located=located)  # fmt: skip
 
     in_c = read()
     monkeypatch.setattr(native, "Reader", lambda *a, **k: (_ for _ in ()).throw(native.NativeUnavailable("off")))
     in_python = read()
     assert in_c.counts == in_python.counts == {("one", "/in/a.csv"): 15_000, ("one", "/in/b.csv"): 18_000}
-    assert in_c.by_unit == in_python.by_unit and sum(in_c.by_unit.values()) == 15_000 + 50
+    assert in_c.by_transaction == in_python.by_transaction == {a: 15_000, b: 50}
     assert in_c.partitions == in_python.partitions
     assert {p: s[0] for p, s in in_c.partitions.items()} == {0: 16_500, 1: 16_500}
     assert in_c.partitions[0][1] == 1_000 and in_c.partitions[1][2] == 200_000 + 2_999

@@ -6,6 +6,8 @@ command that fixes it)."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
@@ -52,7 +54,7 @@ def test_a_first_run_on_a_stock_broker_leaves_the_ledger_and_the_topic_as_asked(
     bs = kafka_stock.bootstrap_servers
     before = _topics(bs)
     topic, ledger_topic = f"asked-{sink}", f"ledger-{sink}"
-    _run(spark, kafka_stock, tmp_path, path, topic, ledger_topic, sink=sink, **extra)
+    report = _run(spark, kafka_stock, tmp_path, path, topic, ledger_topic, sink=sink, **extra)
     with Admin(bs) as admin:
         assert admin.describe(ledger_topic).partitions == 1
         assert admin.describe(topic).partitions == 2  # as asked, not the broker's 4
@@ -62,6 +64,10 @@ def test_a_first_run_on_a_stock_broker_leaves_the_ledger_and_the_topic_as_asked(
     made = _topics(bs) - before
     assert made == {topic, ledger_topic, *([extra["dead_letter_topic"]] if "dead_letter_topic" in extra else [])}
     assert rows(consume_all(bs, topic)) == expected
+    # Each ledger record says its kind: the run's lock claim and its withdrawal, its entries.
+    kinds = Counter(r.headers.get("kind") for r in consume_all(bs, ledger_topic, json_values=False))
+    assert set(kinds) == {b"claim", b"entry"} and kinds[b"claim"] >= 2, kinds  # claimed, (renewed,) withdrawn
+    assert kinds[b"entry"] == report.ledger["units"] == len(report.ledger["committed"]), kinds
 
 
 @pytest.fixture(params=["stock", "hardened"])

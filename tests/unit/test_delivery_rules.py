@@ -12,7 +12,7 @@ import pytest
 from kappa_ingest.config.choices import DEFAULT_MODE, resolve_mode
 from kappa_ingest.delivery import guarantees as delivery
 from kappa_ingest.delivery import ledger
-from kappa_ingest.errors import UsageError
+from kappa_ingest.errors import KafkaUnavailable, UsageError
 from kappa_ingest.report.run import RunReport
 from kappa_ingest.sinks.task_stats import TaskStats
 from kappa_ingest.sinks.task_units import DROP, TaskInput
@@ -59,6 +59,29 @@ def test_ledger_records_round_trip_and_the_latest_entry_wins():
     assert e.row()["split_start"] == 100 and e.row()["part"] == 1
 
 
+def test_a_ledger_records_kind_is_its_header_or_for_older_records_its_keys_json():
+    e = ledger.Entry("orders", Unit("/in/a.csv", 0, 100), 300, 17, "run-2", "run-1", "exactly-once")
+    key, value = e.record()
+    claim_key, superseded_key = b'{"lock":"orders","run":"r"}', b'{"superseded":"r"}'
+    assert ledger.kind_of(key, ledger.kind_headers(ledger.ENTRY)) == ledger.ENTRY
+    assert ledger.kind_of(claim_key, [("other", b"x"), *ledger.kind_headers(ledger.CLAIM)]) == ledger.CLAIM
+    # Written before the header: told by the key's JSON, laid out however its writer chose.
+    assert ledger.kind_of(key, None) == ledger.ENTRY
+    assert ledger.kind_of(b'{ "lock" : "orders", "run": "r"}', None) == ledger.CLAIM
+    assert ledger.kind_of(b'{"run": "r", "lock": "orders"}', []) == ledger.CLAIM
+    assert ledger.kind_of(superseded_key, None) == ledger.SUPERSEDED
+    assert ledger.kind_of(b"not json", None) == ledger.kind_of(b'{"x": 1}', None) == "unknown"
+    record = ledger.Record(5, key, value, 0, ledger.ENTRY)
+    assert ledger.entry_of(record) == e
+    # A kind this version does not know, and another kind's record, are not entries; an
+    # entry that is not one fails the read, naming where it is, rather than being misread.
+    assert ledger.entry_of(record._replace(kind="checkpoint")) is None
+    assert ledger.entry_of(record._replace(kind=ledger.CLAIM)) is None
+    assert ledger.entry_of(record._replace(value=None)) is None  # deleted
+    with pytest.raises(KafkaUnavailable, match="offset 5 says it is an entry"):
+        ledger.entry_of(record._replace(key=claim_key))
+
+
 def test_the_modes_each_sink_keeps_and_what_rules_exactly_once_out():
     ok = {"acks": "all", "enable.idempotence": "true"}
     assert resolve_mode(None, "confluent", ok) == DEFAULT_MODE
@@ -99,9 +122,18 @@ def test_which_entries_count_as_delivered_depends_on_the_scope_and_the_files_ver
     other_run = ledger.Entry("t", unit, 10, 5, "other", "other", "exactly-once")
     older_file = ledger.Entry("t", unit, 9, 4, "r1", "r1", "exactly-once")
     assert task.delivered(same_lineage) and not task.delivered(other_run) and not task.delivered(older_file)
-    incremental = replace(task, incremental=True)
-    assert incremental.delivered(other_run) and not incremental.delivered(older_file)
+    incremental_or_resumed = replace(task, any_run=True)
+    assert incremental_or_resumed.delivered(other_run) and not incremental_or_resumed.delivered(older_file)
     assert not task.delivered(None)
+
+
+def test_one_rule_says_which_entries_count_as_delivered():
+    """Before the run (--resume, --incremental read the ledger) and in its tasks
+    (TaskDelivery.delivered): any run's entry counts for them, for a plain run its lineage's."""
+    unit = Unit("/in/x.csv", 0, 10)
+    other = ledger.Entry("t", unit, 10, 5, "other", "other", "exactly-once")
+    assert delivery.counts_as_delivered(other, 10, 5, None) and not delivery.counts_as_delivered(other, 10, 5, "r1")
+    assert not delivery.counts_as_delivered(other, 10, 6, None)  # the file changed since
 
 
 def test_the_transaction_timeout_covers_the_longest_task_within_the_brokers_maximum():
@@ -172,3 +204,10 @@ def test_rows_committed_by_an_attempt_spark_saw_fail_count_as_sent_once():
     assert report.delivery["transactions_aborted"] == 1
     assert report.delivery["committed_by_failed_attempts"] == {"units": 1, "rows": 5}
     assert Counter(c["name"].split(" ")[0] for c in report.checks)["executors'"] == 1
+
+
+def test_a_tail_of_the_ledger_refuses_to_start_from_nowhere():
+    """A task's reading of the ledger begins where the run's ended; with no start it would
+    read nothing, and send again a unit another writer committed meanwhile."""
+    with pytest.raises(ValueError, match="no start offsets"):
+        ledger.Tail({"bootstrap.servers": "127.0.0.1:1"}, "_ledger", "t", {})

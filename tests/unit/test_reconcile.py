@@ -43,24 +43,37 @@ def test_a_duplicate_and_a_loss_do_not_cancel_out():
     assert not v.checks[0][1] and v.duplicates == 3 and v.duplicates_by_file == {"/a": 3}
     # Within one file, unit by unit: unit u1 committed twice (its second copy lies outside the
     # offsets its transaction wrote), unit u2 lost; the file's count balances.
-    u1, u2 = Unit("/a", 0, 10), Unit("/a", 10, 10)
-    units = {u1: 5, u2: 5}
+    u1, u2 = (Unit("/a", 0, 10),), (Unit("/a", 10, 10),)
+    sent = {u1: 5, u2: 5}
     in_place = reconcile.ReadBack(Counter({("r", "/a"): 10}), Counter({u1: 5}))
-    v = reconcile.check("exactly-once", 10, 10, None, 0, in_place, "r", {"/a": 10}, units)
-    assert v.checks[0][1] and not v.checks[1][1] and v.checks[1][3] == "1 differ"
-    whole = reconcile.ReadBack(Counter({("r", "/a"): 10}), Counter(units))
+    v = reconcile.check("exactly-once", 10, 10, None, 0, in_place, "r", {"/a": 10}, sent)
+    assert v.checks[0][1] and not v.checks[1][1]
+    assert (
+        v.checks[1][2] == "2 units in 2 transactions" and v.checks[1][3] == "1 differ (/a [10, 20): 0 of 5 rows there)"
+    )
+    whole = reconcile.ReadBack(Counter({("r", "/a"): 10}), Counter(sent))
     assert all(
-        ok for _, ok, _, _ in reconcile.check("exactly-once", 10, 10, None, 0, whole, "r", {"/a": 10}, units).checks
+        ok for _, ok, _, _ in reconcile.check("exactly-once", 10, 10, None, 0, whole, "r", {"/a": 10}, sent).checks
+    )
+    # A task's transaction over shuffled input holds several units: its offsets hold their rows together.
+    both = (u1[0], u2[0])
+    together = reconcile.check("exactly-once", 10, 10, None, 0, reconcile.ReadBack(Counter({("r", "/a"): 10}),
+                               Counter({both: 10})), "r", {"/a": 10}, {both: 10})  # fmt: skip
+    assert together.checks[1] == (
+        reconcile.UNIT_BY_UNIT,
+        True,
+        "2 units in 1 transactions",
+        "2 units in 1 transactions",
     )
 
 
 def test_records_are_told_apart_by_the_offsets_their_units_transactions_wrote():
-    u1, u2 = Unit("/a", 0, 10), Unit("/a", 10, 10)
+    u1, u2 = (Unit("/a", 0, 10),), (Unit("/a", 10, 10), Unit("/b", 0, 10))
     where = reconcile._index({u1: [(0, 100, 5), (1, 7, 2)], u2: [(0, 105, 3)]})
-    assert reconcile._unit_at(where, 0, 100) == u1 and reconcile._unit_at(where, 0, 104) == u1
-    assert reconcile._unit_at(where, 0, 105) == u2 and reconcile._unit_at(where, 0, 107) == u2
-    assert reconcile._unit_at(where, 0, 108) is None and reconcile._unit_at(where, 0, 99) is None
-    assert reconcile._unit_at(where, 1, 8) == u1 and reconcile._unit_at(where, 2, 8) is None
+    assert reconcile._units_at(where, 0, 100) == u1 and reconcile._units_at(where, 0, 104) == u1
+    assert reconcile._units_at(where, 0, 105) == u2 and reconcile._units_at(where, 0, 107) == u2
+    assert reconcile._units_at(where, 0, 108) is None and reconcile._units_at(where, 0, 99) is None
+    assert reconcile._units_at(where, 1, 8) == u1 and reconcile._units_at(where, 2, 8) is None
 
 
 def test_at_least_once_counts_duplicates_of_retried_tasks_and_refuses_others():

@@ -12,11 +12,16 @@ and fenced so that it can commit nothing more), then reads the ledger, and sends
 only if no entry of it is there. Of two writers of a unit, whichever initialises later
 either sees the other's commit or has fenced it. No clock, lease or lock takes part.
 
-The scope says whose entries count as delivered: ``--incremental`` runs share their
-topic's (any run's delivery of a unit counts: a topic fed by scheduled runs holds every
-row once, whatever they overlap); any other run has its lineage's (the run and the runs
-resuming it: a plain run sends all it is given, the second plain run of a file sends it
-again, as asked). Over shuffled input (more producers than splits, or ordered by key)
+Which entries count as delivered is one rule, :func:`counts_as_delivered`, asked by
+``--incremental`` and ``--resume`` before a run and by every task during it. An entry
+counts when it is of the file as it is now (size and modification time) and, for a plain
+run, of its own lineage (its own attempts: a plain run sends all it is given, the second
+plain run of a file sends it again, as asked). For ``--incremental`` and ``--resume``
+runs any run's entry counts: a topic fed by scheduled runs holds every row once, whatever
+they overlap, and a resumed run sends only what the topic lacks, even where another run
+delivered a unit since. It could not be otherwise for ``--resume``: the ledger is keyed
+by topic and unit, so compaction keeps only the latest run's entry of a unit, and an
+earlier run's entry of its own is gone once another run delivered the unit again. Over shuffled input (more producers than splits, or ordered by key)
 a task holds one part of many units and writes them in one transaction, under an id of
 its part; its units are only ever written by that part.
 
@@ -151,7 +156,7 @@ class TaskDelivery:
     ordered: bool = False  # rows come sorted by event time: sent in that order, not unit by unit
     pace: tuple[int, float, int] | None = None  # (first event ms, speed, wall ms it is sent at): --replay-speed
     scope: str = ""  # scope_prefix(): the transactional ids' prefix
-    incremental: bool = False  # any run's entry of a unit counts as delivered, not only the lineage's
+    any_run: bool = False  # --incremental and --resume: any run's entry counts as delivered (counts_as_delivered)
     shuffled: bool = False  # a task holds one part of many units: one transaction per task, not per unit
 
     @property
@@ -159,12 +164,18 @@ class TaskDelivery:
         return self.mode == EXACTLY_ONCE
 
     def delivered(self, entry: Entry | None) -> bool:
-        """Whether a ledger entry of a unit shows it delivered, for this run: of the file as it
-        is now, and by a run of the scope (any run for an incremental run, else the lineage)."""
+        """Whether a ledger entry of a unit shows it delivered, for this run (:func:`counts_as_delivered`)."""
         if entry is None:
             return False
         size, mtime = self.files.get(entry.unit.file, (-1, -1))
-        return entry.matches(size, mtime) and (self.incremental or entry.lineage == self.lineage)
+        return counts_as_delivered(entry, size, mtime, None if self.any_run else self.lineage)
+
+
+def counts_as_delivered(entry: Entry | None, size: int, mtime_ms: int, lineage: str | None) -> bool:
+    """Whether ``entry`` (the ledger's latest of a unit) shows the unit delivered to a run: it
+    is of the file as it is now (``size``, ``mtime_ms``) and, unless ``lineage`` is None (an
+    --incremental or --resume run: any run's entry counts), written by a run of ``lineage``."""
+    return entry is not None and entry.matches(size, mtime_ms) and (lineage is None or entry.lineage == lineage)
 
 
 def kafka_timeout_s(settings: dict[str, str]) -> float:

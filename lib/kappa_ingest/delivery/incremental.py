@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kappa_ingest.delivery import ledger
+from kappa_ingest.delivery.guarantees import counts_as_delivered
 from kappa_ingest.delivery.ledger import Entry
 from kappa_ingest.errors import InputError, UsageError
 from kappa_ingest.source.inputs import resolve_inputs
@@ -49,7 +50,7 @@ def classify(files: list[InputFile], entries: list[Entry], topic: str) -> Backlo
     out = Backlog()
     for f in sorted(files, key=lambda f: (f.mtime_ms, f.path)):
         mine = by_file.get(f.path, [])
-        current = [e for e in mine if e.matches(f.size, f.mtime_ms)]
+        current = [e for e in mine if counts_as_delivered(e, f.size, f.mtime_ms, None)]
         if not current and mine:
             out.changed.append((f, mine[0]))
             continue

@@ -17,8 +17,13 @@ the at-least-once duplicate), never the other way round.
 
 A record's key names the unit in its topic, ``[topic, file, start, length, part, parts]``
 as JSON, so compaction keeps the latest delivery of each; its value is the entry below.
-Records whose keys are JSON objects are not entries: the topic's lock claims (``lock.py``)
-and ``{"superseded": RUN}``, written by a run that took over RUN (its tasks stop at it).
+The ledger holds three kinds of record, each with its kind in a ``kind`` header:
+``entry`` (a unit delivered), ``claim`` (the topic's lock, ``lock.py``: key
+``{"lock": TOPIC, "run": RUN}``) and ``superseded`` (key ``{"superseded": RUN}``, written
+by a run that took RUN over: its tasks stop at it). Records written before the header are
+told apart by their key's JSON (an array, or an object and its first field); a kind this
+version does not know is skipped, and a record that says it is an entry but is not one
+fails the read, naming its offset, rather than being misread.
 
 The ledger must be one partition (one order of claims and entries that every reader
 agrees on), compacted (entries never expire) and timestamped by the broker
@@ -103,11 +108,41 @@ def latest(entries: list[Entry]) -> dict[tuple[str, Unit], Entry]:
     return out
 
 
+ENTRY, CLAIM, SUPERSEDED = "entry", "claim", "superseded"  # the kinds of ledger record
+KIND_HEADER = "kind"
+
+
+def kind_headers(kind: str) -> list[tuple[str, bytes]]:
+    """The headers every ledger record of ``kind`` carries."""
+    return [(KIND_HEADER, kind.encode())]
+
+
 class Record(NamedTuple):
     offset: int
     key: bytes
     value: bytes | None
     timestamp_ms: int  # the broker's (LogAppendTime)
+    kind: str = ""  # ENTRY, CLAIM, SUPERSEDED, or another writer's kind (skipped)
+
+
+def kind_of(key: bytes | None, headers: list[tuple[str, bytes]] | None) -> str:
+    """A ledger record's kind: its ``kind`` header, else (records from before the header)
+    what its key is: an entry's is a JSON array, a claim's an object with ``lock``, a
+    superseding record's one with ``superseded``."""
+    for name, value in headers or ():
+        if name == KIND_HEADER:
+            return value.decode(errors="replace")
+    try:
+        key_json = json.loads(key or b"")
+    except ValueError:
+        return "unknown"
+    if isinstance(key_json, list):
+        return ENTRY
+    if isinstance(key_json, dict) and "lock" in key_json:
+        return CLAIM
+    if isinstance(key_json, dict) and "superseded" in key_json:
+        return SUPERSEDED
+    return "unknown"
 
 
 def read(
@@ -133,9 +168,16 @@ def snapshot(
 
 
 def entry_of(r: Record) -> Entry | None:
-    if r.value is None or r.key.startswith(b"{"):
+    """The entry a ledger record holds; None for other kinds, and for a deleted entry."""
+    if r.kind != ENTRY or r.value is None:
         return None
-    return Entry.from_record(r.key, r.value)
+    try:
+        return Entry.from_record(r.key, r.value)
+    except (ValueError, TypeError) as e:
+        raise KafkaUnavailable(
+            f"the delivery ledger's record at offset {r.offset} says it is an entry but is not one ({e}): a writer"
+            " this version of kappa-ingest does not know wrote to the ledger"
+        ) from e
 
 
 def read_records(
@@ -166,8 +208,8 @@ def _records(
     consumer = _consumer(conf, isolation)
     try:
         md = consumer.list_topics(ledger_topic, timeout=timeout_s).topics.get(ledger_topic)
-        if md is None or md.error is not None:
-            return [], {}  # no ledger yet: nothing delivered
+        if md is None or md.error is not None:  # no ledger yet: nothing delivered; whatever is, from its start
+            return [], {0: 0}  # (the ledger has one partition: ensure() refuses any other)
         parts = sorted(md.partitions)
         ends = high_watermarks(conf, ledger_topic, len(parts), timeout_s)
         first = {p: (start or {}).get(p, OFFSET_BEGINNING) for p in parts}
@@ -199,7 +241,7 @@ def _consume(
         for m in consumer.consume(1000, timeout=0.05):  # consume() waits out its timeout unless the batch fills
             err = m.error()
             if err is None:
-                take(Record(m.offset(), m.key(), m.value(), m.timestamp()[1]))
+                take(Record(m.offset(), m.key(), m.value(), m.timestamp()[1], kind_of(m.key(), m.headers())))
                 if m.offset() + 1 >= ends[m.partition()]:
                     todo.discard(m.partition())
             elif err.code() == KafkaError._PARTITION_EOF:
@@ -218,6 +260,8 @@ class Tail:
     ``superseded``: runs taken over by another (run -> the run that took over)."""
 
     def __init__(self, conf: dict[str, Any], ledger_topic: str, topic: str, start: dict[int, int]) -> None:
+        if not start:  # it would read nothing, and a unit another writer committed would be sent again
+            raise ValueError(f"reading the delivery ledger {ledger_topic!r} on from nowhere: no start offsets given")
         self.conf, self.ledger_topic, self.topic = conf, ledger_topic, topic
         self.position = dict(start)
         self.entries: dict[Unit, Entry] = {}
@@ -247,7 +291,7 @@ class Tail:
             raise KafkaUnavailable(f"reading the delivery ledger {self.ledger_topic!r}: {e.args[0].str()}") from e
 
     def _take(self, r: Record) -> None:
-        if r.value is not None and r.key.startswith(b'{"superseded"'):
+        if r.kind == SUPERSEDED and r.value is not None:
             self.superseded[json.loads(r.key)["superseded"]] = json.loads(r.value)["by"]
             return
         e = entry_of(r)
@@ -265,7 +309,7 @@ def supersede(conf: dict[str, Any], ledger_topic: str, runs: list[str], by: str)
     """Record that ``by`` took over ``runs``: a task of theirs still alive somewhere stops at
     its next unit (it reads the ledger after initialising the unit's transactional id)."""
     write_records(conf, ledger_topic, [(json.dumps({"superseded": r}, separators=(",", ":")).encode(),
-                                        json.dumps({"by": by}).encode()) for r in runs])  # fmt: skip
+                                        json.dumps({"by": by}).encode()) for r in runs], kind=SUPERSEDED)  # fmt: skip
 
 
 def write(conf: dict[str, Any], ledger_topic: str, entries: list[Entry], timeout_s: float = READ_TIMEOUT_S) -> None:
@@ -276,7 +320,11 @@ def write(conf: dict[str, Any], ledger_topic: str, entries: list[Entry], timeout
 
 
 def write_records(
-    conf: dict[str, Any], ledger_topic: str, records: list[tuple[bytes, bytes]], timeout_s: float = READ_TIMEOUT_S
+    conf: dict[str, Any],
+    ledger_topic: str,
+    records: list[tuple[bytes, bytes]],
+    timeout_s: float = READ_TIMEOUT_S,
+    kind: str = ENTRY,
 ) -> None:
     from confluent_kafka import Producer
 
@@ -291,7 +339,7 @@ def write_records(
     producer = Producer({**conf, "acks": "all", "enable.idempotence": True, "logger": LOG})
     try:
         for key, value in records:
-            producer.produce(ledger_topic, value, key, on_delivery=on_delivery)
+            producer.produce(ledger_topic, value, key, on_delivery=on_delivery, headers=kind_headers(kind))
         remaining = producer.flush(timeout_s)
     finally:
         discard_queued(producer)

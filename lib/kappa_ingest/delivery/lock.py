@@ -48,6 +48,7 @@ from kappa_ingest.kafka.topics import LOG
 LEASE_S = 60.0
 WRITE_TIMEOUT_S = 10.0
 RELEASE_TIMEOUT_S = 2.0  # a run ending because Kafka is gone must not wait for it here
+LOOK_TIMEOUT_S = 5.0  # a renewal's read of the ledger (release() waits for one under way)
 _HELD: set[str] = set()  # runs of this process holding their lock (a notebook runs several, one after another)
 
 
@@ -125,7 +126,7 @@ def claims(records: list[ledger.Record], topic: str) -> dict[str, Claim]:
     """The latest live claim of each run on ``topic`` (withdrawn ones dropped)."""
     out: dict[str, Claim] = {}
     for r in records:
-        if not r.key.startswith(b'{"lock"'):
+        if r.kind != ledger.CLAIM:
             continue
         k = json.loads(r.key)
         if k.get("lock") != topic:
@@ -136,10 +137,6 @@ def claims(records: list[ledger.Record], topic: str) -> dict[str, Claim]:
             values = {n: v for n, v in json.loads(r.value).items() if n in _CLAIM_FIELDS}
             out[k["run"]] = Claim(topic, k["run"], **values, ts=r.timestamp_ms)
     return out
-
-
-def _superseded_key(run_id: str) -> bytes:
-    return json.dumps({"superseded": run_id}, separators=(",", ":")).encode()
 
 
 @dataclass
@@ -184,33 +181,40 @@ class Lock:
         """Read the ledger from where this lock last read up to its renewal at ``upto``:
         another run's tombstone of the claim, or a record superseding the run, is a takeover."""
         assert self.claim is not None
-        own, superseded = self.claim.key(), _superseded_key(self.claim.run_id)
-        records = ledger.read_records(self.conf, self.ledger_topic, start={0: self.position},
+        run, topic = self.claim.run_id, self.claim.topic
+        records = ledger.read_records(self.conf, self.ledger_topic, LOOK_TIMEOUT_S, start={0: self.position},
                                       isolation="read_uncommitted")  # fmt: skip
         for r in records:
             if r.offset > upto:
                 break
             self.position = r.offset + 1
-            if (r.key == own and r.value is None) or r.key == superseded:
+            withdrawn = r.kind == ledger.CLAIM and r.value is None and json.loads(r.key) == {"lock": topic, "run": run}
+            if withdrawn or (r.kind == ledger.SUPERSEDED and json.loads(r.key).get("superseded") == run):
                 by = json.loads(r.value)["by"] if r.value is not None else "another run"
                 self._lose(f"run {self.claim.run_id} lost its lock on topic {self.claim.topic}: {by} took it over"
                            " (it found this run dead)")  # fmt: skip
                 return
 
     def _lose(self, reason: str) -> None:
+        if self._stop.is_set():  # released meanwhile: the run is over, nothing of it to stop
+            return
         self.lost = reason
         _HELD.discard(self.claim.run_id if self.claim else "")
         if self._on_lost is not None:
             self._on_lost(reason)
 
     def release(self) -> None:
-        """Withdraw the claim, once (best effort: a run that cannot is found dead by the next one)."""
+        """Withdraw the claim, once (best effort: a run that cannot is found dead by the next one).
+        A renewal under way ends first: once this returns, ``on_lost`` is never called."""
         with self._mutex:
             if self._stop.is_set():
                 return
             self._stop.set()
         if self.claim is None:
             return
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(RELEASE_TIMEOUT_S + LOOK_TIMEOUT_S + 1)
         _HELD.discard(self.claim.run_id)
         try:
             _write(self.conf, self.ledger_topic, self.claim.key(), None, RELEASE_TIMEOUT_S)
@@ -246,7 +250,8 @@ def _write(
     # Not idempotent: one record, and a retried duplicate of it says the same; an idempotent
     # producer first waits ~0.5 s for its producer id, which every run would pay twice.
     producer = Producer({**conf, "acks": "all", "linger.ms": 0, "logger": LOG})
-    producer.produce(ledger_topic, value, key, on_delivery=lambda err, msg: got.append((err, msg)))
+    producer.produce(ledger_topic, value, key, on_delivery=lambda err, msg: got.append((err, msg)),
+                     headers=ledger.kind_headers(ledger.CLAIM))  # fmt: skip
     producer.flush(timeout_s)
     if not got or got[0][0] is not None:
         why = got[0][0].str() if got else f"no answer in {timeout_s:.0f} s"

@@ -9,10 +9,15 @@ Two ways to know, the cheap one first:
 - read back: otherwise a ``read_committed`` consumer reads the topic between the run's
   first and last offsets and counts the records whose ``run_id`` header names this run
   (or, for a resumed run, the runs it continues), per source file, and per unit where the
-  run knows the offsets its unit's transaction wrote (the C loop notes them from its
-  delivery reports). Other producers' records, aborted transactions and markers do not
+  run knows the offsets its unit's transaction wrote (see "Unit by unit" below). Other producers' records, aborted transactions and markers do not
   count; a unit sent twice does, and so does one missing: in every mode the report's
   duplicates are the ones the consumer found.
+
+Unit by unit: the C producer loop notes, from its delivery reports, the offsets each
+transaction's records were written to (a transaction is one unit; over shuffled input, or
+at-least-once, a task's units together). The read-back counts the run's records inside
+those offsets, and each transaction must find there exactly the rows its units' ledger
+entries say: records moved, missing or written by another transaction show.
 
 :func:`check` is pure: it turns the counts into the report's checks.
 """
@@ -29,7 +34,8 @@ from kappa_ingest.errors import KafkaUnavailable
 from kappa_ingest.kafka.topics import LOG
 from kappa_ingest.source.splits import Unit, canonical_file
 
-Runs = dict[Unit, list[tuple[int, int, int]]]  # where each unit's records landed: (partition, first offset, count)
+# Where each transaction's records landed, (partition, first offset, count) runs, by the units it delivered.
+Located = dict[tuple[Unit, ...], list[tuple[int, int, int]]]
 
 READ_BACK_TIMEOUT_S = 120.0
 
@@ -39,7 +45,7 @@ class ReadBack:
     """Records per (run_id, source_file) found by a read_committed consumer."""
 
     counts: Counter[tuple[str, str]] = field(default_factory=Counter)
-    by_unit: Counter[Unit] = field(default_factory=Counter)  # of the units whose offsets were given
+    by_transaction: Counter[tuple[Unit, ...]] = field(default_factory=Counter)  # inside each one's offsets, if given
     seconds: float = 0.0
     # With by_partition: [records, first timestamp ms, last timestamp ms] per partition.
     partitions: dict[int, list[int]] = field(default_factory=dict)
@@ -73,19 +79,19 @@ def read_back(
     run_ids: set[str],
     timeout_s: float = READ_BACK_TIMEOUT_S,
     by_partition: bool = False,
-    units: Runs | None = None,
+    located: Located | None = None,
 ) -> ReadBack:
     """Count the committed records of ``run_ids`` in ``topic`` between offsets ``start``
     and ``end`` (per partition; a start of ``OFFSET_BEGINNING`` reads from the first kept);
-    ``by_partition`` also their count and first and last timestamp per partition; ``units``
-    (where each unit's records landed) also the records found of each unit.
+    ``by_partition`` also their count and first and last timestamp per partition; ``located``
+    (where each transaction's records landed) also the records found inside each one's offsets.
     KafkaUnavailable if the end is not reached in time (a transaction another producer
     left open holds read_committed consumers back)."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     began = time.monotonic()
     wanted = {r.encode() for r in run_ids}
-    where = _index(units or {})
+    where = _index(located or {})
     todo = {p for p, e in end.items() if e > start.get(p, 0)}
     out = ReadBack()
     if not todo:
@@ -135,9 +141,9 @@ def read_back(
                     if by_partition:
                         _span(out.partitions, p, m.timestamp()[1])
                     if where:
-                        unit = _unit_at(where, p, m.offset())
-                        if unit is not None:
-                            out.by_unit[unit] += 1
+                        units = _units_at(where, p, m.offset())
+                        if units is not None:
+                            out.by_transaction[units] += 1
                 if m.offset() + 1 >= end[p]:
                     todo.discard(p)
         consumer.unassign()
@@ -167,7 +173,7 @@ def _read_in_c(
     deadline: float,
     out: ReadBack,
     by_partition: bool,
-    where: dict[int, tuple[list[int], list[tuple[int, Unit]]]],
+    where: dict[int, tuple[list[int], list[tuple[int, tuple[Unit, ...]]]]],
     timeout_s: float,
 ) -> Counter[tuple[bytes, bytes]]:
     """read_back's loop over c/consume.c's arrays (the same rules, a batch of records at a time)."""
@@ -215,22 +221,24 @@ def _read_in_c(
                 stops = np.asarray([stop for stop, _ in rest] + [0])
                 inside = (i >= 0) & (offsets[at] < stops[i])
                 for j, n in zip(*np.unique(i[inside], return_counts=True), strict=True):
-                    out.by_unit[rest[int(j)][1]] += int(n)
+                    out.by_transaction[rest[int(j)][1]] += int(n)
     return raw
 
 
-def _index(units: Runs) -> dict[int, tuple[list[int], list[tuple[int, Unit]]]]:
-    """Per partition, the runs' first offsets in order, with each run's end and unit."""
-    runs = sorted((p, first, first + count, unit) for unit, rs in units.items() for p, first, count in rs)
-    out: dict[int, tuple[list[int], list[tuple[int, Unit]]]] = {}
-    for p, first, stop, unit in runs:
+def _index(located: Located) -> dict[int, tuple[list[int], list[tuple[int, tuple[Unit, ...]]]]]:
+    """Per partition, the runs' first offsets in order, with each run's end and transaction."""
+    runs = sorted((p, first, first + count, units) for units, rs in located.items() for p, first, count in rs)
+    out: dict[int, tuple[list[int], list[tuple[int, tuple[Unit, ...]]]]] = {}
+    for p, first, stop, units in runs:
         starts, rest = out.setdefault(p, ([], []))
         starts.append(first)
-        rest.append((stop, unit))
+        rest.append((stop, units))
     return out
 
 
-def _unit_at(where: dict[int, tuple[list[int], list[tuple[int, Unit]]]], partition: int, offset: int) -> Unit | None:
+def _units_at(
+    where: dict[int, tuple[list[int], list[tuple[int, tuple[Unit, ...]]]]], partition: int, offset: int
+) -> tuple[Unit, ...] | None:
     found = where.get(partition)
     if found is None:
         return None
@@ -268,11 +276,12 @@ def check(
     found: ReadBack | None,
     run_id: str,
     sent_by_file: dict[str, int],
-    sent_by_unit: dict[Unit, int] | None = None,
+    sent_by_transaction: dict[tuple[Unit, ...], int] | None = None,
 ) -> Verdict:
     """The broker's account of the run. With ``found`` (a read back) the run's own records
-    decide, file by file and, for the units in ``sent_by_unit`` (those whose offsets the
-    run knows), unit by unit; without it the offsets must balance exactly (``growth``)."""
+    decide, file by file and, for the transactions in ``sent_by_transaction`` (those whose
+    offsets the run knows: their units' rows sent), unit by unit; without it the offsets
+    must balance exactly (``growth``)."""
     if found is None:
         name = "topic grew by rows_sent" + (f" + {growth - rows_sent} commit markers" if growth != rows_sent else "")
         return Verdict([(name, offset_delta == growth, growth, offset_delta)], "offsets")
@@ -292,11 +301,24 @@ def check(
         if duplicates:
             checks.append(("records sent twice only by retried tasks", failed_attempts > 0, "failed attempts > 0",
                            failed_attempts))  # fmt: skip
-    if sent_by_unit:
-        off = {u: (n, found.by_unit.get(u, 0)) for u, n in sent_by_unit.items() if found.by_unit.get(u, 0) != n}
-        checks.append(("each unit's records are where its transaction wrote them, unit by unit", not off,
-                       f"{len(sent_by_unit)} units", f"{len(off)} differ" if off else f"{len(sent_by_unit)} units"))  # fmt: skip
+    if sent_by_transaction:
+        checks.append(unit_by_unit(mode, sent_by_transaction, found))
     return Verdict(checks, how, duplicates, extra)
+
+
+UNIT_BY_UNIT = "each unit's records are where its producer wrote them, unit by unit"
+
+
+def unit_by_unit(mode: str, sent: dict[tuple[Unit, ...], int], found: ReadBack) -> tuple[str, bool, Any, Any]:
+    """The check that each transaction's offsets hold its units' rows: how many differ, and the first."""
+    units = sum(len(g) for g in sent)
+    whole = f"{units} units in {len(sent)} {'transactions' if mode == 'exactly-once' else 'producers'}"
+    off = [(g, n, found.by_transaction.get(g, 0)) for g, n in sent.items() if found.by_transaction.get(g, 0) != n]
+    if not off:
+        return UNIT_BY_UNIT, True, whole, whole
+    g, n, got = off[0]
+    first = f"{g[0].label()}{f' and {len(g) - 1} more units' if len(g) > 1 else ''}: {got:,} of {n:,} rows there"
+    return UNIT_BY_UNIT, False, whole, f"{len(off)} differ ({first})"
 
 
 def check_lineage(mode: str, found: ReadBack, lineage_runs: set[str], rows_by_file: dict[str, int]) -> Verdict:

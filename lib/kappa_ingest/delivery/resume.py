@@ -10,7 +10,8 @@ it reads the ledger, taking the topic's lock ends what the runs it continues lef
 :func:`kappa_ingest.delivery.guarantees.end_lingering`), and a task of theirs still alive somewhere
 shares its units' transactional ids with this run's (the same lineage): whichever of the
 two initialises a unit later sees the other's commit or has fenced it. A unit is skipped
-if the ledger shows it delivered to the topic, as the file is now.
+if the ledger shows it delivered to the topic, as the file is now, by any run
+(:func:`kappa_ingest.delivery.guarantees.counts_as_delivered` says why any run's).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from kappa_ingest.config.resumed import find, summaries
 from kappa_ingest.delivery import ledger
+from kappa_ingest.delivery.guarantees import counts_as_delivered
 from kappa_ingest.delivery.ledger import Entry
 from kappa_ingest.errors import InputError, UsageError
 from kappa_ingest.source.splits import Plan, Unit
@@ -83,7 +85,7 @@ def prepare(cfg: Any, conf: dict[str, Any]) -> Resumption:
     for unit in plan.units():
         entry = latest.get((cfg.topic, unit))
         f = plan.file(unit.file)
-        if entry is not None and f is not None and entry.matches(f.size, f.mtime_ms):
+        if entry is not None and f is not None and counts_as_delivered(entry, f.size, f.mtime_ms, None):
             delivered[unit] = entry
     left = {u.file for u in plan.units() if u not in delivered}
     before = (root.get("broker") or {}).get("offsets_before_by_partition") or {}

@@ -70,7 +70,7 @@ _SIGNATURES = {
     "kp_batch_size": (_c.c_size_t, []),
     "kp_new": (_P, [_c.POINTER(_c.c_char_p), _c.POINTER(_c.c_char_p), _c.c_int, _c.c_char_p, _c.c_size_t]),
     "kp_produce": (_c.c_int64, [_P, _c.POINTER(Batch), _c.POINTER(_c.c_int)]),
-    "kp_produce_one": (_c.c_int, [_P, _c.c_char_p, _c.c_char_p, _c.c_size_t, _c.c_char_p, _c.c_size_t]),
+    "kp_produce_one": (_c.c_int, [_P, _c.c_char_p, _c.c_char_p, _c.c_size_t, _c.c_char_p, _c.c_size_t, _c.c_char_p]),
     "kp_produce_with_headers": (_c.c_int, [_P, _c.c_char_p, _c.c_char_p, _c.c_size_t, _c.c_int, _CHARS, _CHARS, _I64S]),
     "kp_flush": (_c.c_int, [_P, _c.c_int]),
     "kp_warm": (_c.c_int, [_P, _c.c_int]),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+from kappa_ingest import failpoints
 from kappa_ingest.config import IngestConfig
 from kappa_ingest.config.choices import EXACTLY_ONCE
 from kappa_ingest.delivery import guarantees as delivery
@@ -24,6 +25,7 @@ def reconcile_run(
 ) -> None:
     """The broker's account of the run: offsets if they balance exactly, else a read back."""
     assert sent.after is not None
+    failpoints.hold(failpoints.BEFORE_RECONCILE, cfg.run_id)
     stats = sent.outcome.stats
     delta = report.add_offsets(sent.before, sent.after)
     own = sum(s.rows_sent for s in stats)
@@ -32,29 +34,31 @@ def reconcile_run(
     sent_by_file: dict[str, int] = {}
     for e in entries:
         sent_by_file[e.unit.file] = sent_by_file.get(e.unit.file, 0) + e.rows_sent
-    units = {u: r for s in stats for u, r in s.offset_runs().items()}
-    sent_by_unit = {e.unit: e.rows_sent for e in entries if e.unit in units}
+    located = {units: runs for s in stats for units, runs in s.offset_runs().items()}
+    rows_of = {e.unit: e.rows_sent for e in entries}
+    sent_by_transaction = {g: sum(rows_of[u] for u in g) for g in located if all(u in rows_of for u in g)}
     if resumption is not None:
         # The runs before this one may have sent rows of the units this one sends: count them all.
         runs = set(resumption.lineage_runs) | {e.run_id for e in resumption.delivered.values()}
         start = {p: resumption.root_offsets_before.get(p, o) for p, o in sent.before.items()}
-        found = reconcile.read_back(sent.conf, cfg.topic, start, sent.after, runs, units=units)
+        found = reconcile.read_back(sent.conf, cfg.topic, start, sent.after, runs, located=located)
         rows_by_file: dict[str, int] = {}
         for e in [*resumption.delivered.values(), *entries]:
             rows_by_file[e.unit.file] = rows_by_file.get(e.unit.file, 0) + e.rows_sent
         own = reconcile.check(cfg.delivery, report.rows_sent, delta, growth, failed, found, cfg.run_id, sent_by_file,
-                              sent_by_unit)  # fmt: skip
+                              sent_by_transaction)  # fmt: skip
         lineage = reconcile.check_lineage(cfg.delivery, found, runs, rows_by_file)
-        by_unit = [c for c in own.checks if c[0].endswith("unit by unit")]
+        by_unit = [c for c in own.checks if c[0] == reconcile.UNIT_BY_UNIT]
         report.add_verdict(reconcile.Verdict([*own.checks[:1], *by_unit, *lineage.checks], lineage.verified_by,
                                              lineage.duplicates, lineage.duplicates_by_file))  # fmt: skip
     else:
         found = None
         others = other_writers(cfg, report, sent)
         if cfg.verify == "read-back" or failed or growth is None or delta != growth or others:
-            found = reconcile.read_back(sent.conf, cfg.topic, sent.before, sent.after, {cfg.run_id}, units=units)
+            found = reconcile.read_back(sent.conf, cfg.topic, sent.before, sent.after, {cfg.run_id},
+                                        located=located)  # fmt: skip
         report.add_verdict(reconcile.check(cfg.delivery, report.rows_sent, delta, growth, failed, found, cfg.run_id,
-                                           sent_by_file, sent_by_unit))  # fmt: skip
+                                           sent_by_file, sent_by_transaction))  # fmt: skip
     if sent.dead_letters is not None:
         reconcile_dead_letters(cfg, report, sent, failed)
     if report.broker_rate:

@@ -151,6 +151,8 @@ class RunReport:
         }
         self.delivery["transactions_committed"] = sum(s.transactions for s in stats)
         self.delivery["commit_retries"] = sum(s.commit_retries for s in stats)
+        self.delivery["init_retries"] = sum(s.init_retries for s in stats)
+        self.delivery["retry_wait_s"] = round(sum(s.retry_wait_ms for s in stats) / 1000, 3)
         # Time the tasks spent in transaction calls (init, which fences, and commit): what
         # exactly-once adds to their work, beside the ledger's few records.
         self.delivery["transaction_s"] = round(sum(s.transaction_ms for s in stats) / 1000, 3)

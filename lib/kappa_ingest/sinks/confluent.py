@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from kappa_ingest.delivery.ledger import discard_queued
+from kappa_ingest.delivery.ledger import ENTRY, discard_queued, kind_headers
 from kappa_ingest.sinks.producer import DeliveryFailed, Fenced, TransactionFailed, headers_by_file
 from kappa_ingest.source.records import Encoded
 
@@ -46,6 +46,7 @@ FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVAL
 # back ~50 ms). A transaction per unit makes one producer per unit: 70 ms -> 20 ms each.
 WARM_UP_MS = 5000
 TRANSACTIONAL = {"reconnect.backoff.ms": 5}
+ENTRY_KIND, ENTRY_HEADERS = ENTRY.encode(), kind_headers(ENTRY)  # the ledger entries' kind header
 
 
 def make_producer(
@@ -153,7 +154,7 @@ class NativePartitionProducer:
 
     def send_ledger(self, topic: str, records: list[tuple[bytes, bytes]]) -> None:
         for key, value in records:
-            e = self.lib.kp_produce_one(self.handle, topic.encode(), key, len(key), value, len(value))
+            e = self.lib.kp_produce_one(self.handle, topic.encode(), key, len(key), value, len(value), ENTRY_KIND)
             if e:
                 raise self._refused(e, "a ledger record")
 
@@ -290,7 +291,7 @@ class ConfluentPartitionProducer:
 
     def send_ledger(self, topic: str, records: list[tuple[bytes, bytes]]) -> None:
         for key, value in records:
-            self._produce(topic, value, key)
+            self._produce(topic, value, key, headers=ENTRY_HEADERS)
 
     def send_dead_letters(self, topic: str, records: list[tuple[bytes, list[tuple[str, bytes]]]]) -> None:
         for value, headers in records:

@@ -12,11 +12,13 @@ from typing import Any
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
+from kappa_ingest.delivery.ledger import ENTRY, kind_headers
 from kappa_ingest.sinks.producer import DeliveryFailed, Fenced, TransactionFailed, headers_by_file
 from kappa_ingest.source.records import Encoded
 
 FLUSH_TIMEOUT_S = 120.0
 CLOSE_TIMEOUT_S = 10.0
+ENTRY_HEADERS = kind_headers(ENTRY)  # the ledger entries' kind header
 _FENCED = ("ProducerFencedError", "InvalidProducerEpochError", "TransactionCoordinatorFencedError")
 
 
@@ -58,7 +60,7 @@ class KafkaPythonPartitionProducer:
     def send_ledger(self, topic: str, records: list[tuple[bytes, bytes]]) -> None:
         try:
             for key, value in records:
-                self._live().send(topic, value=value, key=key).add_errback(self._on_error)
+                self._live().send(topic, value=value, key=key, headers=ENTRY_HEADERS).add_errback(self._on_error)
         except KafkaError as e:
             # The entry goes out behind the unit's records, still in flight: a transaction
             # that one of them failed (or that a newer producer fenced) refuses it. That failure

@@ -39,12 +39,14 @@ class TaskStats:
     transactions: int = 0  # committed by this task
     aborted: int = 0  # transactions it aborted
     commit_retries: int = 0  # commit calls repeated after a retriable error
+    init_retries: int = 0  # init_transactions calls repeated (a retriable error, or a new producer after a fatal one)
+    retry_wait_ms: int = 0  # spent backing off before those retries
     markers: int = 0  # commit markers its transactions put in the topic's partitions; -1: unknown
     transaction_ms: int = 0  # spent initialising (fencing) and committing its transactions
     units: str = "[]"  # JSON: the ledger entries of the units it delivered
     inherited: str = "[]"  # JSON: entries of its units found delivered (by an earlier attempt, or another run)
     taken: str = "[]"  # JSON: units another writer took over and has not committed yet
-    offsets: str = "[]"  # JSON: [unit, [[partition, first offset, count], ...]] of units it committed, where known
+    offsets: str = "[]"  # JSON: [[unit, ...], [[partition, first offset, count], ...]] per transaction, where known
     failed: str = "{}"  # JSON: rows failing each row-level expectation (--quality-gate quarantine)
     record_loops: str = ""  # C | Python: the record loops its process ran
     notes: str = "[]"  # JSON: warnings raised in its process (task_notes)
@@ -84,8 +86,9 @@ class TaskStats:
     def taken_units(self) -> list[Unit]:
         return [Unit(**d) for d in json.loads(self.taken)]
 
-    def offset_runs(self) -> dict[Unit, list[tuple[int, int, int]]]:
-        return {Unit(**u): [tuple(r) for r in runs] for u, runs in json.loads(self.offsets)}
+    def offset_runs(self) -> dict[tuple[Unit, ...], list[tuple[int, int, int]]]:
+        """Where each of its transactions' records landed, by the units the transaction delivered."""
+        return {tuple(Unit(**u) for u in units): [tuple(r) for r in runs] for units, runs in json.loads(self.offsets)}
 
     def finish(self, task_input: TaskInput, entries: list[Entry]) -> None:
         self.lines_dropped = task_input.lines_dropped

@@ -23,6 +23,7 @@ counts it delivered once that writer's entry is in the ledger (``taken`` until t
 from __future__ import annotations
 
 import json
+import random
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -66,7 +67,7 @@ class Writer:
         self.producer: PartitionProducer | None = None
         self.task_input: TaskInput | None = None
         self.entries: list[Entry] = []  # of the units this task delivered
-        self.offsets: list[list] = []  # [unit, runs] where each unit's records landed, where known
+        self.offsets: list[list] = []  # [[unit, ...], runs]: where each transaction's records landed, where known
         self.began = 0.0  # when the open transaction began (time.monotonic)
         self.first_send: str | None = None  # the id of a transaction that has sent nothing yet
         self.taken: dict[Unit, None] = {}  # units another writer took over, not yet seen in the ledger
@@ -198,7 +199,15 @@ class Writer:
         self.stats.transactions += 1
         self.stats.markers = -1 if touched is None or self.stats.markers < 0 else self.stats.markers + touched
         self.entries.extend(entries)
+        self._note_offsets(producer, entries)
         return True
+
+    def _note_offsets(self, producer: PartitionProducer, entries: list[Entry]) -> None:
+        """Where the records of ``entries``' units landed, as the producer saw them acknowledged
+        (the C loop's delivery reports): the driver's read-back finds each unit's rows there."""
+        runs = producer.offset_runs()
+        if runs is not None and entries:
+            self.offsets.append([[asdict(e.unit) for e in entries], [list(r) for r in runs]])
 
 
 class UnitTransactions(Writer):
@@ -320,6 +329,7 @@ class Acknowledged(Writer):
             self.producer.send_ledger(self.d.ledger_topic, [e.record() for e in entries])
             self.producer.flush()
         self.entries = entries
+        self._note_offsets(self.producer, entries)  # the producer's records since it was made: the task's
 
 
 # The ledger's batches: a task's transaction over shuffled input commits an entry per unit at
@@ -352,9 +362,10 @@ def entry_for(task_input: TaskInput, d: TaskDelivery, stats: TaskStats, unit: Un
 
 def open_transactional(make: MakeProducer, txid: str, d: TaskDelivery, stats: TaskStats) -> PartitionProducer:
     """A producer of ``txid`` with its transactions initialised: a retriable error is
-    retried, a fatal one gets a new producer, within the delivery timeout."""
+    retried, a fatal one gets a new producer, within the delivery timeout, after a backoff."""
     t0 = time.monotonic()
     deadline = t0 + d.kafka_timeout_s
+    retries = 0
     for attempt in range(NEW_PRODUCERS):
         producer = make(txid)
         try:
@@ -366,9 +377,15 @@ def open_transactional(make: MakeProducer, txid: str, d: TaskDelivery, stats: Ta
                 except TransactionFailed as e:
                     if not (e.retriable and not e.fatal and time.monotonic() < deadline):
                         raise
+                    retries += 1
+                    stats.init_retries += 1
+                    _back_off(retries, deadline, stats)
         except TransactionFailed as e:
             producer.close()
             if e.fatal and attempt + 1 < NEW_PRODUCERS and time.monotonic() < deadline:
+                retries += 1
+                stats.init_retries += 1
+                _back_off(retries, deadline, stats)
                 continue
             raise _explained(e, t0, d) from e
         except BaseException:
@@ -377,20 +394,42 @@ def open_transactional(make: MakeProducer, txid: str, d: TaskDelivery, stats: Ta
     raise AssertionError("unreachable")
 
 
+# A call retried after a retriable error waits first: doubling from the first wait up to the
+# longest, each drawn between half and all of it (jitter: the tasks that met one broker's
+# hiccup together do not call it again together), and never past the caller's deadline.
+RETRY_FIRST_S, RETRY_LONGEST_S = 0.1, 2.0
+
+
+def back_off_s(retry: int) -> float:
+    """The wait before retry number ``retry`` (1, 2, ...)."""
+    cap = min(RETRY_LONGEST_S, RETRY_FIRST_S * 2 ** min(retry - 1, 16))
+    return random.uniform(cap / 2, cap)
+
+
+def _back_off(retry: int, deadline: float, stats: TaskStats) -> None:
+    wait = max(0.0, min(back_off_s(retry), deadline - time.monotonic()))
+    stats.retry_wait_ms += round(wait * 1000)
+    time.sleep(wait)
+
+
 def commit(producer: PartitionProducer, d: TaskDelivery, stats: TaskStats, began: float) -> None:
     """Commit, calling again while the error is retriable (the coordinator did not answer in
     time, say) and the transaction is young enough for the broker to keep it (it aborts one
     older than transaction.timeout.ms): its records are not sent again for a slow answer.
-    Each call waits at most the delivery timeout, as the task's other calls do."""
+    Each call waits at most the delivery timeout, as the task's other calls do; a retry
+    waits its backoff first."""
     t0 = time.monotonic()
     deadline = began + d.transaction_timeout_s
+    retries = 0
     while True:
         try:
             producer.commit(max(1.0, min(COMMIT_CALL_S, d.kafka_timeout_s, deadline - time.monotonic())))
             return
         except TransactionFailed as e:
             if e.retriable and not e.fatal and not e.abortable and time.monotonic() < deadline:
+                retries += 1
                 stats.commit_retries += 1
+                _back_off(retries, deadline, stats)
                 continue
             raise _explained(e, t0, d) from e
 

@@ -258,12 +258,13 @@ int64_t kp_produce(kp_producer *p, const kp_batch *b, int *err) {
     return b->n;
 }
 
-/* One record without headers (the delivery ledger's); 0 or the error code. */
+/* One record of the delivery ledger, its kind in the header "kind"; 0 or the error code. */
 int kp_produce_one(kp_producer *p, const char *topic, const void *key, size_t key_len, const void *value,
-                   size_t value_len) {
+                   size_t value_len, const char *kind) {
     for (;;) {
         int e = rd_kafka_producev(p->rk, VT_TOPIC, topic, VT_MSGFLAGS, MSG_F_COPY, VT_KEY, key, key_len,
-                                  VT_VALUE, value, value_len, VT_END);
+                                  VT_VALUE, value, value_len, VT_HEADER, "kind", (const void *)kind, (ssize_t)-1,
+                                  VT_END);
         if (e == ERR_FATAL) return note_fatal(p);
         if (e != ERR_QUEUE_FULL) return refused(p, e);
         rd_kafka_poll(p->rk, 50);
