@@ -36,7 +36,7 @@ def _unit_check(summary: dict) -> dict:
     [
         ("exactly-once", None, 3, "3 transactions"),  # a transaction per unit
         ("exactly-once", 4, 1, "4 transactions"),  # shuffled: a transaction per task, one part of the unit each
-        ("at-least-once", None, 3, "3 producers"),  # a producer per task
+        ("at-least-once", None, 3, "{tasks} producers"),  # a producer per task, its units together
     ],
 )
 def test_a_read_back_finds_each_units_rows_where_its_producer_wrote_them(
@@ -50,6 +50,7 @@ def test_a_read_back_finds_each_units_rows_where_its_producer_wrote_them(
     units = len(summary["ledger"]["committed"])
     assert units == (4 if partitions else files)
     check = _unit_check(summary)
+    producers = producers.format(tasks=summary["delivery"]["tasks"])
     assert check["expected"] == check["actual"] == f"{units} units in {producers}", check
     assert {e["record_loops"] for e in summary["executors"]} == {"C"}  # the loop that notes the offsets
     assert rows(records) == sum((expected_rows(p) for p in paths[:files]), Counter())

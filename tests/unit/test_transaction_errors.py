@@ -105,3 +105,41 @@ def test_a_tasks_ledger_entries_go_in_batches_the_ledger_takes():
     per_chunk = writers.LEDGER_CHUNK_BYTES // 1024
     assert many.calls == [("send", per_chunk), ("flush", 0), ("send", per_chunk), ("flush", 0),
                           ("send", 1200 - 2 * per_chunk)]  # fmt: skip
+
+
+class Clock:
+    """time.monotonic and time.sleep for the writers: a sleep moves the clock on, at once."""
+
+    def __init__(self) -> None:
+        self.now, self.waits = 1000.0, []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.waits.append(s)
+        self.now += s
+
+
+def test_a_retry_backs_off_doubling_with_jitter_within_the_deadline_and_the_wait_is_counted(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(writers.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(writers.time, "sleep", clock.sleep)
+    stats = TaskStats(0, 0, 0, 0, "h")
+    p = Scripted(commit=[_error(retriable=True)] * 6)
+    writers.commit(p, _task(), stats, began=clock.now)
+    assert p.calls == ["commit"] * 7 and stats.commit_retries == 6
+    caps = [min(writers.RETRY_LONGEST_S, writers.RETRY_FIRST_S * 2**i) for i in range(6)]  # 0.1, 0.2, ... 2, 2
+    assert len(clock.waits) == 6 and all(cap / 2 <= w <= cap for w, cap in zip(clock.waits, caps, strict=True))
+    assert stats.retry_wait_ms == pytest.approx(sum(clock.waits) * 1000, abs=6)
+    # An init retried, and a new producer after a fatal error, wait too.
+    clock.waits.clear()
+    made = iter([Scripted(init=[_error(retriable=True), _error(fatal=True)]), Scripted()])
+    writers.open_transactional(lambda txid: next(made), "x", _task(), stats)
+    assert len(clock.waits) == 2 == stats.init_retries
+    # Never past the deadline: a commit retried until the transaction is too old for the broker.
+    clock.waits.clear()
+    began = clock.now
+    with pytest.raises(TransactionFailed):
+        writers.commit(Scripted(commit=[_error(retriable=True)] * 1000), _task(), stats, began=began)
+    assert clock.now == pytest.approx(began + _task().transaction_timeout_s) and max(clock.waits) <= 2.0

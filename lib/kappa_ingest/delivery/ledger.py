@@ -196,8 +196,17 @@ def read_records(
 def _consumer(conf: dict[str, Any], isolation: str) -> Any:
     from confluent_kafka import Consumer
 
-    return Consumer({**conf, "group.id": "kappa-ingest-ledger", "enable.auto.commit": False, "logger": LOG,
-                     "isolation.level": isolation, "enable.partition.eof": True})  # fmt: skip
+    return Consumer(
+        {
+            **conf,
+            "group.id": "kappa-ingest-ledger",
+            "enable.auto.commit": False,
+            "logger": LOG,
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+        }
+    )  # fmt: skip (a start no longer kept: from the first that is)
 
 
 def _records(
