@@ -161,15 +161,23 @@ def test_a_lock_released_while_a_renewal_reads_the_ledger_is_never_lost_after_re
     monkeypatch.setattr(ledger, "read_records", read_held_back)
     renewal = threading.Thread(target=held._look, args=(upto,), name="renewal-under-way")
     held._thread = renewal  # the renewal thread, mid-renewal (the real one sleeps out its lease/4)
+    steps: list = []  # what release() does, in order
+    real_join, real_write = renewal.join, lock._write
+    monkeypatch.setattr(
+        renewal, "join", lambda timeout=None: (steps.append("waits for the renewal"), real_join(timeout))
+    )
+    monkeypatch.setattr(
+        lock, "_write", lambda *a, **k: (steps.append(("withdraws", renewal.is_alive())), real_write(*a, **k))[1]
+    )
     renewal.start()
     assert reading.wait(30)
     releasing = threading.Thread(target=held.release, name="release")
     releasing.start()
-    wait_for(held._stop.is_set, 10, "release() under way")
-    assert releasing.is_alive(), "release() returned while a renewal was reading the ledger"
+    wait_for(lambda: steps, 10, "release() under way")
+    assert steps == ["waits for the renewal"], steps  # not its claim withdrawn while the renewal reads
     go.set()
     releasing.join(30)
-    assert not releasing.is_alive() and not renewal.is_alive()
+    assert not releasing.is_alive() and steps == ["waits for the renewal", ("withdraws", False)], steps
     assert held.position > upto - 1 and told == [] and held.lost is None, (held.position, upto, told)
 
 
