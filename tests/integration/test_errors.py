@@ -74,14 +74,12 @@ def test_a_spark_setting_spark_refuses_exits_2_naming_it(tmp_path):
     assert "Spark refused to start with the settings spark.executor.memory" in line and "lots" not in line, line
 
 
-def test_unreachable_broker_exits_4_within_30_s(tmp_path):
+def test_unreachable_broker_exits_4_before_spark_starts(tmp_path):
     (tmp_path / "in.csv").write_text("a\n1\n")
-    started = time.monotonic()
     done = cli(tmp_path, "--input", str(tmp_path / "in.csv"), "--topic", "t", "--bootstrap-servers", "127.0.0.1:1")
-    elapsed = time.monotonic() - started
     assert done.returncode == 4, done.stderr
     assert_one_clean_line(done.stderr, "unreachable", "127.0.0.1:1", "--bootstrap-servers")
-    assert elapsed < 30
+    assert "Setting default log level" not in done.stderr  # Spark's first words: checked before it starts
     [summary] = summaries(tmp_path)
     assert summary["status"] == "failed" and "unreachable" in summary["error"]
 
@@ -105,8 +103,13 @@ def test_a_good_run_through_the_cli_exits_0_and_its_clock_covers_the_command(tmp
 
     (tmp_path / "in.csv").write_text("a,b\n1,2\n3,4\n")
     launched = time.time()
-    done = cli(tmp_path, "--input", str(tmp_path / "in.csv"), "--topic", "cli-ok")
+    proc = subprocess.Popen([CLI, "ingest", "--metrics-dir", str(tmp_path / "m"), "--master", "local[1]", "--input",
+                             str(tmp_path / "in.csv"), "--topic", "cli-ok"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})  # fmt: skip
+    running = time.time()  # the process exists: it started between launched and now
+    stdout, stderr = proc.communicate(timeout=300)
     exited = time.time()
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     assert done.returncode == 0, done.stderr
     assert "SUCCEEDED" in done.stdout and "executors" in done.stdout and "phases: start-up" in done.stdout
     [summary] = summaries(tmp_path)
@@ -116,8 +119,12 @@ def test_a_good_run_through_the_cli_exits_0_and_its_clock_covers_the_command(tmp
     assert summary["delivery"]["transactions_committed"] == 1 and summary["broker"]["offset_delta"] - 2 in (1, 2)
     started = datetime.fromisoformat(summary["started_at"].replace("Z", "+00:00")).timestamp()
     finished = datetime.fromisoformat(summary["finished_at"].replace("Z", "+00:00")).timestamp()
-    assert launched - 0.05 <= started <= launched + 0.5  # the process's own start, not the session's
-    assert finished <= exited and sum(summary["phases"].values()) == pytest.approx(summary["wall_s"], abs=0.002)
+    # The process's own start, not the session's: between the two moments around its launch,
+    # give or take the kernel's clock tick (its start time is counted in ticks) and the report's ms.
+    tick = 1 / os.sysconf("SC_CLK_TCK") + 0.001
+    assert launched - tick <= started <= running + tick, (launched, started, running)
+    assert running <= finished <= exited
+    assert sum(summary["phases"].values()) == pytest.approx(summary["wall_s"], abs=0.002)  # rounded to ms each
     assert all(v >= 0 for v in summary["phases"].values()) and summary["phases"]["sending_s"] > 0
     # The run's broker is gone with it, and nothing of it is left behind.
     port = int(summary["bootstrap_servers"].rsplit(":", 1)[1])

@@ -10,35 +10,43 @@ were being sent, and reads the topic back ``read_committed``."""
 from __future__ import annotations
 
 import signal
-import time
+import threading
 from collections import Counter
+from pathlib import Path
 
 import psutil
 import pytest
 
 from faults import (
+    aborted,
     assert_c_loops,
     assert_delivered,
     barrier,
+    claim_age_ms,
     cli,
     committed,
     committed_rows,
     error_lines,
-    executors,
+    executor_id,
+    executor_of,
     landed_mid_send,
     released_together,
     signal_tree,
+    spark_executor_active,
     stop_group,
     summary,
     tree,
     wait_for,
 )
 from helpers import consume_all, expected_rows
-from kappa_ingest import datagen
+from kappa_ingest import datagen, failpoints
 from kappa_ingest.config.choices import DEFAULT_LEDGER_TOPIC as DEFAULT_TOPIC
+from kappa_ingest.delivery import guarantees as delivery
 from kappa_ingest.delivery import lock
 from kappa_ingest.delivery.ledger import read_records
+from kappa_ingest.kafka.broker import free_port
 from kappa_ingest.kafka.settings import connection_conf
+from kappa_ingest.source.splits import Unit, canonical_file
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 FILES, ROWS_EACH = 6, 4_000
@@ -57,6 +65,49 @@ def _args(directory, topic: str, metrics, *extra: str) -> list[str]:
             *extra]  # fmt: skip
 
 
+def _unit_of(topic: str, txid: str, directory) -> str:
+    """The file whose unit (a whole file: a scheduled run's split is 64 MiB) has transactional id ``txid``."""
+    scope = delivery.scope_prefix(topic, "", incremental=True)
+    for path in sorted(directory.glob("*.csv")):
+        if delivery.unit_id(scope, Unit(canonical_file(str(path)), 0, path.stat().st_size)) == txid:
+            return path.name
+    raise AssertionError(f"no unit of {directory} has transactional id {txid}")
+
+
+class Releaser(threading.Thread):
+    """Lets every task held at ``point`` go on at once, unless paused (then they wait)."""
+
+    def __init__(self, held: Path, point: str) -> None:
+        super().__init__(name="releaser", daemon=True)
+        self.held, self.point = held, point
+        self._run, self._stop = threading.Event(), threading.Event()
+        self._run.set()
+        self.start()
+
+    def run(self) -> None:
+        while not self._stop.wait(0.02):
+            if self._run.is_set():
+                for m in self.held.glob(f"*.{self.point}"):
+                    m.unlink(missing_ok=True)
+
+    def pause(self) -> None:
+        self._run.clear()
+
+    def resume(self) -> None:
+        self._run.set()
+
+    def next_held(self, proc, log) -> Path:
+        found: list[Path] = []
+        wait_for(lambda: found.extend(self.held.glob(f"*.{self.point}")) or found, 120, "a unit held", proc, log)
+        return found[0]
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.join(5)
+        for m in self.held.glob(f"*.{self.point}"):
+            m.unlink(missing_ok=True)
+
+
 def _claims(bootstrap: str, topic: str) -> dict:
     conf = connection_conf(None, bootstrap)
     return lock.claims(read_records(conf, DEFAULT_TOPIC, isolation="read_uncommitted"), topic)
@@ -73,7 +124,8 @@ def test_a_run_paused_past_its_lease_is_taken_over_from_another_host_and_stops(k
         whole = tree(psutil.Process(first.pid))  # the driver, its JVM, its Python workers (a group of their own)
         signal_tree(whole, signal.SIGSTOP)
         paused_with = committed_rows(bs, "paused")
-        time.sleep(10)  # past its lease of 8 s, on the broker's clock
+        # Past its lease of 8 s, on the brokers' clock (the lock's): its claim is dead.
+        wait_for(lambda: claim_age_ms(bs, topic, "paused") > 8000, 60, "the paused run's lease run out")
         second = cli(*common, "--run-id", "successor", log=tmp_path / "successor.log", hostname="another-host")
         try:
             assert second.wait(180) == 0, (tmp_path / "successor.log").read_text()[-3000:]
@@ -96,20 +148,33 @@ def test_a_run_paused_past_its_lease_is_taken_over_from_another_host_and_stops(k
 
 
 def test_an_executor_paused_while_its_task_is_retried_and_another_run_sends_the_same_files(kafka, tmp_path, landing):
-    """The first run's executor stops mid-unit; Spark declares it lost and runs its task again
-    on the other executor, while a second run (the lock bypassed) sends the same files; then
-    the paused executor wakes and goes on sending the unit it had begun."""
+    """The first run's executor stops mid-unit, its unit's first records in the log; Spark
+    declares it lost and runs its task again on the other executor, while a second run (the
+    lock bypassed) sends the same files; then the paused executor wakes and goes on sending
+    the unit it had begun. Its transaction was fenced: its records there are aborted."""
     directory, expected = landing
     bs, topic, metrics = kafka.bootstrap_servers, "zombie-executor", tmp_path / "m"
+    held, log = tmp_path / "held", tmp_path / "first.log"
+    held.mkdir()
+    ui = free_port()
     lost_fast = ["--spark-conf", "spark.network.timeout=12s", "--spark-conf", "spark.network.timeoutInterval=1s",
-                 "--spark-conf", "spark.executor.heartbeatInterval=1s"]  # fmt: skip
+                 "--spark-conf", "spark.executor.heartbeatInterval=1s", "--spark-conf", f"spark.ui.port={ui}"]  # fmt: skip
     first = cli(*_args(directory, topic, metrics, "--bootstrap-servers", bs, "--master", "local-cluster[2,1,1024]",
-                       "--target-rate", "3000", "--run-id", "first", *lost_fast), log=tmp_path / "first.log")  # fmt: skip
+                       "--target-rate", "3000", "--run-id", "first", *lost_fast), log=log,
+                env={failpoints.ENV: f"{failpoints.MID_SEND}:{held}"})  # fmt: skip
+    releasing = Releaser(held, failpoints.MID_SEND)
     try:
-        wait_for(lambda: committed(bs, "first"), 180, "a unit committed", first, tmp_path / "first.log")
+        wait_for(lambda: committed(bs, "first"), 180, "a unit committed", first, log)
         landed_mid_send(bs, ["first"], FILES * ROWS_EACH)
-        paused = tree(executors(first)[0])  # the executor JVM, its Python daemon and workers
+        # The next unit to begin is held at its first records; once they are in the log, its
+        # executor stops (its JVM, its Python daemon and workers).
+        releasing.pause()
+        marker = releasing.next_held(first, log)
+        unit = _unit_of(topic, marker.name.removesuffix(f".{failpoints.MID_SEND}"), directory)
+        wait_for(lambda: aborted(bs, topic, "first", unit) > 0, 60, "its first records in the log", first, log)
+        paused = tree(executor_of(int(marker.read_text())))
         signal_tree(paused, signal.SIGSTOP)
+        releasing.resume()
         try:
             second = cli(*_args(directory, topic, metrics, "--bootstrap-servers", bs, "--master", "local[2]",
                                 "--no-lock", "--run-id", "second"), log=tmp_path / "second.log")  # fmt: skip
@@ -117,16 +182,19 @@ def test_an_executor_paused_while_its_task_is_retried_and_another_run_sends_the_
                 assert second.wait(180) in (0, 6), (tmp_path / "second.log").read_text()[-3000:]
             finally:
                 stop_group(second)
-            time.sleep(3)  # past spark.network.timeout since the pause: the first run retried the task
+            lost = executor_id(paused[0])
+            wait_for(lambda: spark_executor_active(ui, lost) is False, 120, "the paused executor given up", first, log)
         finally:
             signal_tree(paused, signal.SIGCONT)
         rc = first.wait(180)
     finally:
+        releasing.stop()
         stop_group(first)
-    out = (tmp_path / "first.log").read_text()
+    out = log.read_text()
     assert rc in (0, 6), out[-3000:]
     reports = [summary(metrics, "first"), summary(metrics, "second")]
     assert reports[0]["duplicates"]["failed_attempts"], "Spark did not run the paused executor's task again"
+    assert aborted(bs, topic, "first", unit) > 0, "the paused executor's transaction was not fenced"
     for r in reports:
         assert_c_loops(r)
     assert_delivered(consume_all(bs, topic), expected, reports)
@@ -135,13 +203,13 @@ def test_an_executor_paused_while_its_task_is_retried_and_another_run_sends_the_
 def test_two_runs_of_the_same_files_started_together_without_the_lock_send_each_row_once(kafka, tmp_path, landing):
     directory, expected = landing
     bs, topic, metrics = kafka.bootstrap_servers, "no-lock-together", tmp_path / "m"
-    env, release = barrier(tmp_path)
+    env, hook = barrier(tmp_path)
     runs = {}
     for run_id in ("left", "right"):
         runs[run_id] = cli(*_args(directory, topic, metrics, "--bootstrap-servers", bs, "--master", "local[2]",
                                   "--no-lock", "--target-rate", "6000", "--run-id", run_id),
                            log=tmp_path / f"{run_id}.log", env=env)  # fmt: skip
-    codes = released_together(runs, release)
+    codes = released_together(runs, hook)
     assert set(codes.values()) <= {0, 6}, {r: (tmp_path / f"{r}.log").read_text()[-2000:] for r in runs}
     assert not _claims(bs, topic), "a run without the lock took it"
     reports = [summary(metrics, r) for r in runs]

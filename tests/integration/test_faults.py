@@ -1,10 +1,12 @@
 """Delivery under real faults: an executor, a broker and the driver killed with ``kill -9``,
 a broker paused with SIGSTOP, every broker down; then ``--resume``.
 
-Each test reads the topic back with a ``read_committed`` consumer and compares the exact
-multiset of rows with what Python's csv module reads from the input: nothing lost; in
-exactly-once mode nothing twice; in at-least-once mode exactly the duplicates the report
-counts. Every wait is bounded.
+Each test shows that its fault landed while rows were being sent and that it mattered (a
+task run again, a transaction aborted, a partition's leader moved, the run failed), then
+reads the topic back with a ``read_committed`` consumer and compares the exact multiset of
+rows with what Python's csv module reads from the input: nothing lost; in exactly-once
+mode nothing twice; in at-least-once mode exactly the duplicates the report counts. Every
+wait is for a condition, bounded.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 
 import psutil
 import pytest
@@ -24,6 +25,7 @@ from faults import (
     assert_delivered,
     cli,
     committed,
+    committed_rows,
     error_lines,
     executors,
     landed_mid_send,
@@ -69,9 +71,6 @@ def led(bootstrap: str, *topics: str) -> bool:
     return all(t in md.topics and all(p.leader >= 0 for p in md.topics[t].partitions.values()) for t in topics)
 
 
-KILLED_RUNS: dict[str, dict] = {}  # the executor-kill runs' tables, for the page test after them
-
-
 @pytest.mark.parametrize(
     ("sink", "mode"), [("confluent", "exactly-once"), ("kafka-python", "exactly-once"), ("spark", "at-least-once")]
 )
@@ -99,19 +98,12 @@ def test_an_executor_killed_mid_send_is_retried_on_the_other(kafka, tmp_path, da
     assert report["rows_sent"] == ROWS and all(c["ok"] for c in report["checks"]), report["checks"]
     assert_c_loops(report)
     assert_delivered(consume_all(kafka.bootstrap_servers, topic), expected, [report], mode)
-    if sink == "confluent":  # the timeline of a run on two executors draws its failed attempt hatched
-        run = KILLED_RUNS[sink] = metrics_store.run(metrics, run_id)
+    if sink == "confluent":  # its page: the timeline of a run on two executors draws its failed attempt hatched
+        run = metrics_store.run(metrics, run_id)
         failed = [t for t in run["tasks"] if t["status"] != "SUCCESS"]
         hatched = [p for p in plots.task_timeline(run).axes[0].patches if p.get_hatch()]
         assert failed and len(hatched) == len(failed)
-
-
-def test_the_page_of_a_run_whose_executor_was_killed_reads_at_a_glance():
-    """Apart from the fault test, so that a machine without Chromium skips this alone."""
-    run = KILLED_RUNS.get("confluent")
-    if run is None:
-        pytest.skip("runs after test_an_executor_killed_mid_send_is_retried_on_the_other[confluent-exactly-once]")
-    page_view.check_run_page(run, figures=3)
+        page_view.check_run_page(run, figures=3)  # as a reader meets it, in Chromium
 
 
 @pytest.mark.parametrize("mode", ["exactly-once", "at-least-once"])
@@ -158,7 +150,7 @@ def test_a_driver_killed_mid_run_is_completed_by_resume(kafka, tmp_path, big, mo
     assert_delivered(consume_all(bs, topic), expected, [report], mode)
 
 
-def run_in_thread(cfg):
+def run_in_thread(cfg, spark):
     """ingest(cfg) on a thread of the test's process (its shared Spark); (thread, outcome)."""
     from kappa_ingest.ingest import ingest
 
@@ -166,7 +158,7 @@ def run_in_thread(cfg):
 
     def target() -> None:
         try:
-            outcome["report"] = ingest(cfg, SPARK[0], echo=False)
+            outcome["report"] = ingest(cfg, spark, echo=False)
         except BaseException as e:  # noqa: BLE001 - handed to the test
             outcome["error"] = e
 
@@ -175,55 +167,76 @@ def run_in_thread(cfg):
     return t, outcome
 
 
-SPARK: list = []
-
-
-@pytest.fixture
-def in_process(spark):
-    SPARK[:] = [spark]
-    return spark
-
-
 def fault_config(tmp_path, path, bootstrap, topic, **extra):
     return config.validate({"inputs": [str(path)], "topic": topic, "bootstrap_servers": bootstrap, "partitions": 4,
                             "target_rate": 8000, "run_id": topic, "metrics_dir": str(tmp_path / "m"), "quiet": True,
                             **extra})  # fmt: skip
 
 
-def test_a_broker_killed_mid_run_is_survived(in_process, cluster, tmp_path, data):
+def leaders(brokers: list, topic: str) -> dict[int, int]:
+    """Each partition's leader, as ``brokers`` (the ones still answering) say."""
+    bootstrap = ",".join(b.address for b in brokers)
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return {p: m.leader for p, m in md.topics[topic].partitions.items()}
+
+
+def moved_off(cluster, victim, topic: str, led: set[int]) -> bool:
+    """The partitions ``led`` by ``victim`` have another leader, as the other brokers say."""
+    try:
+        now = leaders([b for b in cluster.now.brokers if b.node_id != victim.node_id], topic)
+    except Exception:  # noqa: BLE001 - asked again until the deadline
+        return False
+    return all(now[p] not in (victim.node_id, -1) for p in led)
+
+
+def test_a_broker_killed_mid_run_is_survived(spark, cluster, tmp_path, data):
+    """The leader of a partition the run writes is killed mid-send: its partitions get a new
+    leader and the run, its producers retrying there, sends on to the end, every row once."""
     path, expected = data
     topic = cluster.topic("broker-kill")
     cfg = fault_config(tmp_path, path, cluster.bootstrap_servers, topic)
-    t, outcome = run_in_thread(cfg)
+    t, outcome = run_in_thread(cfg, spark)
     try:
         wait_for(lambda: sent_so_far(cluster.bootstrap_servers, topic) >= 5000, 60, "sending")
         victim = cluster.broker_leading(topic)
-        landed_mid_send(cluster.bootstrap_servers, [cfg.run_id], ROWS)
+        led = {p for p, leader in leaders(cluster.now.brokers, topic).items() if leader == victim.node_id}
+        at_kill = landed_mid_send(cluster.bootstrap_servers, [cfg.run_id], ROWS)
         os.kill(victim.pid, signal.SIGKILL)
+        wait_for(lambda: moved_off(cluster, victim, topic, led), 60, "the killed broker's partitions led elsewhere")
         t.join(180)
         assert not t.is_alive(), "the run did not end"
     finally:
         t.join(180)
         cluster.heal()
     assert "error" not in outcome, outcome.get("error")
+    assert committed_rows(cluster.bootstrap_servers, cfg.run_id) > at_kill  # units committed after the kill
     report = summary(tmp_path / "m", cfg.run_id)
     assert report["status"] == "succeeded" and all(c["ok"] for c in report["checks"]), report["checks"]
     assert_c_loops(report)
     assert_delivered(consume_all(cluster.bootstrap_servers, topic), expected, [report])
 
 
-def test_a_broker_paused_past_the_request_timeout_is_survived(in_process, cluster, tmp_path, data):
+def test_a_broker_paused_past_the_request_timeout_is_survived(spark, cluster, tmp_path, data):
+    """The leader of a partition the run writes is paused mid-send (SIGSTOP) until the other
+    brokers have given its partitions to another leader and the run has committed more
+    there: its requests to the paused one timed out (request.timeout.ms 3 s) and went to
+    the new leader. Woken, it answers its stale requests: none of them may count."""
     path, expected = data
     topic = cluster.topic("broker-pause")
     cfg = fault_config(tmp_path, path, cluster.bootstrap_servers, topic, kafka_opts={"request.timeout.ms": "3000"})
-    t, outcome = run_in_thread(cfg)
+    t, outcome = run_in_thread(cfg, spark)
     try:
         wait_for(lambda: sent_so_far(cluster.bootstrap_servers, topic) >= 5000, 60, "sending")
         victim = cluster.broker_leading(topic)
-        landed_mid_send(cluster.bootstrap_servers, [cfg.run_id], ROWS)
+        led = {p for p, leader in leaders(cluster.now.brokers, topic).items() if leader == victim.node_id}
+        at_pause = landed_mid_send(cluster.bootstrap_servers, [cfg.run_id], ROWS)
         os.kill(victim.pid, signal.SIGSTOP)
-        time.sleep(8)  # well past request.timeout.ms: its requests time out, then it answers them late
-        os.kill(victim.pid, signal.SIGCONT)
+        try:
+            wait_for(lambda: moved_off(cluster, victim, topic, led), 60, "the paused broker's partitions led elsewhere")
+            wait_for(lambda: committed_rows(cluster.bootstrap_servers, cfg.run_id) > at_pause or not t.is_alive(), 120,
+                     "a unit committed while the broker is paused")  # fmt: skip
+        finally:
+            os.kill(victim.pid, signal.SIGCONT)
         t.join(180)
         assert not t.is_alive(), "the run did not end"
     finally:
@@ -236,9 +249,7 @@ def test_a_broker_paused_past_the_request_timeout_is_survived(in_process, cluste
     assert_delivered(consume_all(cluster.bootstrap_servers, topic), expected, [report])
 
 
-def test_the_only_broker_paused_past_delivery_timeout_fails_cleanly_and_resume_completes(
-    in_process, kafka, tmp_path, data
-):
+def test_the_only_broker_paused_past_delivery_timeout_fails_cleanly_and_resume_completes(spark, kafka, tmp_path, data):
     from kappa_ingest.errors import KafkaUnavailable
     from kappa_ingest.ingest import ingest
 
@@ -246,27 +257,25 @@ def test_the_only_broker_paused_past_delivery_timeout_fails_cleanly_and_resume_c
     topic, bs = "only-broker-pause", kafka.bootstrap_servers
     opts = {"request.timeout.ms": "2000", "delivery.timeout.ms": "5000"}
     cfg = fault_config(tmp_path, path, bs, topic, kafka_opts=opts)
-    t, outcome = run_in_thread(cfg)
+    t, outcome = run_in_thread(cfg, spark)
     broker = kafka.brokers[0]
     try:
         wait_for(lambda: len(committed(bs, cfg.run_id)) >= 2, 60, "two splits committed")
         landed_mid_send(bs, [cfg.run_id], ROWS)
         os.kill(broker.pid, signal.SIGSTOP)
-        paused = time.monotonic()
-        t.join(90)
-        failed_after = time.monotonic() - paused
+        t.join(180)  # the run fails within delivery.timeout.ms of its last answer (a hang: caught here)
     finally:
         os.kill(broker.pid, signal.SIGCONT)
         t.join(180)
     assert isinstance(outcome.get("error"), KafkaUnavailable), outcome
-    assert outcome["error"].exit_code == 4 and failed_after < 60, (failed_after, outcome["error"])
+    assert outcome["error"].exit_code == 4, outcome["error"]
     report = summary(tmp_path / "m", cfg.run_id)
     assert report["status"] == "failed" and len(report["ledger"]["committed"]) >= 2 and report["ledger"]["missing"]
     wait_for(lambda: led(bs, topic, cfg.ledger_topic), 60, "the woken broker leading its partitions again")
     # The paused broker answers its stale requests when it wakes: none of them may count.
     resumed = config.validate({"inputs": [str(path)], "topic": topic, "resume": cfg.run_id, "run_id": "pause-resumed",
                                "bootstrap_servers": bs, "metrics_dir": str(tmp_path / "m"), "quiet": True})  # fmt: skip
-    ingest(resumed, in_process, echo=False)
+    ingest(resumed, spark, echo=False)
     report = summary(tmp_path / "m", "pause-resumed")
     d = report["delivery"]
     assert report["status"] == "succeeded" and d["splits_skipped"] >= 2, report["checks"]
@@ -288,14 +297,12 @@ def test_every_broker_down_exits_4_and_resume_completes_once_they_are_back(clust
         landed_mid_send(bs, [run_id], ROWS)
         for b in cluster.now.brokers:
             os.kill(b.pid, signal.SIGKILL)
-        down = time.monotonic()
         rc = proc.wait(120)
-        took = time.monotonic() - down
     finally:
         stop_group(proc)
         cluster.heal()
     out = (tmp_path / "run.log").read_text()
-    assert rc == 4 and took < 60, (rc, took, out[-2000:])
+    assert rc == 4, (rc, out[-2000:])
     error = error_lines(tmp_path / "run.log")
     assert len(error) == 1 and "Kafka" in error[0], out[-2000:]
     report = summary(metrics, run_id)

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
 
+import psutil
 import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -56,16 +59,17 @@ def test_a_run_from_the_driver_host_sends_every_row_once_through_the_brokers_pro
         with lab.net.inside(hosts.DRIVER):
             records = consume_all(lab.bootstrap_servers, "lab")
         assert rows(records) == expected_rows(data)  # every row once, as the csv module reads the file
-        # The proxy's delay is the link's, changed while it runs; a cut link is a partition.
-        lab.delay("b1", 60)
-        time.sleep(0.5)  # the proxy reads its control file every 0.1 s
-        assert 60 <= _metadata_ms(lab, 10) < 1000
+        # The proxy's delay is the link's, changed while it runs (delay() returns once the proxy
+        # applies it); a cut link is a partition. A delay shows as a lower bound only: the round
+        # trip of a metadata request (several, with connecting) is at least the delay.
+        lab.delay("b1", 400)
+        assert _metadata_ms(lab, 10) >= 400
         lab.net.cut("b1")
         with pytest.raises(KafkaException):  # librdkafka's timeout: nobody answers
             _metadata_ms(lab, 2)
         assert all(processes.alive(p) for p in pids), "a cut host runs on"
         lab.net.restore("b1")
-        assert _metadata_ms(lab, 20) >= 60
+        assert _metadata_ms(lab, 20) >= 400
     finally:
         assert hosts.down(tmp_path / "lab")
     assert net.namespaces(lab.net.lab_id) == [] and not any(processes.alive(p) for p in pids)
@@ -110,9 +114,10 @@ def test_the_lab_command_brings_hosts_up_shapes_a_link_and_takes_them_down(tmp_p
 
 def test_the_coordinators_broker_cut_off_at_commit_time_has_the_commit_retried_not_the_task(tmp_path):
     """The only broker (the transaction coordinator, every partition's leader) is cut off
-    for 14 s while a unit commits: alive, unreachable. Kafka's calls wait at most
-    delivery.timeout.ms (5 s here); the commit's timeout is retriable and is called again
-    once the link is back, and the task is not run again."""
+    while a unit commits, alive, unreachable, until the commit call has timed out (Kafka's
+    calls wait at most delivery.timeout.ms, 5 s here) and the task is about to call it again
+    (its fault point). The timeout is retriable: the commit is called again once the link is
+    back, and the task is not run again."""
     path = datagen.generate("wide30", 20_000, tmp_path / "in.csv", seed=4)
     held, log, metrics = tmp_path / "held", tmp_path / "run.log", tmp_path / "m"
     held.mkdir()
@@ -121,7 +126,8 @@ def test_the_coordinators_broker_cut_off_at_commit_time_has_the_commit_retried_n
         proc = faults.cli("--input", str(path), "--topic", "cut-commit", "--bootstrap-servers", lab.bootstrap_servers,
                           "--master", "local[2]", "--partitions", "1", "--run-id", "cut-commit", "--metrics-dir",
                           str(metrics), "--kafka-opt", "delivery.timeout.ms=5000", "--quiet", log=log,
-                          env={failpoints.ENV: f"{failpoints.BEFORE_COMMIT}:{held}"}, on=lab.net.exec(hosts.DRIVER))  # fmt: skip
+                          env={failpoints.ENV: f"{failpoints.BEFORE_COMMIT},{failpoints.COMMIT_RETRY}:{held}"},
+                          on=lab.net.exec(hosts.DRIVER))  # fmt: skip
         try:
             faults.wait_for(lambda: list(held.glob(f"*.{failpoints.BEFORE_COMMIT}")), 180, "the task about to commit",
                             proc, log)  # fmt: skip
@@ -129,10 +135,12 @@ def test_the_coordinators_broker_cut_off_at_commit_time_has_the_commit_retried_n
             try:
                 for marker in held.glob(f"*.{failpoints.BEFORE_COMMIT}"):
                     marker.unlink()  # the commit goes ahead, into the cut link
-                time.sleep(14)  # well past a commit call's wait (5 s): it times out, retriable
-                assert proc.poll() is None, "the run ended while the coordinator was cut off"
+                faults.wait_for(lambda: list(held.glob(f"*.{failpoints.COMMIT_RETRY}")), 120,
+                                "the commit timed out, to be retried", proc, log)  # fmt: skip
             finally:
                 lab.net.restore("b1")
+            for marker in held.glob(f"*.{failpoints.COMMIT_RETRY}"):
+                marker.unlink()
             assert proc.wait(180) == 0, log.read_text()[-3000:]
         finally:
             faults.stop_group(proc)
@@ -198,6 +206,8 @@ def test_a_link_cut_longer_than_the_delivery_timeout_ends_in_exit_4_and_resume_c
             line
         )
         reports = [faults.summary(metrics, "link-cut"), _resume(on, "link-cut", "link-cut-2", metrics)]
+        for r in reports:
+            faults.assert_c_loops(r)
         with lab.net.inside(hosts.DRIVER):
             records = consume_all(lab.bootstrap_servers, "link-cut")
         faults.assert_delivered(records, expected_rows(path), reports)
@@ -218,8 +228,9 @@ def test_a_partition_leader_cut_off_from_the_workers_mid_run_ends_exactly_once(t
     """Three brokers (replication 3, min.insync.replicas 2); the job runs on the driver host
     (local master: its executors are there). Mid-send, one data partition's leader is cut off
     from that host, not from the other brokers: it stays leader, alive and in sync, and the
-    producers cannot reach it. The run completes exactly once, or fails cleanly (exit 4) and
-    --resume, the link back, completes it exactly once."""
+    producers cannot reach it. The run fails cleanly (exit 4: its records for that leader
+    not acknowledged within delivery.timeout.ms) and --resume, the link back, completes it
+    exactly once."""
     rows_in = 40_000
     path = datagen.generate("wide30", rows_in, tmp_path / "in.csv", seed=9)
     log, metrics = tmp_path / "run.log", tmp_path / "m"
@@ -246,12 +257,13 @@ def test_a_partition_leader_cut_off_from_the_workers_mid_run_ends_exactly_once(t
             if cut:
                 lab.net.restore_between(cut, hosts.DRIVER)
         first = faults.summary(metrics, "leader-cut")
-        reports = [first]
-        assert code in (0, 4), log.read_text()[-3000:]
-        if code == 4:
-            assert "Kafka" in first["error"] and first["status"] == "failed", first["error"]
-            reports.append(_resume(on, "leader-cut", "leader-cut-2", metrics))
+        # The records for the cut-off leader time out (delivery.timeout.ms): the run fails cleanly.
+        assert code == 4, log.read_text()[-3000:]
+        assert "Kafka" in first["error"] and first["status"] == "failed", first["error"]
+        reports = [first, _resume(on, "leader-cut", "leader-cut-2", metrics)]
         assert reports[-1]["status"] == "succeeded", reports[-1]["error"]
+        for r in reports:
+            faults.assert_c_loops(r)
         with lab.net.inside(hosts.DRIVER):
             records = consume_all(lab.bootstrap_servers, "leader-cut")
         faults.assert_delivered(records, expected_rows(path), reports)
@@ -283,10 +295,11 @@ def _pack(tmp_path: Path) -> tuple[Path, subprocess.Popen]:
     )
 
 
-def _submit(lab: hosts.Lab, packing: subprocess.Popen, archive: Path, log: Path, *job: str) -> subprocess.Popen:
+def _submit(lab: hosts.Lab, packing: subprocess.Popen, archive: Path, log: Path, *job: str,
+            conf: tuple[str, ...] = ()) -> subprocess.Popen:  # fmt: skip
     """The README's cluster recipe from the driver host: spark-submit.sh to the lab's master,
-    two one-core executors, the job's arguments ``job``. Executors are given up 12 s after
-    their last heartbeat (Spark's default: 120 s)."""
+    two one-core executors, the job's arguments ``job`` (and Spark settings ``conf``).
+    Executors are given up 12 s after their last heartbeat (Spark's default: 120 s)."""
     assert packing.wait(300) == 0, packing.stderr.read()[-2000:] if packing.stderr else ""
     assert lab.spark is not None
     drv = lab.net.hosts[hosts.DRIVER]
@@ -295,48 +308,77 @@ def _submit(lab: hosts.Lab, packing: subprocess.Popen, archive: Path, log: Path,
         return lab.run(
             hosts.DRIVER, *cluster_recipe(lab.spark.master_url, drv, archive),
             "--conf", "spark.executor.heartbeatInterval=2s", "--conf", "spark.network.timeout=12s",
-            "--conf", "spark.network.timeoutInterval=4s",
+            "--conf", "spark.network.timeoutInterval=4s", *(a for c in conf for a in ("--conf", c)),
             str(root / "jobs" / "ingest_csv.py"), "--bootstrap-servers", lab.bootstrap_servers, *job,
             stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "SPARK_LOCAL_IP": drv}, cwd=log.parent,
             start_new_session=True,
         )  # fmt: skip
 
 
+def _on_host(lab: hosts.Lab, host: str, pid: int) -> bool:
+    found = subprocess.run([net.IP, "netns", "identify", str(pid)], capture_output=True, text=True).stdout.strip()
+    return found == lab.net.ns(host)
+
+
 def test_a_worker_cut_off_from_the_driver_while_its_executor_sends_delivers_every_row_once(tmp_path):
-    """A standalone cluster in the lab. Mid-send, worker w1 is cut off from the driver and
-    the master, not from the brokers: Spark loses its executor (no heartbeat) and runs its
-    tasks again on w2, while that executor, alive, goes on sending. The same units'
-    transactional ids fence it: every row once."""
+    """A standalone cluster in the lab; every unit is held before its commit (a fault point),
+    w2's let go at once. Once w1's first unit is sent and held, w1 is cut off from the driver
+    and the master, not from the brokers: Spark loses its executor (no heartbeat) and runs
+    its task again on w2, while that executor, alive, holds its unit's transaction open. The
+    task run again initialises the unit's transactional id, which fences the cut-off one: its
+    records are aborted, and every row is in the topic once."""
     rows_in = 60_000
     path = datagen.generate("wide30", rows_in, tmp_path / "in.csv", seed=11)
     archive, packing = _pack(tmp_path)
     lab = hosts.up(tmp_path / "lab", brokers=1, workers=2, worker_memory="768m")
-    log, metrics = tmp_path / "run.log", tmp_path / "m"
+    log, metrics, held = tmp_path / "run.log", tmp_path / "m", tmp_path / "held"
+    held.mkdir()
+    point = failpoints.BEFORE_COMMIT
+    zombie: list[int] = []
     try:
         proc = _submit(lab, packing, archive, log, "--input", str(path), "--topic", "worker-cut", "--partitions", "4",
-                       "--target-rate", "3000", "--run-id", "worker-cut", "--metrics-dir", str(metrics), "--quiet")  # fmt: skip
+                       "--target-rate", "6000", "--run-id", "worker-cut", "--metrics-dir", str(metrics), "--quiet",
+                       conf=(f"spark.executorEnv.{failpoints.ENV}={point}:{held}",))  # fmt: skip
+        stop = threading.Event()
+
+        def release_the_others() -> None:  # every unit but those of w1's executor goes on to commit
+            while not stop.wait(0.05):
+                for m in held.glob(f"*.{point}"):
+                    if not _on_host(lab, "w1", int(m.read_text())):
+                        m.unlink(missing_ok=True)
+
+        releaser = threading.Thread(target=release_the_others, name="releaser", daemon=True)
+        releaser.start()
         try:
-            _wait_sending(lab, "worker-cut", 6000, proc, log)
-            [zombie] = _executor_pids(lab, "w1")
+
+            def w1_holds() -> bool:
+                return any(_on_host(lab, "w1", int(m.read_text())) for m in held.glob(f"*.{point}"))
+
+            faults.wait_for(w1_holds, 240, "a unit of w1 sent and held before its commit", proc, log)
+            [zombie_pid] = zombie[:] = _executor_pids(lab, "w1")
             for other in (hosts.DRIVER, hosts.MASTER):
                 lab.net.cut_between("w1", other)
             with lab.net.inside(hosts.DRIVER):
-                sent_at_cut = faults.sent_so_far(lab.bootstrap_servers, "worker-cut")
-            time.sleep(15)  # past spark.network.timeout: the driver has given the executor up
-            assert processes.alive(zombie), "the cut-off executor was to stay alive"
+                faults.landed_mid_send(lab.bootstrap_servers, ["worker-cut"], rows_in)
             code = proc.wait(300)
+            assert processes.alive(zombie_pid), "the cut-off executor was to stay alive"
         finally:
+            stop.set()
+            releaser.join(5)
             faults.stop_group(proc)
             for other in (hosts.DRIVER, hosts.MASTER):
                 lab.net.restore_between("w1", other)
+        faults.signal_tree(faults.tree(psutil.Process(zombie_pid)), signal.SIGKILL)  # before the topic is read
         assert code == 0, log.read_text()[-3000:]
         report = faults.summary(metrics, "worker-cut")
         assert report["status"] == "succeeded" and all(c["ok"] for c in report["checks"]), report["checks"]
         assert report["duplicates"]["failed_attempts"], "no task of the cut-off executor was run again"
+        faults.assert_c_loops(report)
         with lab.net.inside(hosts.DRIVER):
             records = consume_all(lab.bootstrap_servers, "worker-cut")
+            fenced = faults.aborted(lab.bootstrap_servers, "worker-cut", "worker-cut")
+        assert fenced > 0, "the cut-off executor's transaction was not fenced"
         faults.assert_delivered(records, expected_rows(path), [report])
-        assert 0 < sent_at_cut < rows_in * 1.1
     finally:
         packing.kill()
         hosts.down(tmp_path / "lab")
@@ -382,7 +424,12 @@ def test_a_driver_cut_off_from_the_brokers_past_its_lease_is_taken_over_while_it
             at_cut = sent()
             with lab.net.inside("drv2"):
                 faults.landed_mid_send(lab.bootstrap_servers, ["cut-off"], files * each)
-            time.sleep(10)  # past the lease of 8 s, on the broker's clock
+
+            def lease_run_out() -> bool:  # past the lease of 8 s, on the brokers' clock (the lock's)
+                with lab.net.inside("drv2"):
+                    return faults.claim_age_ms(lab.bootstrap_servers, "driver-cut", "cut-off") > 8000
+
+            faults.wait_for(lease_run_out, 120, "the cut-off run's lease run out", proc, log)
             assert sent() > at_cut, "the cut-off driver's executors stopped sending"
             assert proc.poll() is None, log.read_text()[-3000:]
             # Its own hostname too: on the same host, a live PID would keep the lock alive.

@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 
 from faults import barrier, cli, error_lines, released_together, stop_group, wait_for
-from helpers import consume_all
+from helpers import consume_all, expected_rows, rows
 from kappa_ingest import config, datagen
 from kappa_ingest.config.choices import DEFAULT_LEDGER_TOPIC as DEFAULT_TOPIC
 from kappa_ingest.delivery import guarantees as delivery
@@ -186,16 +186,16 @@ def test_two_runs_released_together_one_holds_the_lock_the_other_exits_6(kafka, 
     common = ["--input", str(path), "--topic", "two-at-once", "--bootstrap-servers", kafka.bootstrap_servers,
               "--metrics-dir", str(tmp_path / "m"), "--master", "local[1]", "--target-rate", "4000", "--quiet"]  # fmt: skip
     # Both started, then released by one barrier: their claims reach the ledger together.
-    env, release = barrier(tmp_path)
+    env, hook = barrier(tmp_path)
     logs = {r: tmp_path / f"{r}.log" for r in ("a", "b")}
     procs = {r: cli(*common, "--run-id", r, log=logs[r], env=env) for r in ("a", "b")}
-    codes = released_together(procs, release)
+    codes = released_together(procs, hook)
     assert sorted(codes.values()) == [0, 6], {r: (tmp_path / f"{r}.log").read_text()[-1500:] for r in procs}
     loser = next(r for r, c in codes.items() if c == 6)
     winner = next(r for r in procs if r != loser)
     errors = error_lines(logs[loser])
     assert len(errors) == 1 and f"locked by run {winner}" in errors[0], logs[loser].read_text()
-    assert len(consume_all(kafka.bootstrap_servers, "two-at-once")) == 20_000
+    assert rows(consume_all(kafka.bootstrap_servers, "two-at-once")) == expected_rows(path)
 
 
 def test_a_host_whose_clock_runs_ahead_cannot_take_a_live_lock(kafka, tmp_path):

@@ -8,20 +8,22 @@ import os
 import re
 import subprocess
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from helpers import consume_all, run
+from helpers import consume_all, expected_rows, rows, run
 from kappa_ingest import config, datagen
+from kappa_ingest.delivery import ledger
 from kappa_ingest.errors import KappaError
 from kappa_ingest.ingest import ingest
 from kappa_ingest.report import plots
 from kappa_ingest.report import store as metrics_store
 from kappa_ingest.report.html import render_html
+from kappa_ingest.report.phases import parse_time
 from kappa_ingest.source.splits import Plan
 
 pytestmark = pytest.mark.integration
@@ -37,8 +39,16 @@ def store(spark, kafka, tmp_path_factory):
                            "metrics_dir": str(tmp / "metrics"), "key_column": "nope"})  # fmt: skip
     with pytest.raises(KappaError):
         ingest(bad, spark, echo=False)
+    before = datetime.now(UTC)
     _, summary, _ = run(spark, kafka, tmp, inputs=[str(path)], partitions=2, topic="store-ok")
+    Window.at = (before, datetime.now(UTC))
     return tmp / "metrics", summary, bad.run_id
+
+
+class Window:
+    """When the good run ran, by the test's own clock: the run's times lie inside it."""
+
+    at: tuple[datetime, datetime]
 
 
 def test_every_table_holds_the_run_keyed_by_run_id(store):
@@ -47,9 +57,12 @@ def test_every_table_holds_the_run_keyed_by_run_id(store):
     runs = {r["run_id"]: r for r in metrics_store.rows(metrics, "runs")}
     assert runs[rid]["status"] == "succeeded" and runs[rid]["rows_sent"] == 5000
     assert runs[failed_id]["status"] == "failed" and "nope" in runs[failed_id]["error"]
-    # The totals row carries the same clock as summary.json: phases adding up to wall_s.
-    assert runs[rid]["wall_s"] == summary["wall_s"]
-    assert [runs[rid][p] for p in metrics_store.PHASES] == [summary["phases"][p] for p in metrics_store.PHASES]
+    # The totals row's clock: the run's start and end inside the test's window around it, and
+    # phases adding up to wall_s, the span between them.
+    started, finished = (parse_time(runs[rid][k]) for k in ("started_at", "finished_at"))
+    assert Window.at[0] <= started <= finished <= Window.at[1]
+    assert runs[rid]["wall_s"] == pytest.approx((finished - started).total_seconds(), abs=0.002)
+    assert sum(runs[rid][p] for p in metrics_store.PHASES) == pytest.approx(runs[rid]["wall_s"], abs=0.002)
     for name in metrics_store.RUN_TABLES:
         assert metrics_store.read(metrics, name).schema == metrics_store.TABLES[name]
     tasks = metrics_store.rows(metrics, "tasks", rid)
@@ -77,11 +90,13 @@ def _ordered(rows: list[dict], key: list[str]) -> list[dict]:
 
 def test_spark_reads_every_table_and_column_as_the_run_reported_them(spark, store):
     """Written by delta-rs, read by delta-spark: every table the run wrote, every column of
-    it, equal to what the run reported (summary.json; the ledger's entries as delta-rs reads them)."""
+    it, equal to what the run reported (summary.json; the ledger's table equal to its entries
+    as a consumer reads them from the ledger topic)."""
     metrics, summary, _ = store
     rid = summary["run_id"]
     reported = metrics_store.run_rows(summary)
-    reported["ledger"] = metrics_store.rows(metrics, "ledger", rid)
+    entries = ledger.read({"bootstrap.servers": summary["bootstrap_servers"]}, summary["delivery"]["ledger_topic"])
+    reported["ledger"] = [e.row() for e in entries if e.run_id == rid]
     for name, schema in metrics_store.TABLES.items():
         if name == "bench":
             continue
@@ -223,4 +238,4 @@ def test_two_executor_processes_report_their_own_rows(kafka, tmp_path):
     executors = summary["executors"]
     assert len(executors) == 2 and all(e["rows"] > 0 for e in executors)
     assert sum(e["rows"] for e in executors) == summary["rows_sent"] == 20_000
-    assert len(consume_all(kafka.bootstrap_servers, "two-executors")) == 20_000
+    assert rows(consume_all(kafka.bootstrap_servers, "two-executors")) == expected_rows(path)

@@ -151,14 +151,12 @@ def test_every_sink_over_sasl_ssl_and_no_secret_anywhere(secure, spark, tmp_path
 def test_a_wrong_password_is_exit_4_naming_authentication(secure, spark, tmp_path, sink):
     datagen.generate("wide30", 10, tmp_path / "in.csv")
     cfg = _cfg(secure, tmp_path, sink, password_ref="not-the-password")
-    t0 = time.monotonic()
     with pytest.raises(KafkaUnavailable, match="refused authentication") as caught:
         preflight(cfg)
-    assert time.monotonic() - t0 < 30 and caught.value.exit_code == 4 and "\n" not in str(caught.value)
-    t0 = time.monotonic()
-    with pytest.raises(KafkaUnavailable, match="refused authentication"):  # the job itself, past the pre-flight
+    assert caught.value.exit_code == 4 and "\n" not in str(caught.value)
+    with pytest.raises(KafkaUnavailable, match="refused authentication") as caught:  # the job, past the pre-flight
         ingest(cfg, spark, echo=False)
-    assert time.monotonic() - t0 < 30
+    assert caught.value.exit_code == 4 and "\n" not in str(caught.value)
 
 
 def test_missing_acls_name_the_topic_and_the_operation(secure, spark, tmp_path):

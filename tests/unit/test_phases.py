@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
+from datetime import UTC, datetime
 
-import psutil
 import pytest
 
-from kappa_ingest.report.phases import PHASES, RunClock, started_ago
+from kappa_ingest.report.phases import RunClock, started_ago
 from kappa_ingest.report.run import RunReport, render
 
 
@@ -21,30 +23,54 @@ def test_phases_split_the_span_and_add_up():
     assert sum(phases.values()) == pytest.approx(13.75)
 
 
+class Clock:
+    """A wall clock the test moves: RunClock's ``now``."""
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+
+    def __call__(self) -> float:
+        return self.at
+
+
 def test_a_run_failing_in_setup_gives_setup_the_rest():
-    clock = RunClock(started=time.time() - 2)
+    now = Clock(1000.0)
+    clock = RunClock(started=998.0, now=now)
     clock.end("startup")
-    time.sleep(0.05)
+    now.at = 1000.05
     clock.end("reconcile")  # what ingest() does on its way out, whatever happened
-    phases = clock.phases(finished=time.time())
-    assert phases["setup_s"] > 0.04 and phases["sending_s"] == phases["reconcile_s"] == 0.0
-    assert sum(phases.values()) == pytest.approx(time.time() - clock.started, abs=0.05)
+    phases = clock.phases(finished=1000.3)
+    assert phases == {"startup_s": 2.0, "setup_s": 0.05, "sending_s": 0.0, "reconcile_s": 0.0, "recording_s": 0.25}
+    assert sum(phases.values()) == pytest.approx(2.3)
     with pytest.raises(ValueError, match="the phases are"):
         clock.end("lunch")
 
 
 def test_report_wall_is_the_phases_sum_and_printed_on_one_line():
-    report = RunReport("r", "confluent", "t", {}, clock=RunClock(started=time.time() - 3))
-    report.status = "succeeded"
+    now = Clock(1000.0)
+    report = RunReport("r", "confluent", "t", {}, clock=RunClock(started=997.0, now=now))
+    report.clock.end("startup")
+    now.at = 1001.25
+    report.clock.end("sending")
+    report.status, report.finished_at = "succeeded", datetime.fromtimestamp(1003.5, UTC)
     summary = report.summary()
-    assert set(summary["phases"]) == {f"{p}_s" for p in PHASES}
-    assert sum(summary["phases"].values()) == pytest.approx(summary["wall_s"], abs=0.002)
+    assert summary["wall_s"] == 6.5 == sum(summary["phases"].values())
+    assert summary["phases"] == {"startup_s": 3.0, "setup_s": 1.25, "sending_s": 0.0, "reconcile_s": 2.25,
+                                 "recording_s": 0.0}  # fmt: skip
     [line] = [ln for ln in render(summary).splitlines() if "phases:" in ln]
-    assert "start-up" in line and "recording" in line and "wall" in line
+    assert "start-up" in line and "recording" in line and "6.5 s wall" in line
 
 
-def test_process_start_is_the_kernels_to_the_tick():
-    ago = started_ago()
-    assert ago > 0
-    # psutil rounds the boot time to whole seconds; the kernel's own ticks agree within that.
-    assert abs((time.time() - ago) - psutil.Process().create_time()) < 1.05
+def test_a_process_start_is_the_kernels_to_the_tick():
+    """The start time is the kernel's, in its clock ticks: between the moments just before
+    and after the process was made. (psutil's is up to a second off: its boot time is rounded.)"""
+    before = time.time()
+    child = subprocess.Popen(["sleep", "60"])
+    after = time.time()
+    try:
+        start = time.time() - started_ago(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    assert before - tick <= start <= after + tick, (before, start, after)
