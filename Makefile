@@ -9,7 +9,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
 DEMO_ROWS ?= 200000
 
-.PHONY: setup browser netlab demo test faults unit integration lint format bench links sweep scaling soak clean
+.PHONY: setup browser compiler netlab demo test faults unit integration lint format bench links sweep scaling soak clean
 
 setup: $(STAMP) $(VENV)/.jars
 
@@ -34,26 +34,31 @@ data/demo-$(DEMO_ROWS).csv: | $(STAMP)
 
 # The suite, then the fault tests (real processes killed, paused and taken over: ~13 minutes
 # on two cores) in a pytest of their own.
-test: setup browser netlab lint
+test: setup browser compiler netlab lint
 	$(BIN)/pytest tests -m "not faults"
 	$(BIN)/pytest tests -m faults
 
-faults: setup browser netlab
+faults: setup browser compiler netlab
 	$(BIN)/pytest tests -m faults
 
 unit: setup
 	$(BIN)/pytest tests/unit
 
-integration: setup browser
+integration: setup browser compiler
 	$(BIN)/pytest tests/integration -m "not faults"
 
-# Debian's Chromium, for the test that reads the report page in a real browser; where apt-get
-# cannot install it, that test skips and says why.
+# Debian's Chromium, for the tests that read the report page in a real browser, and a C
+# compiler, for the record loops the suite tests: installed with apt-get where missing; where
+# that fails, the set-up fails, saying how to install them (no test skips for want of either).
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo -n)
-APT_CHROMIUM := DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >/dev/null
+APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
 browser:
-	@command -v chromium >/dev/null || $(SUDO) sh -c '$(APT_CHROMIUM) 2>&1 || { apt-get update -q >/dev/null && $(APT_CHROMIUM); }' \
-		|| echo "note: apt-get could not install chromium; the report page's browser test will skip"
+	@command -v chromium >/dev/null || $(SUDO) sh -c '$(APT_INSTALL) chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && $(APT_INSTALL) chromium >/dev/null; }' || true
+	@command -v chromium >/dev/null || { echo "make: the suite needs Debian's chromium and apt-get could not install it: run 'sudo apt-get install chromium'" >&2; exit 1; }
+
+compiler:
+	@command -v cc >/dev/null || $(SUDO) sh -c '$(APT_INSTALL) gcc libc6-dev >/dev/null 2>&1 || { apt-get update -q >/dev/null && $(APT_INSTALL) gcc libc6-dev >/dev/null; }' || true
+	@command -v cc >/dev/null || { echo "make: the suite needs a C compiler (cc) for the record loops it tests and apt-get could not install one: run 'sudo apt-get install gcc'" >&2; exit 1; }
 
 # iproute2's ip and tc, for the lab of hosts (network namespaces; the suite runs as root).
 APT_IPROUTE := DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends iproute2 >/dev/null

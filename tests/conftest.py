@@ -1,8 +1,11 @@
-"""Shared fixtures: one small Spark session and one real KRaft broker for the whole run."""
+"""Shared fixtures: one small Spark session and one real KRaft broker for the whole run,
+the suite's other brokers, the packed venv, and the labs of hosts, each made once when a
+test first needs it and stopped, by PID, at the end."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -135,3 +138,76 @@ class Brokers:
         with Admin(self.bootstrap_servers) as admin:
             admin.ensure_topic(name, 3, 3, {"min.insync.replicas": "2"})
         return name
+
+
+class PackedVenv:
+    """``kappa-ingest pack``, started once: the archive executors run from (``--archives``)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.archive = directory / "kappa-venv.tar.gz"
+        ki = str(Path(sys.executable).parent / "kappa-ingest")
+        self._packing = subprocess.Popen([ki, "pack", "--out", str(self.archive)], stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+    def path(self) -> Path:
+        """The archive, once packed."""
+        _, err = self._packing.communicate(timeout=600)
+        assert self._packing.returncode == 0, err[-2000:]
+        return self.archive
+
+    def close(self) -> None:
+        if self._packing.poll() is None:
+            self._packing.kill()
+            self._packing.wait(30)
+
+
+@pytest.fixture(scope="session")
+def packed_venv(tmp_path_factory):
+    """The venv packed once for every test that submits to a cluster (packing while the
+    first of them starts its cluster)."""
+    packed = PackedVenv(tmp_path_factory.mktemp("packed"))
+    yield packed
+    packed.close()
+
+
+def _lab(tmp_path_factory, name: str, **shape):
+    """A lab of hosts, up for the session; down at its end, leaving nothing behind."""
+    from kappa_ingest import processes
+    from kappa_ingest.lab import hosts, net
+
+    state = tmp_path_factory.mktemp(name) / "lab"
+    lab = hosts.up(state, **shape)
+    pids = [*lab.proxies.values(), *(b.pid for b in lab.kafka.brokers)]
+    yield lab
+    assert hosts.down(state)
+    assert net.namespaces(lab.net.lab_id) == [], "namespaces of the lab left behind"
+    assert not any(processes.alive(p) for p in pids), "processes of the lab left behind"
+
+
+@pytest.fixture(scope="session")
+def lab_one_broker(tmp_path_factory):
+    """A broker host behind its delaying proxy, and a driver host."""
+    yield from _lab(tmp_path_factory, "lab-one-broker", brokers=1)
+
+
+@pytest.fixture(scope="session")
+def lab_cluster(tmp_path_factory):
+    """A broker host, a Spark master host, two worker hosts and a driver host."""
+    yield from _lab(tmp_path_factory, "lab-cluster", brokers=1, workers=2, worker_memory="768m")
+
+
+@pytest.fixture
+def lab(lab_one_broker):
+    """The one-broker lab as a test finds it: whatever links the test cut or slowed come back after."""
+    yield lab_one_broker
+    lab_one_broker.net.restore("b1")
+    lab_one_broker.delay("b1", 0)
+
+
+# Tests that share the cluster lab run in this order: the one that cuts a worker off (and
+# leaves it to find its way back to the master) last.
+_LAST_ON_THE_CLUSTER_LAB = "test_a_worker_cut_off_from_the_driver_while_its_executor_sends_delivers_every_row_once"
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: item.name == _LAST_ON_THE_CLUSTER_LAB)

@@ -129,8 +129,8 @@ def run_ingest(args: argparse.Namespace, cfg: Any = None, replay: Any = None) ->
     from kappa_ingest.delivery import lock
     from kappa_ingest.kafka.endpoint import KafkaEndpoint, endpoint_for
     from kappa_ingest.preflight import preflight
+    from kappa_ingest.report import recording
     from kappa_ingest.report.phases import RunClock
-    from kappa_ingest.report.run import RunReport
     from kappa_ingest.spark.session import build_session, launched_by_spark_submit, quick_jit, stop_session
 
     clock = RunClock.from_process_start()
@@ -183,9 +183,7 @@ def run_ingest(args: argparse.Namespace, cfg: Any = None, replay: Any = None) ->
             kafka.close()
         if held is not None:
             held.release()
-        error = str(e) if isinstance(e, KappaError) else f"Spark did not start: {type(e).__name__}"
-        report = RunReport(cfg.run_id, cfg.sink, cfg.topic, cfg.masked(), clock=clock, status="failed", error=error)
-        report.finish(cfg.metrics_dir)
+        recording.failed_report(cfg, clock, e, what="Spark did not start: ")
         raise
 
     released = threading.Event()

@@ -17,6 +17,7 @@ from pathlib import Path
 ENV = "KAPPA_INGEST_HOLD_AT"
 MID_SEND = "mid-send"  # a transaction's first records handed to the producer
 BEFORE_COMMIT = "before-commit"
+COMMIT_RETRY = "commit-retry"  # a commit timed out (retriable), about to be called again
 AFTER_COMMIT = "after-commit"
 BEFORE_RECONCILE = "before-reconcile"  # the driver, its offsets after the send read, its checks not made
 LONGEST_S = 600.0

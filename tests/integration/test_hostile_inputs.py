@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,7 +97,7 @@ class Outcome:
     records: list | None  # None: the topic does not exist
     wall_s: float
     rss_rise: int
-    before_spark: bool = False  # refused by the checks before the job (preflight): Spark read nothing
+    spark_jobs: int = 0  # jobs Spark ran for the case (none: it read nothing)
 
     @property
     def run_dir(self) -> Path:
@@ -114,7 +115,8 @@ def attempt(spark, kafka, tmp_path: Path, inputs: list, *, rss_rise: int = RSS_R
               "bootstrap_servers": kafka.bootstrap_servers, "metrics_dir": str(tmp_path / "metrics"),
               **options}  # fmt: skip
     cfg = config.validate(values)
-    code, error, before_spark = 0, None, False
+    code, error = 0, None
+    jobs_before = spark_jobs(spark)
     with PeakRss() as mem:
         if during is not None:
             during.start()
@@ -123,7 +125,6 @@ def attempt(spark, kafka, tmp_path: Path, inputs: list, *, rss_rise: int = RSS_R
             try:
                 preflight(cfg)
             except KappaError as e:  # as the command line does: a report saying why, then the exit
-                before_spark = True
                 recording.failed_report(cfg, RunClock.from_process_start(), e)
                 raise
             ingest(cfg, spark, echo=False)
@@ -139,7 +140,14 @@ def attempt(spark, kafka, tmp_path: Path, inputs: list, *, rss_rise: int = RSS_R
     )
     print(f"{tmp_path.name}: exit {code} in {wall:.1f} s, memory +{mem.rise / GIB:.2f} GiB; {error or ''}")
     assert mem.rise < rss_rise, f"memory rose {mem.rise / GIB:.2f} GiB (from {mem.base / GIB:.2f} GiB)"
-    return Outcome(cfg, code, error, summary, records, wall, mem.rise, before_spark)
+    return Outcome(cfg, code, error, summary, records, wall, mem.rise, spark_jobs(spark) - jobs_before)
+
+
+def spark_jobs(spark) -> int:
+    """How many jobs the shared session has run (its newest job's id + 1), by Spark's REST API."""
+    sc = spark.sparkContext
+    with urllib.request.urlopen(f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/jobs", timeout=10) as r:
+        return max((j["jobId"] + 1 for j in json.load(r)), default=0)
 
 
 def attempt_submitted(kafka, tmp_path: Path, inputs: list, submit_options: list[str], *, rss: int) -> Outcome:
@@ -166,7 +174,7 @@ def attempt_submitted(kafka, tmp_path: Path, inputs: list, submit_options: list[
 
 def assert_refused(out: Outcome, *needles: str, before_spark: bool = True) -> None:
     """Exit 3, one line naming the cause (each of ``needles``), nothing committed to the topic,
-    the run's report saying so; ``before_spark``: refused by the checks before the job."""
+    the run's report saying so; ``before_spark``: refused before Spark ran a job for it."""
     assert out.exit_code == 3, out.error
     assert out.error is not None and "\n" not in out.error, out.error
     for needle in needles:
@@ -174,7 +182,10 @@ def assert_refused(out: Outcome, *needles: str, before_spark: bool = True) -> No
     assert not out.records, f"{len(out.records)} records committed by a refused run"
     assert out.summary is not None, "no summary.json for a refused run"
     assert out.summary["status"] == "failed" and out.summary["error"] == out.error
-    assert out.before_spark == before_spark, "refused by the job" if before_spark else "refused before the job"
+    if before_spark:
+        assert out.spark_jobs == 0, f"refused after Spark ran {out.spark_jobs} job(s)"
+    else:
+        assert out.spark_jobs > 0, "refused before Spark read the input"
 
 
 def assert_sent_all(out: Outcome, expected: Counter, quarantined: int = 0) -> None:

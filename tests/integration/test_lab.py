@@ -3,8 +3,10 @@ driver host, a link cut and restored, and nothing left behind (namespaces, proce
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -39,48 +41,44 @@ def _metadata_ms(lab: hosts.Lab, timeout_s: float) -> float:
         return (time.monotonic() - start) * 1000
 
 
-def test_a_run_from_the_driver_host_sends_every_row_once_through_the_brokers_proxy(tmp_path):
+def test_a_run_from_the_driver_host_sends_every_row_once_through_the_brokers_proxy(lab, tmp_path):
+    """(The lab comes up for the session and goes down at its end, leaving nothing behind: conftest.)"""
     data = datagen.generate("wide30", ROWS, tmp_path / "in.csv")
-    lab = hosts.up(tmp_path / "lab", brokers=1, rtt_ms=2)
+    lab.delay("b1", 2)
     pids = [*lab.proxies.values(), *(b.pid for b in lab.kafka.brokers)]
-    try:
-        assert lab.bootstrap_servers == f"{lab.net.hosts['b1']}:{hosts.PROXY_PORT}"
-        cli = str(Path(sys.executable).parent / "kappa-ingest")
-        run = lab.run(
-            hosts.DRIVER, cli, "ingest", "--input", str(data), "--topic", "lab", "--bootstrap-servers",
-            lab.bootstrap_servers, "--master", "local[2]", "--metrics-dir", str(tmp_path / "m"), "--run-id", "lab-run",
-            "--quiet", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
-        )  # fmt: skip
-        out, _ = run.communicate(timeout=300)
-        assert run.returncode == 0, out[-3000:]
-        report = json.loads((tmp_path / "m" / "runs" / "lab-run" / "summary.json").read_text())
-        assert report["bootstrap_servers"] == lab.bootstrap_servers and report["status"] == "succeeded"
-        with lab.net.inside(hosts.DRIVER):
-            records = consume_all(lab.bootstrap_servers, "lab")
-        assert rows(records) == expected_rows(data)  # every row once, as the csv module reads the file
-        # The proxy's delay is the link's, changed while it runs (delay() returns once the proxy
-        # applies it); a cut link is a partition. A delay shows as a lower bound only: the round
-        # trip of a metadata request (several, with connecting) is at least the delay.
-        lab.delay("b1", 400)
-        assert _metadata_ms(lab, 10) >= 400
-        lab.net.cut("b1")
-        with pytest.raises(KafkaException):  # librdkafka's timeout: nobody answers
-            _metadata_ms(lab, 2)
-        assert all(processes.alive(p) for p in pids), "a cut host runs on"
-        lab.net.restore("b1")
-        assert _metadata_ms(lab, 20) >= 400
-    finally:
-        assert hosts.down(tmp_path / "lab")
-    assert net.namespaces(lab.net.lab_id) == [] and not any(processes.alive(p) for p in pids)
-    assert hosts.status(tmp_path / "lab") is None
+    assert lab.bootstrap_servers == f"{lab.net.hosts['b1']}:{hosts.PROXY_PORT}"
+    cli = str(Path(sys.executable).parent / "kappa-ingest")
+    run = lab.run(
+        hosts.DRIVER, cli, "ingest", "--input", str(data), "--topic", "lab", "--bootstrap-servers",
+        lab.bootstrap_servers, "--master", "local[2]", "--metrics-dir", str(tmp_path / "m"), "--run-id", "lab-run",
+        "--quiet", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+    )  # fmt: skip
+    out, _ = run.communicate(timeout=300)
+    assert run.returncode == 0, out[-3000:]
+    report = json.loads((tmp_path / "m" / "runs" / "lab-run" / "summary.json").read_text())
+    assert report["bootstrap_servers"] == lab.bootstrap_servers and report["status"] == "succeeded"
+    with lab.net.inside(hosts.DRIVER):
+        records = consume_all(lab.bootstrap_servers, "lab")
+    assert rows(records) == expected_rows(data)  # every row once, as the csv module reads the file
+    # The proxy's delay is the link's, changed while it runs (delay() returns once the proxy
+    # applies it); a cut link is a partition. A delay shows as a lower bound only: the round
+    # trip of a metadata request (several, with connecting) is at least the delay.
+    lab.delay("b1", 400)
+    assert _metadata_ms(lab, 10) >= 400
+    lab.net.cut("b1")
+    with pytest.raises(KafkaException):  # librdkafka's timeout: nobody answers
+        _metadata_ms(lab, 2)
+    assert all(processes.alive(p) for p in pids), "a cut host runs on"
+    lab.net.restore("b1")
+    assert _metadata_ms(lab, 20) >= 400
 
 
 def test_a_lab_that_fails_to_come_up_leaves_nothing_behind(tmp_path):
-    before = set(net.namespaces())
+    lab_id = secrets.token_hex(2)  # its own: other labs may come and go meanwhile
     with pytest.raises(KafkaUnavailable):
-        hosts.up(tmp_path / "lab", brokers=1, heap="1x")  # no JVM takes that heap
-    assert set(net.namespaces()) == before
+        hosts.up(tmp_path / "lab", brokers=1, heap="1x", lab_id=lab_id)  # no JVM takes that heap
+    assert net.namespaces(lab_id) == [], "namespaces of the failed lab left behind"
     assert not (tmp_path / "lab" / hosts.STATE_FILE).exists()
 
 
@@ -112,7 +110,7 @@ def test_the_lab_command_brings_hosts_up_shapes_a_link_and_takes_them_down(tmp_p
     assert lab("status").returncode == 1 and net.namespaces(state.net.lab_id) == []
 
 
-def test_the_coordinators_broker_cut_off_at_commit_time_has_the_commit_retried_not_the_task(tmp_path):
+def test_the_coordinators_broker_cut_off_at_commit_time_has_the_commit_retried_not_the_task(lab, tmp_path):
     """The only broker (the transaction coordinator, every partition's leader) is cut off
     while a unit commits, alive, unreachable, until the commit call has timed out (Kafka's
     calls wait at most delivery.timeout.ms, 5 s here) and the task is about to call it again
@@ -121,40 +119,36 @@ def test_the_coordinators_broker_cut_off_at_commit_time_has_the_commit_retried_n
     path = datagen.generate("wide30", 20_000, tmp_path / "in.csv", seed=4)
     held, log, metrics = tmp_path / "held", tmp_path / "run.log", tmp_path / "m"
     held.mkdir()
-    lab = hosts.up(tmp_path / "lab", brokers=1)
+    proc = faults.cli("--input", str(path), "--topic", "cut-commit", "--bootstrap-servers", lab.bootstrap_servers,
+                      "--master", "local[2]", "--partitions", "1", "--run-id", "cut-commit", "--metrics-dir",
+                      str(metrics), "--kafka-opt", "delivery.timeout.ms=5000", "--quiet", log=log,
+                      env={failpoints.ENV: f"{failpoints.BEFORE_COMMIT},{failpoints.COMMIT_RETRY}:{held}"},
+                      on=lab.net.exec(hosts.DRIVER))  # fmt: skip
     try:
-        proc = faults.cli("--input", str(path), "--topic", "cut-commit", "--bootstrap-servers", lab.bootstrap_servers,
-                          "--master", "local[2]", "--partitions", "1", "--run-id", "cut-commit", "--metrics-dir",
-                          str(metrics), "--kafka-opt", "delivery.timeout.ms=5000", "--quiet", log=log,
-                          env={failpoints.ENV: f"{failpoints.BEFORE_COMMIT},{failpoints.COMMIT_RETRY}:{held}"},
-                          on=lab.net.exec(hosts.DRIVER))  # fmt: skip
+        faults.wait_for(lambda: list(held.glob(f"*.{failpoints.BEFORE_COMMIT}")), 180, "the task about to commit",
+                        proc, log)  # fmt: skip
+        lab.net.cut("b1")
         try:
-            faults.wait_for(lambda: list(held.glob(f"*.{failpoints.BEFORE_COMMIT}")), 180, "the task about to commit",
-                            proc, log)  # fmt: skip
-            lab.net.cut("b1")
-            try:
-                for marker in held.glob(f"*.{failpoints.BEFORE_COMMIT}"):
-                    marker.unlink()  # the commit goes ahead, into the cut link
-                faults.wait_for(lambda: list(held.glob(f"*.{failpoints.COMMIT_RETRY}")), 120,
-                                "the commit timed out, to be retried", proc, log)  # fmt: skip
-            finally:
-                lab.net.restore("b1")
-            for marker in held.glob(f"*.{failpoints.COMMIT_RETRY}"):
-                marker.unlink()
-            assert proc.wait(180) == 0, log.read_text()[-3000:]
+            for marker in held.glob(f"*.{failpoints.BEFORE_COMMIT}"):
+                marker.unlink()  # the commit goes ahead, into the cut link
+            faults.wait_for(lambda: list(held.glob(f"*.{failpoints.COMMIT_RETRY}")), 120,
+                            "the commit timed out, to be retried", proc, log)  # fmt: skip
         finally:
-            faults.stop_group(proc)
-        report = faults.summary(metrics, "cut-commit")
-        assert report["status"] == "succeeded" and all(c["ok"] for c in report["checks"]), report["checks"]
-        assert not report["duplicates"]["failed_attempts"], "the task was run again"
-        assert report["delivery"]["commit_retries"] >= 1, report["delivery"]
-        assert report["delivery"]["transactions_committed"] == 1 and report["delivery"]["transactions_aborted"] == 0
-        faults.assert_c_loops(report)
-        with lab.net.inside(hosts.DRIVER):
-            records = consume_all(lab.bootstrap_servers, "cut-commit")
-        faults.assert_delivered(records, expected_rows(path), [report])
+            lab.net.restore("b1")
+        for marker in held.glob(f"*.{failpoints.COMMIT_RETRY}"):
+            marker.unlink()
+        assert proc.wait(180) == 0, log.read_text()[-3000:]
     finally:
-        hosts.down(tmp_path / "lab")
+        faults.stop_group(proc)
+    report = faults.summary(metrics, "cut-commit")
+    assert report["status"] == "succeeded" and all(c["ok"] for c in report["checks"]), report["checks"]
+    assert not report["duplicates"]["failed_attempts"], "the task was run again"
+    assert report["delivery"]["commit_retries"] >= 1, report["delivery"]
+    assert report["delivery"]["transactions_committed"] == 1 and report["delivery"]["transactions_aborted"] == 0
+    faults.assert_c_loops(report)
+    with lab.net.inside(hosts.DRIVER):
+        records = consume_all(lab.bootstrap_servers, "cut-commit")
+    faults.assert_delivered(records, expected_rows(path), [report])
 
 
 def _wait_sending(lab: hosts.Lab, topic: str, rows: int, proc: subprocess.Popen, log: Path) -> None:
@@ -176,7 +170,7 @@ def _resume(on: list[str], run_id: str, new_id: str, metrics: Path) -> dict:
     return faults.summary(metrics, new_id)
 
 
-def test_a_link_cut_longer_than_the_delivery_timeout_ends_in_exit_4_and_resume_completes_it(tmp_path):
+def test_a_link_cut_longer_than_the_delivery_timeout_ends_in_exit_4_and_resume_completes_it(lab, tmp_path):
     """The only broker's link cut mid-send for longer than delivery.timeout.ms (5 s here):
     the records in flight time out and the run fails with exit 4, its line naming them and
     the --resume that finishes it; once the link is back, --resume does, every row once.
@@ -184,36 +178,30 @@ def test_a_link_cut_longer_than_the_delivery_timeout_ends_in_exit_4_and_resume_c
     rows_in = 40_000
     path = datagen.generate("wide30", rows_in, tmp_path / "in.csv", seed=13)
     log, metrics = tmp_path / "run.log", tmp_path / "m"
-    lab = hosts.up(tmp_path / "lab", brokers=1)
     on = lab.net.exec(hosts.DRIVER)
+    proc = faults.cli("--input", str(path), "--topic", "link-cut", "--bootstrap-servers", lab.bootstrap_servers,
+                      "--master", "local[2]", "--partitions", "2", "--target-rate", "4000", "--run-id", "link-cut",
+                      "--metrics-dir", str(metrics), "--kafka-opt", "delivery.timeout.ms=5000", "--quiet",
+                      log=log, on=on)  # fmt: skip
     try:
-        proc = faults.cli("--input", str(path), "--topic", "link-cut", "--bootstrap-servers", lab.bootstrap_servers,
-                          "--master", "local[2]", "--partitions", "2", "--target-rate", "4000", "--run-id", "link-cut",
-                          "--metrics-dir", str(metrics), "--kafka-opt", "delivery.timeout.ms=5000", "--quiet",
-                          log=log, on=on)  # fmt: skip
-        try:
-            _wait_sending(lab, "link-cut", 4000, proc, log)
-            with lab.net.inside(hosts.DRIVER):
-                faults.landed_mid_send(lab.bootstrap_servers, ["link-cut"], rows_in)
-            lab.net.cut("b1")
-            code = proc.wait(180)
-        finally:
-            faults.stop_group(proc)
-            lab.net.restore("b1")
-        assert code == 4, log.read_text()[-3000:]
-        [line] = faults.error_lines(log)
-        assert "not acknowledged by Kafka" in line and "delivery.timeout.ms" in line and "--resume link-cut" in line, (
-            line
-        )
-        reports = [faults.summary(metrics, "link-cut"), _resume(on, "link-cut", "link-cut-2", metrics)]
-        for r in reports:
-            faults.assert_c_loops(r)
+        _wait_sending(lab, "link-cut", 4000, proc, log)
         with lab.net.inside(hosts.DRIVER):
-            records = consume_all(lab.bootstrap_servers, "link-cut")
-        faults.assert_delivered(records, expected_rows(path), reports)
-        print(f"link cut past delivery.timeout.ms: {line}")
+            faults.landed_mid_send(lab.bootstrap_servers, ["link-cut"], rows_in)
+        lab.net.cut("b1")
+        code = proc.wait(180)
     finally:
-        hosts.down(tmp_path / "lab")
+        faults.stop_group(proc)
+        lab.net.restore("b1")
+    assert code == 4, log.read_text()[-3000:]
+    [line] = faults.error_lines(log)
+    assert "not acknowledged by Kafka" in line and "delivery.timeout.ms" in line and "--resume link-cut" in line, line
+    reports = [faults.summary(metrics, "link-cut"), _resume(on, "link-cut", "link-cut-2", metrics)]
+    for r in reports:
+        faults.assert_c_loops(r)
+    with lab.net.inside(hosts.DRIVER):
+        records = consume_all(lab.bootstrap_servers, "link-cut")
+    faults.assert_delivered(records, expected_rows(path), reports)
+    print(f"link cut past delivery.timeout.ms: {line}")
 
 
 def _leaders(lab: hosts.Lab, topic: str) -> dict[int, str]:
@@ -286,21 +274,10 @@ def _executor_pids(lab: hosts.Lab, host: str) -> list[int]:
     return out
 
 
-def _pack(tmp_path: Path) -> tuple[Path, subprocess.Popen]:
-    """``kappa-ingest pack``, started: the archive the workers' executors run from."""
-    archive = tmp_path / "kappa-venv.tar.gz"
-    ki = str(Path(sys.executable).parent / "kappa-ingest")
-    return archive, subprocess.Popen(
-        [ki, "pack", "--out", str(archive)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-
-
-def _submit(lab: hosts.Lab, packing: subprocess.Popen, archive: Path, log: Path, *job: str,
-            conf: tuple[str, ...] = ()) -> subprocess.Popen:  # fmt: skip
+def _submit(lab: hosts.Lab, archive: Path, log: Path, *job: str, conf: tuple[str, ...] = ()) -> subprocess.Popen:
     """The README's cluster recipe from the driver host: spark-submit.sh to the lab's master,
     two one-core executors, the job's arguments ``job`` (and Spark settings ``conf``).
     Executors are given up 12 s after their last heartbeat (Spark's default: 120 s)."""
-    assert packing.wait(300) == 0, packing.stderr.read()[-2000:] if packing.stderr else ""
     assert lab.spark is not None
     drv = lab.net.hosts[hosts.DRIVER]
     root = Path(__file__).resolve().parents[2]
@@ -320,7 +297,17 @@ def _on_host(lab: hosts.Lab, host: str, pid: int) -> bool:
     return found == lab.net.ns(host)
 
 
-def test_a_worker_cut_off_from_the_driver_while_its_executor_sends_delivers_every_row_once(tmp_path):
+@pytest.fixture
+def cluster_lab(lab_cluster):
+    """The cluster lab as a test finds it: whatever links the test cut come back after."""
+    yield lab_cluster
+    for a, b in (("w1", hosts.DRIVER), ("w1", hosts.MASTER), (hosts.DRIVER, "b1")):
+        lab_cluster.net.restore_between(a, b)
+
+
+def test_a_worker_cut_off_from_the_driver_while_its_executor_sends_delivers_every_row_once(
+    cluster_lab, packed_venv, tmp_path
+):
     """A standalone cluster in the lab; every unit is held before its commit (a fault point),
     w2's let go at once. Once w1's first unit is sent and held, w1 is cut off from the driver
     and the master, not from the brokers: Spark loses its executor (no heartbeat) and runs
@@ -329,62 +316,62 @@ def test_a_worker_cut_off_from_the_driver_while_its_executor_sends_delivers_ever
     records are aborted, and every row is in the topic once."""
     rows_in = 60_000
     path = datagen.generate("wide30", rows_in, tmp_path / "in.csv", seed=11)
-    archive, packing = _pack(tmp_path)
-    lab = hosts.up(tmp_path / "lab", brokers=1, workers=2, worker_memory="768m")
+    lab = cluster_lab
     log, metrics, held = tmp_path / "run.log", tmp_path / "m", tmp_path / "held"
     held.mkdir()
     point = failpoints.BEFORE_COMMIT
     zombie: list[int] = []
+    proc = _submit(lab, packed_venv.path(), log, "--input", str(path), "--topic", "worker-cut", "--partitions", "4",
+                   "--target-rate", "6000", "--run-id", "worker-cut", "--metrics-dir", str(metrics), "--quiet",
+                   conf=(f"spark.executorEnv.{failpoints.ENV}={point}:{held}",))  # fmt: skip
+    stop = threading.Event()
+
+    def release_the_others() -> None:  # every unit but those of w1's executor goes on to commit
+        while not stop.wait(0.05):
+            for m in held.glob(f"*.{point}"):
+                if not _on_host(lab, "w1", int(m.read_text())):
+                    m.unlink(missing_ok=True)
+
+    releaser = threading.Thread(target=release_the_others, name="releaser", daemon=True)
+    releaser.start()
     try:
-        proc = _submit(lab, packing, archive, log, "--input", str(path), "--topic", "worker-cut", "--partitions", "4",
-                       "--target-rate", "6000", "--run-id", "worker-cut", "--metrics-dir", str(metrics), "--quiet",
-                       conf=(f"spark.executorEnv.{failpoints.ENV}={point}:{held}",))  # fmt: skip
-        stop = threading.Event()
 
-        def release_the_others() -> None:  # every unit but those of w1's executor goes on to commit
-            while not stop.wait(0.05):
-                for m in held.glob(f"*.{point}"):
-                    if not _on_host(lab, "w1", int(m.read_text())):
-                        m.unlink(missing_ok=True)
+        def w1_holds() -> bool:
+            return any(_on_host(lab, "w1", int(m.read_text())) for m in held.glob(f"*.{point}"))
 
-        releaser = threading.Thread(target=release_the_others, name="releaser", daemon=True)
-        releaser.start()
-        try:
-
-            def w1_holds() -> bool:
-                return any(_on_host(lab, "w1", int(m.read_text())) for m in held.glob(f"*.{point}"))
-
-            faults.wait_for(w1_holds, 240, "a unit of w1 sent and held before its commit", proc, log)
-            [zombie_pid] = zombie[:] = _executor_pids(lab, "w1")
-            for other in (hosts.DRIVER, hosts.MASTER):
-                lab.net.cut_between("w1", other)
-            with lab.net.inside(hosts.DRIVER):
-                faults.landed_mid_send(lab.bootstrap_servers, ["worker-cut"], rows_in)
-            code = proc.wait(300)
-            assert processes.alive(zombie_pid), "the cut-off executor was to stay alive"
-        finally:
-            stop.set()
-            releaser.join(5)
-            faults.stop_group(proc)
-            for other in (hosts.DRIVER, hosts.MASTER):
-                lab.net.restore_between("w1", other)
-        faults.signal_tree(faults.tree(psutil.Process(zombie_pid)), signal.SIGKILL)  # before the topic is read
-        assert code == 0, log.read_text()[-3000:]
-        report = faults.summary(metrics, "worker-cut")
-        assert report["status"] == "succeeded" and all(c["ok"] for c in report["checks"]), report["checks"]
-        assert report["duplicates"]["failed_attempts"], "no task of the cut-off executor was run again"
-        faults.assert_c_loops(report)
+        faults.wait_for(w1_holds, 240, "a unit of w1 sent and held before its commit", proc, log)
+        zombie[:] = _executor_pids(lab, "w1")
+        [zombie_pid] = zombie
+        for other in (hosts.DRIVER, hosts.MASTER):
+            lab.net.cut_between("w1", other)
         with lab.net.inside(hosts.DRIVER):
-            records = consume_all(lab.bootstrap_servers, "worker-cut")
-            fenced = faults.aborted(lab.bootstrap_servers, "worker-cut", "worker-cut")
-        assert fenced > 0, "the cut-off executor's transaction was not fenced"
-        faults.assert_delivered(records, expected_rows(path), [report])
+            faults.landed_mid_send(lab.bootstrap_servers, ["worker-cut"], rows_in)
+        code = proc.wait(300)
+        assert processes.alive(zombie_pid), "the cut-off executor was to stay alive"
     finally:
-        packing.kill()
-        hosts.down(tmp_path / "lab")
+        stop.set()
+        releaser.join(5)
+        faults.stop_group(proc)
+        for other in (hosts.DRIVER, hosts.MASTER):
+            lab.net.restore_between("w1", other)
+        for pid in zombie:  # before the topic is read (and the lab is the next test's)
+            with contextlib.suppress(psutil.NoSuchProcess):
+                faults.signal_tree(faults.tree(psutil.Process(pid)), signal.SIGKILL)
+    assert code == 0, log.read_text()[-3000:]
+    report = faults.summary(metrics, "worker-cut")
+    assert report["status"] == "succeeded" and all(c["ok"] for c in report["checks"]), report["checks"]
+    assert report["duplicates"]["failed_attempts"], "no task of the cut-off executor was run again"
+    faults.assert_c_loops(report)
+    with lab.net.inside(hosts.DRIVER):
+        records = consume_all(lab.bootstrap_servers, "worker-cut")
+        fenced = faults.aborted(lab.bootstrap_servers, "worker-cut", "worker-cut")
+    assert fenced > 0, "the cut-off executor's transaction was not fenced"
+    faults.assert_delivered(records, expected_rows(path), [report])
 
 
-def test_a_driver_cut_off_from_the_brokers_past_its_lease_is_taken_over_while_its_executors_send(tmp_path):
+def test_a_driver_cut_off_from_the_brokers_past_its_lease_is_taken_over_while_its_executors_send(
+    cluster_lab, packed_venv, tmp_path
+):
     """A scheduled run (--incremental, a lease of 8 s) on a standalone cluster in the lab.
     Mid-send its driver is cut off from the broker, not from its workers: the executors go
     on sending, the lock goes unrenewed. Past the lease a second run, from a host of its
@@ -400,67 +387,61 @@ def test_a_driver_cut_off_from_the_brokers_past_its_lease_is_taken_over_while_it
     log, log2, metrics = tmp_path / "cut.log", tmp_path / "successor.log", tmp_path / "m"
     common = ["--input", str(landing), "--topic", "driver-cut", "--incremental", "--lock-lease", "8",
               "--metrics-dir", str(metrics), "--quiet"]  # fmt: skip
-    archive, packing = _pack(tmp_path)
-    try:
-        lab = hosts.up(tmp_path / "lab", brokers=1, workers=2, worker_memory="768m")
-        lab.net.add("drv2")  # the second run's host (in the lab's namespaces: removed with it)
+    lab = cluster_lab
+    if "drv2" not in lab.net.hosts:  # the second run's host (in the lab's namespaces: removed with it)
+        lab.net.add("drv2")
 
-        def sent() -> int:
-            with lab.net.inside("drv2"):
-                return faults.sent_so_far(lab.bootstrap_servers, "driver-cut")
-
-        def superseded() -> bool:  # the successor has marked the cut-off run dead in the ledger
-            with lab.net.inside("drv2"):
-                found = ledger.read_records({"bootstrap.servers": lab.bootstrap_servers}, DEFAULT_LEDGER_TOPIC,
-                                            isolation="read_uncommitted")  # fmt: skip
-            return any(r.key == b'{"superseded":"cut-off"}' for r in found)
-
-        proc = _submit(lab, packing, archive, log, *common, "--partitions", "2", "--target-rate", "1000",
-                       "--run-id", "cut-off")  # fmt: skip
-        second = None
-        try:
-            faults.wait_for(lambda: sent() >= 3000, 240, "sending", proc, log)
-            lab.net.cut_between(hosts.DRIVER, "b1")
-            at_cut = sent()
-            with lab.net.inside("drv2"):
-                faults.landed_mid_send(lab.bootstrap_servers, ["cut-off"], files * each)
-
-            def lease_run_out() -> bool:  # past the lease of 8 s, on the brokers' clock (the lock's)
-                with lab.net.inside("drv2"):
-                    return faults.claim_age_ms(lab.bootstrap_servers, "driver-cut", "cut-off") > 8000
-
-            faults.wait_for(lease_run_out, 120, "the cut-off run's lease run out", proc, log)
-            assert sent() > at_cut, "the cut-off driver's executors stopped sending"
-            assert proc.poll() is None, log.read_text()[-3000:]
-            # Its own hostname too: on the same host, a live PID would keep the lock alive.
-            second = faults.cli(*common, "--bootstrap-servers", lab.bootstrap_servers, "--master", "local[2]",
-                                "--run-id", "successor", log=log2, on=lab.net.exec("drv2"), hostname="drv2")  # fmt: skip
-            faults.wait_for(superseded, 240, "the successor took the topic over", second, log2)
-            assert proc.poll() is None, "the cut-off run ended before its link came back"
-            lab.net.restore_between(hosts.DRIVER, "b1")
-            back = time.monotonic()
-            assert second.wait(240) == 0, log2.read_text()[-3000:]
-            code = proc.wait(240)
-            ended_after_s = time.monotonic() - back
-        finally:
-            faults.stop_group(proc)
-            if second is not None:
-                faults.stop_group(second)
-            lab.net.restore_between(hosts.DRIVER, "b1")
-        assert code == 6, log.read_text()[-3000:]
-        [line] = faults.error_lines(log)
-        assert "lost its lock" in line or "taken over by run successor" in line, line
-        assert "--resume" not in line, line  # the successor sends the rest: nothing to resume
-        taker, cut_off = faults.summary(metrics, "successor"), faults.summary(metrics, "cut-off")
-        assert taker["delivery"]["lock"]["taken_over_from"] == ["cut-off"], taker["delivery"]["lock"]
-        assert cut_off["status"] == "failed" and cut_off["delivery"]["lock"].get("renewal_failures"), cut_off[
-            "delivery"
-        ]
+    def sent() -> int:
         with lab.net.inside("drv2"):
-            records = consume_all(lab.bootstrap_servers, "driver-cut")
-        faults.assert_delivered(records, expected, [cut_off, taker])
-        print(f"driver cut at {at_cut} records; the cut-off run sent {cut_off['rows_sent']}, ended {ended_after_s:.0f} s"
-              f" after the link came back: {line}; the successor sent {taker['rows_sent']}")  # fmt: skip
+            return faults.sent_so_far(lab.bootstrap_servers, "driver-cut")
+
+    def superseded() -> bool:  # the successor has marked the cut-off run dead in the ledger
+        with lab.net.inside("drv2"):
+            found = ledger.read_records({"bootstrap.servers": lab.bootstrap_servers}, DEFAULT_LEDGER_TOPIC,
+                                        isolation="read_uncommitted")  # fmt: skip
+        return any(r.kind == ledger.SUPERSEDED and r.key == b'{"superseded":"cut-off"}' for r in found)
+
+    proc = _submit(lab, packed_venv.path(), log, *common, "--partitions", "2", "--target-rate", "1000",
+                   "--run-id", "cut-off")  # fmt: skip
+    second = None
+    try:
+        faults.wait_for(lambda: sent() >= 3000, 240, "sending", proc, log)
+        lab.net.cut_between(hosts.DRIVER, "b1")
+        at_cut = sent()
+        with lab.net.inside("drv2"):
+            faults.landed_mid_send(lab.bootstrap_servers, ["cut-off"], files * each)
+
+        def lease_run_out() -> bool:  # past the lease of 8 s, on the brokers' clock (the lock's)
+            with lab.net.inside("drv2"):
+                return faults.claim_age_ms(lab.bootstrap_servers, "driver-cut", "cut-off") > 8000
+
+        faults.wait_for(lease_run_out, 120, "the cut-off run's lease run out", proc, log)
+        assert sent() > at_cut, "the cut-off driver's executors stopped sending"
+        assert proc.poll() is None, log.read_text()[-3000:]
+        # Its own hostname too: on the same host, a live PID would keep the lock alive.
+        second = faults.cli(*common, "--bootstrap-servers", lab.bootstrap_servers, "--master", "local[2]",
+                            "--run-id", "successor", log=log2, on=lab.net.exec("drv2"), hostname="drv2")  # fmt: skip
+        faults.wait_for(superseded, 240, "the successor took the topic over", second, log2)
+        assert proc.poll() is None, "the cut-off run ended before its link came back"
+        lab.net.restore_between(hosts.DRIVER, "b1")
+        back = time.monotonic()
+        assert second.wait(240) == 0, log2.read_text()[-3000:]
+        code = proc.wait(240)
+        ended_after_s = time.monotonic() - back
     finally:
-        packing.kill()
-        hosts.down(tmp_path / "lab")
+        faults.stop_group(proc)
+        if second is not None:
+            faults.stop_group(second)
+        lab.net.restore_between(hosts.DRIVER, "b1")
+    assert code == 6, log.read_text()[-3000:]
+    [line] = faults.error_lines(log)
+    assert "lost its lock" in line or "taken over by run successor" in line, line
+    assert "--resume" not in line, line  # the successor sends the rest: nothing to resume
+    taker, cut_off = faults.summary(metrics, "successor"), faults.summary(metrics, "cut-off")
+    assert taker["delivery"]["lock"]["taken_over_from"] == ["cut-off"], taker["delivery"]["lock"]
+    assert cut_off["status"] == "failed" and cut_off["delivery"]["lock"].get("renewal_failures"), cut_off["delivery"]
+    with lab.net.inside("drv2"):
+        records = consume_all(lab.bootstrap_servers, "driver-cut")
+    faults.assert_delivered(records, expected, [cut_off, taker])
+    print(f"driver cut at {at_cut} records; the cut-off run sent {cut_off['rows_sent']}, ended {ended_after_s:.0f} s"
+          f" after the link came back: {line}; the successor sent {taker['rows_sent']}")  # fmt: skip

@@ -8,7 +8,7 @@ import os
 import re
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import nbformat
@@ -60,7 +60,7 @@ def test_every_table_holds_the_run_keyed_by_run_id(store):
     # The totals row's clock: the run's start and end inside the test's window around it, and
     # phases adding up to wall_s, the span between them.
     started, finished = (parse_time(runs[rid][k]) for k in ("started_at", "finished_at"))
-    assert Window.at[0] <= started <= finished <= Window.at[1]
+    assert Window.at[0] - timedelta(milliseconds=1) <= started <= finished <= Window.at[1]  # the report's: ms
     assert runs[rid]["wall_s"] == pytest.approx((finished - started).total_seconds(), abs=0.002)
     assert sum(runs[rid][p] for p in metrics_store.PHASES) == pytest.approx(runs[rid]["wall_s"], abs=0.002)
     for name in metrics_store.RUN_TABLES:
@@ -96,7 +96,7 @@ def test_spark_reads_every_table_and_column_as_the_run_reported_them(spark, stor
     rid = summary["run_id"]
     reported = metrics_store.run_rows(summary)
     entries = ledger.read({"bootstrap.servers": summary["bootstrap_servers"]}, summary["delivery"]["ledger_topic"])
-    reported["ledger"] = [e.row() for e in entries if e.run_id == rid]
+    reported["ledger"] = metrics_store.ledger_rows([e for e in entries if e.run_id == rid])
     for name, schema in metrics_store.TABLES.items():
         if name == "bench":
             continue

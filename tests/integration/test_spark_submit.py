@@ -24,12 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 KI = str(ROOT / ".venv" / "bin" / "kappa-ingest")
 
 
-def test_the_readme_cluster_recipe_on_a_standalone_cluster(kafka, tmp_path):
+def test_the_readme_cluster_recipe_on_a_standalone_cluster(kafka, packed_venv, tmp_path):
     path = datagen.generate("wide30", 30_000, tmp_path / "in.csv")
-    archive = tmp_path / "kappa-venv.tar.gz"
-    # Packed while the cluster starts.
-    packing = subprocess.Popen([KI, "pack", "--out", str(archive)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     started = subprocess.run([KI, "cluster", "start", "--dir", str(tmp_path / "cluster"), "--workers", "2",
                               "--worker-cores", "1", "--worker-memory", "768m"],
                              capture_output=True, text=True, timeout=120)  # fmt: skip
@@ -37,12 +33,9 @@ def test_the_readme_cluster_recipe_on_a_standalone_cluster(kafka, tmp_path):
         assert started.returncode == 0, started.stderr
         cluster = spark_cluster.status(tmp_path / "cluster")
         assert [w["state"] for w in cluster.workers()] == ["ALIVE", "ALIVE"]
-        _, err = packing.communicate(timeout=300)
-        assert packing.returncode == 0, err
-        submit(kafka.bootstrap_servers, cluster, path, archive, tmp_path)
+        submit(kafka.bootstrap_servers, cluster, path, packed_venv.path(), tmp_path)
         assert rows(consume_all(kafka.bootstrap_servers, "on-a-cluster")) == expected_rows(path)
     finally:
-        packing.kill()
         subprocess.run([KI, "cluster", "stop", "--dir", str(tmp_path / "cluster")], timeout=60, check=True)
     assert spark_cluster.status(tmp_path / "cluster") is None
 
@@ -82,32 +75,23 @@ def submit(
 
 
 @pytest.mark.faults
-def test_the_cluster_recipe_across_hosts_of_their_own(tmp_path):
+def test_the_cluster_recipe_across_hosts_of_their_own(lab_cluster, packed_venv, tmp_path):
     """The same recipe in a lab: broker, master, two workers and the driver each on a host
-    (a network namespace) of its own, five addresses; every row read back read_committed."""
-    from kappa_ingest.lab import hosts, net
+    (a network namespace) of its own, five addresses; every row read back read_committed.
+    (The lab is the session's: up once, down at the end, leaving nothing behind.)"""
+    from kappa_ingest.lab import hosts
 
+    lab = lab_cluster
     path = datagen.generate("wide30", 30_000, tmp_path / "in.csv")
-    archive = tmp_path / "kappa-venv.tar.gz"
-    packing = subprocess.Popen([KI, "pack", "--out", str(archive)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    lab = hosts.up(tmp_path / "lab", brokers=1, workers=2, worker_memory="768m")
-    try:
-        assert len(set(lab.net.hosts.values())) == 5 and lab.spark is not None
-        with lab.net.inside(hosts.DRIVER):
-            assert [w["state"] for w in lab.spark.workers()] == ["ALIVE", "ALIVE"]
-        _, err = packing.communicate(timeout=300)
-        assert packing.returncode == 0, err
-        drv = lab.net.hosts[hosts.DRIVER]
-        summary = submit(
-            lab.bootstrap_servers, lab.spark, path, archive, tmp_path, tuple(lab.net.exec(hosts.DRIVER)), drv
-        )
-        on_hosts = {e["host"] for e in summary["executors"]}
-        assert on_hosts == {lab.net.hosts["w1"], lab.net.hosts["w2"]}, on_hosts  # each executor on its worker's host
-        with lab.net.inside(hosts.DRIVER):
-            records = consume_all(lab.bootstrap_servers, "on-a-cluster")
-        assert rows(records) == expected_rows(path)  # record by record, as the csv module reads the file
-    finally:
-        packing.kill()
-        hosts.down(tmp_path / "lab")
-    assert net.namespaces(lab.net.lab_id) == []
+    assert len({lab.net.hosts[h] for h in ("b1", "m", "w1", "w2", "drv")}) == 5 and lab.spark is not None
+    with lab.net.inside(hosts.DRIVER):
+        assert [w["state"] for w in lab.spark.workers()] == ["ALIVE", "ALIVE"]
+    drv = lab.net.hosts[hosts.DRIVER]
+    summary = submit(
+        lab.bootstrap_servers, lab.spark, path, packed_venv.path(), tmp_path, tuple(lab.net.exec(hosts.DRIVER)), drv
+    )
+    on_hosts = {e["host"] for e in summary["executors"]}
+    assert on_hosts == {lab.net.hosts["w1"], lab.net.hosts["w2"]}, on_hosts  # each executor on its worker's host
+    with lab.net.inside(hosts.DRIVER):
+        records = consume_all(lab.bootstrap_servers, "on-a-cluster")
+    assert rows(records) == expected_rows(path)  # record by record, as the csv module reads the file

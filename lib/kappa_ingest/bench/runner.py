@@ -112,7 +112,7 @@ def run_contestant(c: Contestant, ctx: Context, layout: str, repeat: int, admin:
                      usage.peak_rss_mb)  # fmt: skip
 
 
-def warm_up(ctx: Context, layout: str, admin: Admin, broker_pid: int) -> None:
+def warm_up_broker(ctx: Context, layout: str, admin: Admin, broker_pid: int) -> None:
     """Kafka's own producer sends the input's records once, uncounted, before any contestant:
     a fresh broker's JVM compiles its write path during its first million records (seen:
     ProducerPerformance at 184,000, 276,000 and 335,000 rows/s in three runs in a row), and
@@ -397,9 +397,13 @@ def run_bench(
     command: str,
     metrics_dir: Path | None = None,
     baseline: str | None = None,
+    cluster: local_kafka.LocalKafka | None = None,
+    warm_up: bool = True,
 ) -> Path:
     """Run every selected contestant ``repeats`` times per layout and row set; returns the
-    results directory. ``baseline`` (a git commit) adds that commit's plain line path."""
+    results directory. ``baseline`` (a git commit) adds that commit's plain line path;
+    ``cluster`` is a broker to use (default: one of its own, started and stopped here), and
+    ``warm_up`` False skips the broker's warm-up (the suite's run of the machinery)."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = out_root / stamp
     out.mkdir(parents=True, exist_ok=True)
@@ -410,7 +414,9 @@ def run_bench(
     chosen = [c for c in chosen if c.name not in skipped]
     results: list[RunResult] = []
     with tempfile.TemporaryDirectory(prefix="kappa-bench-") as tmp:
-        cluster = local_kafka.start(Path(tmp) / "kafka", heap="1g")
+        own = cluster is None
+        if cluster is None:
+            cluster = local_kafka.start(Path(tmp) / "kafka", heap="1g")
         secure = None
         try:
             if any(c.secure for c in chosen):
@@ -422,7 +428,8 @@ def run_bench(
                     ctx = replace(_context(layout, rows, data_dir, classic_rows, partitions, cluster, Path(tmp)),
                                   secure=secure, baseline_lib=baseline_lib)  # fmt: skip
                     here = [c for c in chosen if not c.layouts or layout in c.layouts]
-                    warm_up(ctx, layout, admin, cluster.brokers[0].pid)
+                    if warm_up:
+                        warm_up_broker(ctx, layout, admin, cluster.brokers[0].pid)
                     # Round by round, every contestant once per round: what drifts during a
                     # bench (the broker's JIT, the page cache) falls on all of them alike.
                     for repeat in range(repeats):
@@ -433,7 +440,8 @@ def run_bench(
                             results.append(r)
             admin.close()
         finally:
-            cluster.stop()
+            if own:
+                cluster.stop()
             if secure is not None:
                 secure.stop()
     summary = summarise(results)

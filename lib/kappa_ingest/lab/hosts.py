@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from kappa_ingest import processes
 from kappa_ingest.errors import UsageError
 from kappa_ingest.kafka import broker
 from kappa_ingest.kafka.broker import HOST_PORT, Host, LocalKafka
-from kappa_ingest.lab import net
+from kappa_ingest.lab import net, proxy
 from kappa_ingest.lab.net import Net
 from kappa_ingest.spark import cluster as spark_cluster
 from kappa_ingest.spark.cluster import SparkCluster
@@ -45,9 +46,20 @@ class Lab:
     def broker_hosts(self) -> list[str]:
         return list(self.proxies)
 
-    def delay(self, host: str, rtt_ms: float) -> None:
-        """The round trip ``host``'s proxy adds from now on (its connections too)."""
-        _control(self.state_dir, host).write_text(f"{rtt_ms}\n")
+    def delay(self, host: str, rtt_ms: float, timeout_s: float = 10.0) -> None:
+        """The round trip ``host``'s proxy adds from now on (its connections too): returns once
+        the proxy applies it (it reads its control file every 0.1 s)."""
+        control = _control(self.state_dir, host)
+        control.write_text(f"{rtt_ms}\n")
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if float(proxy.applied(control).read_text().strip()) == rtt_ms:
+                    return
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.02)
+        raise UsageError(f"lab: the proxy of {host} did not take the round trip {rtt_ms} ms in {timeout_s:.0f} s")
 
     def run(self, host: str, *command: str, **kwargs) -> subprocess.Popen:  # type: ignore[no-untyped-def]
         """Start ``command`` on ``host``."""
@@ -67,6 +79,7 @@ def up(
     workers: int = 0,
     worker_cores: int = 1,
     worker_memory: str = "1g",
+    lab_id: str | None = None,
 ) -> Lab:
     """Start a lab: ``brokers`` broker hosts (replication 3 from three on), a driver host,
     and with ``workers`` a Spark master host and that many worker hosts."""
@@ -74,7 +87,7 @@ def up(
     if status(state_dir) is not None:
         raise UsageError(f"a lab is already up from {state_dir}: 'kappa-ingest lab down' first")
     state_dir.mkdir(parents=True, exist_ok=True)
-    the_net = net.create()
+    the_net = net.create(lab_id)
     proxies: dict[str, int] = {}
     try:
         hosts = [f"b{i}" for i in range(1, brokers + 1)]

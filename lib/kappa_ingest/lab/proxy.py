@@ -23,6 +23,11 @@ QUEUED_CHUNKS = 2048  # 128 MB at most in flight each way: above a 1 Gbit/s link
 POLL_S = 0.1
 
 
+def applied(control: Path) -> Path:
+    """Where the proxy writes the round trip it applies, once it does."""
+    return control.with_name(control.name + ".applied")
+
+
 class Delay:
     """The round trip now, re-read from the control file when its modification time changes."""
 
@@ -38,7 +43,9 @@ class Delay:
             stamp = os.stat(self.control).st_mtime_ns
             if stamp != self._seen:
                 self._seen = stamp
-                self.one_way_s = float(self.control.read_text().strip() or 0) / 2000
+                text = self.control.read_text().strip()
+                self.one_way_s = float(text or 0) / 2000
+                applied(self.control).write_text(f"{text}\n")  # what Lab.delay waits for
         except (OSError, ValueError):
             pass  # being written: the next poll reads it
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 PHASES = ("startup", "setup", "sending", "reconcile", "recording")
@@ -59,10 +60,11 @@ def process_start() -> float:
 
 
 class RunClock:
-    """Phase boundaries on the wall clock; ``end(phase)`` marks where a phase ended."""
+    """Phase boundaries on the wall clock (``now``); ``end(phase)`` marks where a phase ended."""
 
-    def __init__(self, started: float | None = None) -> None:
-        self.started = time.time() if started is None else started
+    def __init__(self, started: float | None = None, now: Callable[[], float] = time.time) -> None:
+        self._now = now
+        self.started = now() if started is None else started
         self._ends: dict[str, float] = {}
 
     @classmethod
@@ -77,7 +79,7 @@ class RunClock:
         """Mark the end of ``phase`` (and of any earlier phase not yet marked) now."""
         if phase not in PHASES:
             raise ValueError(f"unknown phase {phase!r}; the phases are {', '.join(PHASES)}")
-        now = time.time()
+        now = self._now()
         for name in PHASES[: PHASES.index(phase) + 1]:
             self._ends.setdefault(name, now)
 

@@ -31,9 +31,10 @@ def new_report(cfg: IngestConfig, clock: RunClock, held: Lock | None = None) -> 
     return report
 
 
-def failed_report(cfg: IngestConfig, clock: RunClock, e: BaseException) -> Path:
-    """The report of a run that failed before it had one of its own."""
-    error = str(e) if isinstance(e, KappaError) else f"{type(e).__name__}: {first_line(e)}"
+def failed_report(cfg: IngestConfig, clock: RunClock, e: BaseException, what: str = "") -> Path:
+    """The report of a run that failed before it had one of its own (``what`` it was doing,
+    for an error that is not one of ours)."""
+    error = str(e) if isinstance(e, KappaError) else f"{what}{type(e).__name__}: {first_line(e)}"
     report = new_report(cfg, clock)
     report.status, report.error = "failed", error
     return report.finish(cfg.metrics_dir)

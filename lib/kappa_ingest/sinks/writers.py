@@ -183,7 +183,7 @@ class Writer:
             touched = producer.partitions_touched
             failpoints.hold(failpoints.BEFORE_COMMIT, txid)
             t0 = time.monotonic()
-            commit(producer, self.d, self.stats, self.began)
+            commit(producer, self.d, self.stats, self.began, txid)
             self.stats.transaction_ms += round((time.monotonic() - t0) * 1000)
             failpoints.hold(failpoints.AFTER_COMMIT, txid)
         except Fenced:
@@ -412,7 +412,7 @@ def _back_off(retry: int, deadline: float, stats: TaskStats) -> None:
     time.sleep(wait)
 
 
-def commit(producer: PartitionProducer, d: TaskDelivery, stats: TaskStats, began: float) -> None:
+def commit(producer: PartitionProducer, d: TaskDelivery, stats: TaskStats, began: float, txid: str = "") -> None:
     """Commit, calling again while the error is retriable (the coordinator did not answer in
     time, say) and the transaction is young enough for the broker to keep it (it aborts one
     older than transaction.timeout.ms): its records are not sent again for a slow answer.
@@ -429,6 +429,7 @@ def commit(producer: PartitionProducer, d: TaskDelivery, stats: TaskStats, began
             if e.retriable and not e.fatal and not e.abortable and time.monotonic() < deadline:
                 retries += 1
                 stats.commit_retries += 1
+                failpoints.hold(failpoints.COMMIT_RETRY, txid)
                 _back_off(retries, deadline, stats)
                 continue
             raise _explained(e, t0, d) from e
