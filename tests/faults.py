@@ -175,16 +175,23 @@ def assert_c_loops(report: dict) -> None:
         assert loops == {"C"}, report["executors"]
 
 
+def _of_run(records, run_id: str, file: str | None) -> int:
+    return sum(1 for r in records if r.headers.get("run_id") == run_id.encode()
+               and (file is None or r.headers.get("source_file", b"").decode().endswith(file)))  # fmt: skip
+
+
+def in_log(bootstrap: str, topic: str, run_id: str, file: str | None = None) -> int:
+    """Records of ``run_id`` (of ``file``) in the topic's log, committed or not (read_uncommitted)."""
+    return _of_run(consume_all(bootstrap, topic, json_values=False, isolation="read_uncommitted"), run_id, file)
+
+
 def aborted(bootstrap: str, topic: str, run_id: str, file: str | None = None) -> int:
     """Records of ``run_id`` (of ``file``) in the topic's log that no reader will see: written
-    in transactions that were aborted (fenced, most often) or are still open."""
-
-    def of_run(records) -> int:
-        return sum(1 for r in records if r.headers.get("run_id") == run_id.encode()
-                   and (file is None or r.headers.get("source_file", b"").decode().endswith(file)))  # fmt: skip
-
-    every = of_run(consume_all(bootstrap, topic, json_values=False, isolation="read_uncommitted"))
-    return every - of_run(consume_all(bootstrap, topic, json_values=False))
+    in transactions that were aborted (fenced, most often). Once no transaction is open on
+    the topic: a read_committed reader waits for one."""
+    return in_log(bootstrap, topic, run_id, file) - _of_run(
+        consume_all(bootstrap, topic, json_values=False), run_id, file
+    )
 
 
 def broker_now_ms(bootstrap: str) -> int:

@@ -1,6 +1,6 @@
 """Fetch and build, once, what a run needs: ``python -m kappa_ingest.setup_jars`` (``make setup``).
 
-The broker's jars, the C record loops and the Spark driver's class archive go to the kappa-ingest cache; Spark's
+The broker's jars and class archive, the C record loops and the Spark driver's class archive go to the kappa-ingest cache; Spark's
 packages (Kafka sink, Delta) to Spark's ivy cache, by starting and stopping one local session.
 """
 
@@ -22,6 +22,11 @@ from kappa_ingest.spark.session import PACKAGES, build_session, remember_package
 
 def main() -> None:
     print(f"Kafka broker jars: {local_kafka.jars_dir()}")
+    broker_archive = local_kafka.class_archive()
+    if broker_archive is not None and not broker_archive.exists():
+        with tempfile.TemporaryDirectory(prefix="kappa-broker-cds-") as tmp:
+            broker_archive = local_kafka.train_class_archive(Path(tmp))
+    print(f"Kafka broker class archive: {broker_archive or 'not made (no java, or the JVM wrote none)'}")
     print(f"Spark sink timestamp interceptor: {jar_path()}")
     try:
         print(f"C record loops: {native.build()}")

@@ -29,6 +29,7 @@ from faults import (
     error_lines,
     executor_id,
     executor_of,
+    in_log,
     landed_mid_send,
     released_together,
     signal_tree,
@@ -80,12 +81,12 @@ class Releaser(threading.Thread):
     def __init__(self, held: Path, point: str) -> None:
         super().__init__(name="releaser", daemon=True)
         self.held, self.point = held, point
-        self._run, self._stop = threading.Event(), threading.Event()
+        self._run, self._halt = threading.Event(), threading.Event()
         self._run.set()
         self.start()
 
     def run(self) -> None:
-        while not self._stop.wait(0.02):
+        while not self._halt.wait(0.02):
             if self._run.is_set():
                 for m in self.held.glob(f"*.{self.point}"):
                     m.unlink(missing_ok=True)
@@ -102,7 +103,7 @@ class Releaser(threading.Thread):
         return found[0]
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(5)
         for m in self.held.glob(f"*.{self.point}"):
             m.unlink(missing_ok=True)
@@ -171,17 +172,18 @@ def test_an_executor_paused_while_its_task_is_retried_and_another_run_sends_the_
         releasing.pause()
         marker = releasing.next_held(first, log)
         unit = _unit_of(topic, marker.name.removesuffix(f".{failpoints.MID_SEND}"), directory)
-        wait_for(lambda: aborted(bs, topic, "first", unit) > 0, 60, "its first records in the log", first, log)
+        wait_for(lambda: in_log(bs, topic, "first", unit) > 0, 60, "its first records in the log", first, log)
         paused = tree(executor_of(int(marker.read_text())))
         signal_tree(paused, signal.SIGSTOP)
         releasing.resume()
         try:
             second = cli(*_args(directory, topic, metrics, "--bootstrap-servers", bs, "--master", "local[2]",
                                 "--no-lock", "--run-id", "second"), log=tmp_path / "second.log")  # fmt: skip
-            try:
+            try:  # it sends the held unit too: its transactional id initialised, the paused writer's fenced
                 assert second.wait(180) in (0, 6), (tmp_path / "second.log").read_text()[-3000:]
             finally:
                 stop_group(second)
+            assert any(e.unit.file.endswith(unit) for e in committed(bs, "second") + committed(bs, "first"))
             lost = executor_id(paused[0])
             wait_for(lambda: spark_executor_active(ui, lost) is False, 120, "the paused executor given up", first, log)
         finally:

@@ -218,9 +218,9 @@ def test_a_broker_killed_mid_run_is_survived(spark, cluster, tmp_path, data):
 
 def test_a_broker_paused_past_the_request_timeout_is_survived(spark, cluster, tmp_path, data):
     """The leader of a partition the run writes is paused mid-send (SIGSTOP) until the other
-    brokers have given its partitions to another leader and the run has committed more
-    there: its requests to the paused one timed out (request.timeout.ms 3 s) and went to
-    the new leader. Woken, it answers its stale requests: none of them may count."""
+    brokers have given its partitions to another leader (after 4 s without its heartbeat):
+    the requests the run's producers had made of it timed out (request.timeout.ms 3 s) and
+    go to the new leader. Woken, it answers its stale requests: none of them may count."""
     path, expected = data
     topic = cluster.topic("broker-pause")
     cfg = fault_config(tmp_path, path, cluster.bootstrap_servers, topic, kafka_opts={"request.timeout.ms": "3000"})
@@ -233,8 +233,6 @@ def test_a_broker_paused_past_the_request_timeout_is_survived(spark, cluster, tm
         os.kill(victim.pid, signal.SIGSTOP)
         try:
             wait_for(lambda: moved_off(cluster, victim, topic, led), 60, "the paused broker's partitions led elsewhere")
-            wait_for(lambda: committed_rows(cluster.bootstrap_servers, cfg.run_id) > at_pause or not t.is_alive(), 120,
-                     "a unit committed while the broker is paused")  # fmt: skip
         finally:
             os.kill(victim.pid, signal.SIGCONT)
         t.join(180)
@@ -243,6 +241,7 @@ def test_a_broker_paused_past_the_request_timeout_is_survived(spark, cluster, tm
         t.join(180)
         cluster.heal()
     assert "error" not in outcome, outcome.get("error")
+    assert committed_rows(cluster.bootstrap_servers, cfg.run_id) > at_pause  # and it went on to the end
     report = summary(tmp_path / "m", cfg.run_id)
     assert report["status"] == "succeeded" and all(c["ok"] for c in report["checks"]), report["checks"]
     assert_c_loops(report)
