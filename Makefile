@@ -32,11 +32,10 @@ demo: setup data/demo-$(DEMO_ROWS).csv
 data/demo-$(DEMO_ROWS).csv: | $(STAMP)
 	$(BIN)/kappa-ingest gen-data --layout wide30 --rows $(DEMO_ROWS) --out $@
 
-# The suite, then the fault tests (real processes killed, paused and taken over: ~13 minutes
-# on two cores) in a pytest of their own.
+# The suite in one pytest process: the fault and lab tests (real processes killed, paused,
+# cut off and taken over) last, sharing its brokers, Spark session, packed venv and labs.
 test: setup browser compiler netlab lint
-	$(BIN)/pytest tests -m "not faults"
-	$(BIN)/pytest tests -m faults
+	$(BIN)/pytest tests
 
 faults: setup browser compiler netlab
 	$(BIN)/pytest tests -m faults

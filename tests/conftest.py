@@ -204,10 +204,11 @@ def lab(lab_one_broker):
     lab_one_broker.delay("b1", 0)
 
 
-# Tests that share the cluster lab run in this order: the one that cuts a worker off (and
+# One pytest process: the fault and lab tests (which kill, pause and cut real processes) after
+# the rest; of the tests that share the cluster lab, the one that cuts a worker off (and
 # leaves it to find its way back to the master) last.
 _LAST_ON_THE_CLUSTER_LAB = "test_a_worker_cut_off_from_the_driver_while_its_executor_sends_delivers_every_row_once"
 
 
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: item.name == _LAST_ON_THE_CLUSTER_LAB)
+    items.sort(key=lambda item: (item.get_closest_marker("faults") is not None, item.name == _LAST_ON_THE_CLUSTER_LAB))

@@ -21,11 +21,12 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 import faults
-from helpers import cluster_recipe, consume_all, expected_rows, rows
+from helpers import cluster_recipe, consume_all, expected_rows, iso_ms_to_epoch, rows
 from kappa_ingest import datagen, failpoints, processes
 from kappa_ingest.config.choices import DEFAULT_LEDGER_TOPIC
 from kappa_ingest.delivery import ledger
 from kappa_ingest.errors import KafkaUnavailable
+from kappa_ingest.kafka.topics import Admin
 from kappa_ingest.lab import hosts, net
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -174,7 +175,7 @@ def test_a_link_cut_longer_than_the_delivery_timeout_ends_in_exit_4_and_resume_c
     """The only broker's link cut mid-send for longer than delivery.timeout.ms (5 s here):
     the records in flight time out and the run fails with exit 4, its line naming them and
     the --resume that finishes it; once the link is back, --resume does, every row once.
-    (A cut shorter than delivery.timeout.ms is absorbed: `make links`, 15 s of 120 s.)"""
+    (A cut shorter than delivery.timeout.ms is absorbed: the test below.)"""
     rows_in = 40_000
     path = datagen.generate("wide30", rows_in, tmp_path / "in.csv", seed=13)
     log, metrics = tmp_path / "run.log", tmp_path / "m"
@@ -201,6 +202,46 @@ def test_a_link_cut_longer_than_the_delivery_timeout_ends_in_exit_4_and_resume_c
         records = consume_all(lab.bootstrap_servers, "link-cut")
     faults.assert_delivered(records, expected_rows(path), reports)
     print(f"link cut past delivery.timeout.ms: {line}")
+
+
+def test_a_link_cut_shorter_than_the_delivery_timeout_is_absorbed_every_row_once(lab, tmp_path):
+    """The only broker's link cut mid-send for three request timeouts (2 s each) and back,
+    well within delivery.timeout.ms (60 s): the requests in flight time out and are sent
+    again once the link is back; the run succeeds, every row once. The topic stamps records
+    as the broker appends them (LogAppendTime): records made before the link came back were
+    appended after it, so the cut held them up."""
+    rows_in, cut_s = 40_000, 6.0
+    path = datagen.generate("wide30", rows_in, tmp_path / "in.csv", seed=14)
+    log, metrics = tmp_path / "run.log", tmp_path / "m"
+    with lab.net.inside(hosts.DRIVER), Admin(lab.bootstrap_servers) as admin:
+        admin.ensure_topic("short-cut", 2, 1, {"message.timestamp.type": "LogAppendTime"})
+    proc = faults.cli("--input", str(path), "--topic", "short-cut", "--bootstrap-servers", lab.bootstrap_servers,
+                      "--master", "local[2]", "--partitions", "2", "--target-rate", "4000", "--run-id", "short-cut",
+                      "--metrics-dir", str(metrics), "--kafka-opt", "delivery.timeout.ms=60000",
+                      "--kafka-opt", "request.timeout.ms=2000", "--quiet", log=log, on=lab.net.exec(hosts.DRIVER))  # fmt: skip
+    try:
+        _wait_sending(lab, "short-cut", 4000, proc, log)
+        with lab.net.inside(hosts.DRIVER):
+            faults.landed_mid_send(lab.bootstrap_servers, ["short-cut"], rows_in)
+        lab.net.cut("b1")
+        try:
+            time.sleep(cut_s)  # the fault itself: a cut of this length (what follows waits for conditions)
+        finally:
+            lab.net.restore("b1")
+        restored_ms = time.time_ns() // 1_000_000
+        code = proc.wait(180)
+    finally:
+        faults.stop_group(proc)
+    assert code == 0, log.read_text()[-3000:]
+    report = faults.summary(metrics, "short-cut")
+    assert report["status"] == "succeeded" and all(c["ok"] for c in report["checks"]), report["checks"]
+    assert not report["duplicates"]["failed_attempts"], "a task was run again"
+    faults.assert_c_loops(report)
+    with lab.net.inside(hosts.DRIVER):
+        records = consume_all(lab.bootstrap_servers, "short-cut")
+    held_up = [r for r in records if iso_ms_to_epoch(r.value["ingest_ts"]) < restored_ms <= r.timestamp_ms]
+    assert held_up, "no record made before the link came back was appended after it"
+    faults.assert_delivered(records, expected_rows(path), [report])
 
 
 def _leaders(lab: hosts.Lab, topic: str) -> dict[int, str]:
