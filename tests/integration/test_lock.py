@@ -14,8 +14,8 @@ import time
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from faults import barrier, cli, error_lines, released_together, stop_group, wait_for
-from helpers import consume_all, expected_rows, rows
+from faults import barrier, claim_age_ms, cli, error_lines, released_together, stop_group, wait_for
+from helpers import consume_all, expected_rows, held_back, rows
 from kappa_ingest import config, datagen
 from kappa_ingest.config.choices import DEFAULT_LEDGER_TOPIC as DEFAULT_TOPIC
 from kappa_ingest.delivery import guarantees as delivery
@@ -84,7 +84,9 @@ def test_a_dead_runs_lock_is_taken_over_and_its_open_transaction_ended(kafka, tm
         admin.ensure_topic("orphaned", 2, 1)
     zombie_id = delivery.scope_prefix("orphaned", "killed-here", False) + "u:0123456789abcdef01234567"
     zombie = _left_open(kafka, "orphaned", zombie_id)
-    time.sleep(1.5)  # the silent claim's lease, by the broker's clock
+    # Past the silent claim's lease of 1 s, by the brokers' clock (the lock's).
+    wait_for(lambda: claim_age_ms(kafka.bootstrap_servers, "orphaned", "silent-elsewhere") > 1000, 30,
+             "the silent claim's lease run out")  # fmt: skip
     held = lock.hold(_cfg(kafka, "orphaned", "successor", tmp_path), kafka.bootstrap_servers)
     held.release()
     assert sorted(held.taken_over) == ["killed-here", "silent-elsewhere"]
@@ -92,7 +94,7 @@ def test_a_dead_runs_lock_is_taken_over_and_its_open_transaction_ended(kafka, tm
     with pytest.raises(KafkaException) as fenced:  # the zombie can commit nothing: its transaction was aborted
         zombie.commit_transaction(10)
     assert fenced.value.args[0].code() in (-144, 90, 47), fenced.value  # _FENCED, PRODUCER_FENCED, INVALID_EPOCH
-    assert consume_all(kafka.bootstrap_servers, "orphaned", timeout_s=10) == []  # and no reader waits for it
+    assert not held_back(kafka.bootstrap_servers, "orphaned") and consume_all(kafka.bootstrap_servers, "orphaned") == []
     _fake_claim(kafka, "orphaned", "alive-elsewhere")  # renewed just now (by the broker's clock) on another host
     with pytest.raises(LockHeld, match="alive-elsewhere"):
         lock.hold(_cfg(kafka, "orphaned", "late", tmp_path), kafka.bootstrap_servers)
@@ -128,9 +130,7 @@ def test_a_holder_whose_lock_is_taken_over_learns_it_and_says_who(kafka, tmp_pat
 
         ledger.supersede(conf, DEFAULT_TOPIC, ["victim"], "usurper")
         lock._write(conf, DEFAULT_TOPIC, held.claim.key(), None)
-        deadline = time.monotonic() + 10
-        while held.lost is None and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for(lambda: held.lost is not None, 30, "the holder learning it lost the lock")
     finally:
         held.release()
     assert held.lost and "usurper took it over" in held.lost and told == [held.lost]
@@ -241,4 +241,4 @@ def test_a_run_without_the_lock_still_ends_what_failed_runs_left_open(kafka, tmp
     held = lock.hold(_cfg(kafka, "no-lock", "later", tmp_path, lock=False, incremental=True), kafka.bootstrap_servers)
     assert held.claim is None and left in held.lingering.fenced
     assert "later" not in _claims(kafka, "no-lock")
-    assert consume_all(kafka.bootstrap_servers, "no-lock", timeout_s=10) == []
+    assert not held_back(kafka.bootstrap_servers, "no-lock") and consume_all(kafka.bootstrap_servers, "no-lock") == []
