@@ -129,7 +129,6 @@ def run_ingest(args: argparse.Namespace, cfg: Any = None, replay: Any = None) ->
     from kappa_ingest.delivery import lock
     from kappa_ingest.kafka.endpoint import KafkaEndpoint, endpoint_for
     from kappa_ingest.preflight import preflight
-    from kappa_ingest.report import recording
     from kappa_ingest.report.phases import RunClock
     from kappa_ingest.spark.session import build_session, launched_by_spark_submit, quick_jit, stop_session
 
@@ -183,6 +182,10 @@ def run_ingest(args: argparse.Namespace, cfg: Any = None, replay: Any = None) ->
             kafka.close()
         if held is not None:
             held.release()
+        from kappa_ingest.report import (
+            recording,  # here: imported at the top, it would load the pipeline's libraries before the JVM starts
+        )
+
         recording.failed_report(cfg, clock, e, what="Spark did not start: ")
         raise
 

@@ -24,8 +24,12 @@ def main() -> None:
     print(f"Kafka broker jars: {local_kafka.jars_dir()}")
     broker_archive = local_kafka.class_archive()
     if broker_archive is not None and not broker_archive.exists():
-        with tempfile.TemporaryDirectory(prefix="kappa-broker-cds-") as tmp:
-            broker_archive = local_kafka.train_class_archive(Path(tmp))
+        try:  # a start-up saving: brokers start without it
+            with tempfile.TemporaryDirectory(prefix="kappa-broker-cds-") as tmp:
+                broker_archive = local_kafka.train_class_archive(Path(tmp))
+        except Exception as e:  # noqa: BLE001 - what follows does not need it
+            print(f"Kafka broker class archive: not made ({type(e).__name__}: {e})")
+            broker_archive = None
     print(f"Kafka broker class archive: {broker_archive or 'not made (no java, or the JVM wrote none)'}")
     print(f"Spark sink timestamp interceptor: {jar_path()}")
     try:

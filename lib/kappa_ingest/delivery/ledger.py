@@ -131,7 +131,7 @@ def kind_of(key: bytes | None, headers: list[tuple[str, bytes]] | None) -> str:
     superseding record's one with ``superseded``."""
     for name, value in headers or ():
         if name == KIND_HEADER:
-            return value.decode(errors="replace")
+            return (value or b"").decode(errors="replace")
     try:
         key_json = json.loads(key or b"")
     except ValueError:
@@ -165,6 +165,16 @@ def snapshot(
     there (:class:`Tail`), so nothing committed after the run chose its units is missed."""
     records, ends = _records(conf, ledger_topic, timeout_s, start, "read_committed")
     return [e for r in records if (e := entry_of(r)) is not None], ends
+
+
+def key_object(r: Record) -> dict[str, Any]:
+    """A claim's or a superseding record's key as the object it must be; {} if it is not one
+    (a writer this version does not know: the record is skipped, not misread)."""
+    try:
+        key = json.loads(r.key or b"")
+    except ValueError:
+        return {}
+    return key if isinstance(key, dict) else {}
 
 
 def entry_of(r: Record) -> Entry | None:
@@ -212,11 +222,14 @@ def _consumer(conf: dict[str, Any], isolation: str) -> Any:
 def _records(
     conf: dict[str, Any], ledger_topic: str, timeout_s: float, start: dict[int, int] | None, isolation: str
 ) -> tuple[list[Record], dict[int, int]]:
-    from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
+    from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
     consumer = _consumer(conf, isolation)
     try:
         md = consumer.list_topics(ledger_topic, timeout=timeout_s).topics.get(ledger_topic)
+        if md is not None and md.error is not None and md.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+            # Not "no ledger": a ledger that cannot be read now would read as nothing delivered.
+            raise KafkaUnavailable(f"reading the delivery ledger {ledger_topic!r}: {md.error.str()}")
         if md is None or md.error is not None:  # no ledger yet: nothing delivered; whatever is, from its start
             return [], {0: 0}  # (the ledger has one partition: ensure() refuses any other)
         parts = sorted(md.partitions)
@@ -301,7 +314,9 @@ class Tail:
 
     def _take(self, r: Record) -> None:
         if r.kind == SUPERSEDED and r.value is not None:
-            self.superseded[json.loads(r.key)["superseded"]] = json.loads(r.value)["by"]
+            run = key_object(r).get("superseded")
+            if run is not None:
+                self.superseded[run] = json.loads(r.value)["by"]
             return
         e = entry_of(r)
         if e is not None and e.topic == self.topic:

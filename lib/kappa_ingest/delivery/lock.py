@@ -128,8 +128,8 @@ def claims(records: list[ledger.Record], topic: str) -> dict[str, Claim]:
     for r in records:
         if r.kind != ledger.CLAIM:
             continue
-        k = json.loads(r.key)
-        if k.get("lock") != topic:
+        k = ledger.key_object(r)
+        if k.get("lock") != topic or "run" not in k:
             continue
         if r.value is None:
             out.pop(k["run"], None)
@@ -188,17 +188,19 @@ class Lock:
             if r.offset > upto:
                 break
             self.position = r.offset + 1
-            withdrawn = r.kind == ledger.CLAIM and r.value is None and json.loads(r.key) == {"lock": topic, "run": run}
-            if withdrawn or (r.kind == ledger.SUPERSEDED and json.loads(r.key).get("superseded") == run):
+            key = ledger.key_object(r)
+            withdrawn = r.kind == ledger.CLAIM and r.value is None and key == {"lock": topic, "run": run}
+            if withdrawn or (r.kind == ledger.SUPERSEDED and key.get("superseded") == run):
                 by = json.loads(r.value)["by"] if r.value is not None else "another run"
                 self._lose(f"run {self.claim.run_id} lost its lock on topic {self.claim.topic}: {by} took it over"
                            " (it found this run dead)")  # fmt: skip
                 return
 
     def _lose(self, reason: str) -> None:
-        if self._stop.is_set():  # released meanwhile: the run is over, nothing of it to stop
-            return
-        self.lost = reason
+        with self._mutex:  # as release() sets _stop: once it has, no loss is taken, however late the renewal
+            if self._stop.is_set():  # released meanwhile: the run is over, nothing of it to stop
+                return
+            self.lost = reason
         _HELD.discard(self.claim.run_id if self.claim else "")
         if self._on_lost is not None:
             self._on_lost(reason)

@@ -62,7 +62,7 @@ def for_tasks(
         kafka_timeout_s=guarantees.kafka_timeout_s(cfg.producer_settings()),
         skip=skip,
         scope=guarantees.scope_prefix(cfg.topic, cfg.lineage, cfg.incremental),
-        any_run=cfg.incremental or cfg.resume is not None,
+        any_run=cfg.incremental or bool(cfg.resume),
         shuffled=source.shuffled,
     )
 

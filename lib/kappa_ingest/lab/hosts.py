@@ -50,7 +50,9 @@ class Lab:
         """The round trip ``host``'s proxy adds from now on (its connections too): returns once
         the proxy applies it (it reads its control file every 0.1 s)."""
         control = _control(self.state_dir, host)
-        control.write_text(f"{rtt_ms}\n")
+        written = control.with_name(control.name + ".new")
+        written.write_text(f"{rtt_ms}\n")
+        written.replace(control)  # whole: the proxy never reads it half written
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -131,10 +132,13 @@ def _setns(fd: int) -> None:
 
 
 def create(lab_id: str | None = None) -> Net:
-    """A new switch (a namespace holding a bridge), no hosts yet."""
+    """A new switch (a namespace holding a bridge), no hosts yet; ``lab_id``, if given, is
+    four hex digits (as a made one is: a host's link name has room for no more) of no lab up."""
+    if lab_id is not None and not re.fullmatch(r"[0-9a-f]{4}", lab_id):
+        raise UsageError(f"lab: id {lab_id!r}: four hex digits")
     net = Net(lab_id or secrets.token_hex(2))
+    _run(IP, "netns", "add", net.switch)  # fails if a lab of that id is up: nothing of it is touched
     try:
-        _run(IP, "netns", "add", net.switch)
         _run(IP, "-n", net.switch, "link", "add", "br0", "type", "bridge")
         _run(IP, "-n", net.switch, "link", "set", "br0", "up")
     except BaseException:

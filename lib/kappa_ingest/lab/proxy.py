@@ -34,17 +34,20 @@ class Delay:
     def __init__(self, rtt_ms: float, control: Path | None) -> None:
         self.one_way_s = rtt_ms / 2000
         self.control = control
-        self._seen: int | None = None
+        self._seen: tuple[int, int, int] | None = None
 
     def refresh(self) -> None:
         if self.control is None:
             return
         try:
-            stamp = os.stat(self.control).st_mtime_ns
+            st = os.stat(self.control)
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
             if stamp != self._seen:
-                self._seen = stamp
                 text = self.control.read_text().strip()
-                self.one_way_s = float(text or 0) / 2000
+                if not text:
+                    return  # being written: the next poll reads it
+                self.one_way_s = float(text) / 2000
+                self._seen = stamp
                 applied(self.control).write_text(f"{text}\n")  # what Lab.delay waits for
         except (OSError, ValueError):
             pass  # being written: the next poll reads it

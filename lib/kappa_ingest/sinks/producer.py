@@ -67,8 +67,9 @@ class PartitionProducer(Protocol):
         """Data-topic partitions written by the current transaction (each gets a commit marker); None: unknown."""
 
     def offset_runs(self) -> list[tuple[int, int, int]] | None:
-        """Where the current transaction's records landed: ``(partition, first offset, count)``
-        runs of consecutive offsets, once flushed; None: unknown."""
+        """Where the current transaction's data records landed (without transactions: all the
+        producer's since it was made): ``(partition, first offset, count)`` runs of
+        consecutive offsets, once flushed; None: unknown."""
 
     def close(self) -> None:
         """Release the producer, dropping what it still holds; never raises."""

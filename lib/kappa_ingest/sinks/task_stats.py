@@ -46,7 +46,7 @@ class TaskStats:
     units: str = "[]"  # JSON: the ledger entries of the units it delivered
     inherited: str = "[]"  # JSON: entries of its units found delivered (by an earlier attempt, or another run)
     taken: str = "[]"  # JSON: units another writer took over and has not committed yet
-    offsets: str = "[]"  # JSON: [[unit, ...], [[partition, first offset, count], ...]] per transaction, where known
+    offsets: str = "[]"  # JSON: [[unit, ...], [[partition, first offset, count], ...]] per transaction (or producer)
     failed: str = "{}"  # JSON: rows failing each row-level expectation (--quality-gate quarantine)
     record_loops: str = ""  # C | Python: the record loops its process ran
     notes: str = "[]"  # JSON: warnings raised in its process (task_notes)
