@@ -1,6 +1,8 @@
 """Shared fixtures: one small Spark session and one real KRaft broker for the whole run,
 the suite's other brokers, the packed venv, and the labs of hosts, each made once when a
-test first needs it and stopped, by PID, at the end."""
+test first needs it and stopped, by PID, as soon as no test left needs it (an idle KRaft
+broker costs some 4% of a core: the suite's tests are ordered so that each shared one's
+tests run together, below)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,22 @@ import sys
 from pathlib import Path
 
 import pytest
+
+_STOP_WHEN_DONE: dict[str, object] = {}  # fixture name -> stops what it started, once
+
+
+def _stop_when_done(name: str, stop) -> object:
+    """``stop`` once no test left in the session needs fixture ``name`` (or at the session's end)."""
+    done: list[bool] = []
+
+    def once() -> None:
+        if not done:
+            done.append(True)
+            stop()
+
+    _STOP_WHEN_DONE[name] = once
+    return once
+
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -52,8 +70,9 @@ def kafka_stock(tmp_path_factory):
 
     cluster = local_kafka.start(tmp_path_factory.mktemp("kafka-stock"), brokers=1, stock=True,
                                 properties={"num.partitions": "4"})  # fmt: skip
+    stop = _stop_when_done("kafka_stock", cluster.stop)
     yield cluster
-    cluster.stop()
+    stop()
 
 
 # Records timestamped by event time (2012 in the DEBS layout) are older than Kafka's default
@@ -71,12 +90,17 @@ def kafka3(tmp_path_factory):
 
     state = tmp_path_factory.mktemp("kafka3")
     cluster = ClusterHolder(local_kafka.start(state, brokers=3, properties=FAST_FAILOVER))
+
+    def stop_cluster() -> None:
+        # Stopped together, the last brokers' controlled shutdown waits for a quorum that is gone
+        # (up to the 30 s before SIGKILL): nothing of this cluster is kept, so wait 5 s at most.
+        cluster.now.stop(timeout_s=5)
+        if any(cluster.now.alive()) or local_kafka.status(state) is not None:
+            raise RuntimeError(f"brokers of {state} outlived stop()")
+
+    stop = _stop_when_done("kafka3", stop_cluster)
     yield cluster
-    # Stopped together, the last brokers' controlled shutdown waits for a quorum that is gone
-    # (up to the 30 s before SIGKILL): nothing of this cluster is kept, so wait 5 s at most.
-    cluster.now.stop(timeout_s=5)
-    if any(cluster.now.alive()) or local_kafka.status(state) is not None:
-        raise RuntimeError(f"brokers of {state} outlived stop()")
+    stop()
 
 
 class ClusterHolder:
@@ -164,36 +188,41 @@ class PackedVenv:
 @pytest.fixture(scope="session")
 def packed_venv(tmp_path_factory):
     """The venv packed once for every test that submits to a cluster (packing while the
-    first of them starts its cluster)."""
+    first of them brings its cluster up: name it before the lab)."""
     packed = PackedVenv(tmp_path_factory.mktemp("packed"))
     yield packed
     packed.close()
 
 
-def _lab(tmp_path_factory, name: str, **shape):
-    """A lab of hosts, up for the session; down at its end, leaving nothing behind."""
+def _lab(tmp_path_factory, name: str, fixture: str, **shape):
+    """A lab of hosts, up until its last test; then down, leaving nothing behind."""
     from kappa_ingest import processes
     from kappa_ingest.lab import hosts, net
 
     state = tmp_path_factory.mktemp(name) / "lab"
     lab = hosts.up(state, **shape)
     pids = [*lab.proxies.values(), *(b.pid for b in lab.kafka.brokers)]
+
+    def down() -> None:
+        assert hosts.down(state)
+        assert net.namespaces(lab.net.lab_id) == [], "namespaces of the lab left behind"
+        assert not any(processes.alive(p) for p in pids), "processes of the lab left behind"
+
+    stop = _stop_when_done(fixture, down)
     yield lab
-    assert hosts.down(state)
-    assert net.namespaces(lab.net.lab_id) == [], "namespaces of the lab left behind"
-    assert not any(processes.alive(p) for p in pids), "processes of the lab left behind"
+    stop()
 
 
 @pytest.fixture(scope="session")
 def lab_one_broker(tmp_path_factory):
     """A broker host behind its delaying proxy, and a driver host."""
-    yield from _lab(tmp_path_factory, "lab-one-broker", brokers=1)
+    yield from _lab(tmp_path_factory, "lab-one-broker", "lab_one_broker", brokers=1)
 
 
 @pytest.fixture(scope="session")
 def lab_cluster(tmp_path_factory):
     """A broker host, a Spark master host, two worker hosts and a driver host."""
-    yield from _lab(tmp_path_factory, "lab-cluster", brokers=1, workers=2, worker_memory="768m")
+    yield from _lab(tmp_path_factory, "lab-cluster", "lab_cluster", brokers=1, workers=2, worker_memory="768m")
 
 
 @pytest.fixture
@@ -204,11 +233,60 @@ def lab(lab_one_broker):
     lab_one_broker.delay("b1", 0)
 
 
-# One pytest process: the fault and lab tests (which kill, pause and cut real processes) after
-# the rest; of the tests that share the cluster lab, the one that cuts a worker off (and
-# leaves it to find its way back to the master) last.
+# The order of the suite: first what needs none of the brokers and labs that only some tests
+# share, then each of those by its tests, so that it stops after them; the fault and lab
+# tests (which kill, pause and cut real processes) after the rest. Of the tests on the
+# cluster lab, the one that cuts a worker off (and leaves it to find its way back to the
+# master) last.
 _LAST_ON_THE_CLUSTER_LAB = "test_a_worker_cut_off_from_the_driver_while_its_executor_sends_delivers_every_row_once"
 
 
+def _place(item) -> tuple:
+    needs = set(item.fixturenames)
+    fault = item.get_closest_marker("faults") is not None
+    if "kafka_stock" in needs:
+        group = 1
+    elif "kafka3" in needs:
+        group = 2
+    elif not fault:
+        group = 0
+    elif "lab_one_broker" in needs:
+        group = 3
+    elif "lab_cluster" in needs:
+        group = 4
+    else:
+        group = 5
+    return group, item.name == _LAST_ON_THE_CLUSTER_LAB
+
+
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: (item.get_closest_marker("faults") is not None, item.name == _LAST_ON_THE_CLUSTER_LAB))
+    items.sort(key=_place)
+
+
+class _Successors:
+    """The fixtures the tests after each test need (the session's final order)."""
+
+    def __init__(self, items) -> None:
+        self.place = {it.nodeid: i for i, it in enumerate(items)}
+        self.after: list[set[str]] = [set() for _ in range(len(items) + 1)]
+        for i in range(len(items) - 1, -1, -1):
+            self.after[i] = self.after[i + 1] | set(items[i].fixturenames)
+
+    def needed_after(self, item) -> set[str]:
+        return self.after[self.place[item.nodeid] + 1]
+
+
+_SUCCESSORS: list[_Successors] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After each test, stop the shared things no test left needs."""
+    yield
+    if not _STOP_WHEN_DONE or hasattr(item.config, "workerinput"):  # (under xdist a worker cannot tell)
+        return
+    if not _SUCCESSORS:
+        _SUCCESSORS.append(_Successors(item.session.items))
+    needed = _SUCCESSORS[0].needed_after(item)
+    for name in [n for n in _STOP_WHEN_DONE if n not in needed]:
+        _STOP_WHEN_DONE.pop(name)()

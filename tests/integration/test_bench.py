@@ -50,11 +50,11 @@ def _topic_name(contestant: str) -> str:
 
 
 def test_sweep_corner_writes_heatmap_and_rates(spark, tmp_path):
-    out = run_sweep(20_000, tmp_path / "out", tmp_path / "data", quick=True, spark=spark)
+    out = run_sweep(10_000, tmp_path / "out", tmp_path / "data", quick=True, spark=spark)
     assert not spark.sparkContext._jsc.sc().isStopped()  # the shared session is left running
     result = json.loads((out / "sweep.json").read_text())
     assert len(result["cells"]) == 2 and len(result["rates"]) == 2
-    assert all(c["rows"] == 20_000 and c["rows_per_s"] > 0 for c in result["cells"])
+    assert all(c["rows"] == 10_000 and c["rows_per_s"] > 0 for c in result["cells"])
     assert result["recommended"]["fastest"]["rows_per_s"] == max(c["rows_per_s"] for c in result["cells"])
     assert (out / "heatmap.png").exists() and (out / "configured_vs_achieved.png").exists()
 
@@ -62,9 +62,9 @@ def test_sweep_corner_writes_heatmap_and_rates(spark, tmp_path):
 @pytest.mark.parametrize("sink", ["confluent", "spark"])
 def test_a_throttled_job_sends_every_row(spark, kafka, tmp_path, sink):
     """--target-rate through each sink's task loop (the throttle's rate itself: tests/unit/test_pacing.py)."""
-    path = datagen.generate("wide30", 20_000, tmp_path / "in.csv")
+    path = datagen.generate("wide30", 10_000, tmp_path / "in.csv")
     _, summary, records = run(spark, kafka, tmp_path, inputs=[str(path)], target_rate=5000, partitions=2, sink=sink)
-    assert rows(records) == expected_rows(path) and summary["rows_sent"] == 20_000
+    assert rows(records) == expected_rows(path) and summary["rows_sent"] == 10_000
 
 
 def test_the_sampler_counts_every_record_and_its_rates_are_its_own_offsets_over_its_own_clock(kafka, tmp_path):

@@ -259,7 +259,7 @@ def test_a_partition_leader_cut_off_from_the_workers_mid_run_ends_exactly_once(t
     producers cannot reach it. The run fails cleanly (exit 4: its records for that leader
     not acknowledged within delivery.timeout.ms) and --resume, the link back, completes it
     exactly once."""
-    rows_in = 40_000
+    rows_in = 24_000
     path = datagen.generate("wide30", rows_in, tmp_path / "in.csv", seed=9)
     log, metrics = tmp_path / "run.log", tmp_path / "m"
     lab = hosts.up(tmp_path / "lab", brokers=3)
@@ -269,7 +269,7 @@ def test_a_partition_leader_cut_off_from_the_workers_mid_run_ends_exactly_once(t
         proc = faults.cli("--input", str(path), "--topic", "leader-cut", "--bootstrap-servers", lab.bootstrap_servers,
                           "--master", "local[2]", "--partitions", "2", "--topic-partitions", "3",
                           "--replication-factor", "3", "--target-rate", "4000", "--run-id", "leader-cut",
-                          "--metrics-dir", str(metrics), "--kafka-opt", "delivery.timeout.ms=10000", "--quiet",
+                          "--metrics-dir", str(metrics), "--kafka-opt", "delivery.timeout.ms=5000", "--quiet",
                           log=log, on=on)  # fmt: skip
         try:
             _wait_sending(lab, "leader-cut", 4000, proc, log)
@@ -345,7 +345,7 @@ def cluster_lab(lab_cluster):
 
 
 def test_a_worker_cut_off_from_the_driver_while_its_executor_sends_delivers_every_row_once(
-    cluster_lab, packed_venv, tmp_path
+    packed_venv, cluster_lab, tmp_path
 ):
     """A standalone cluster in the lab; every unit is held at its first records (a fault
     point), w2's let go at once. Once w1's first unit has sent its first records and is held,
@@ -409,7 +409,7 @@ def test_a_worker_cut_off_from_the_driver_while_its_executor_sends_delivers_ever
 
 
 def test_a_driver_cut_off_from_the_brokers_past_its_lease_is_taken_over_while_its_executors_send(
-    cluster_lab, packed_venv, tmp_path
+    packed_venv, cluster_lab, tmp_path
 ):
     """A scheduled run (--incremental, a lease of 8 s) on a standalone cluster in the lab.
     Mid-send its driver is cut off from the broker, not from its workers: the executors go

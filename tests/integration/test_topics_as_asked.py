@@ -71,8 +71,8 @@ def test_a_first_run_on_a_stock_broker_leaves_the_ledger_and_the_topic_as_asked(
 
 
 @pytest.fixture(params=["stock", "hardened"])
-def broker(request):
-    return request.getfixturevalue("kafka_stock" if request.param == "stock" else "kafka")
+def broker(request, kafka_stock, kafka):  # both named: the suite stops a shared broker after its last test
+    return kafka_stock if request.param == "stock" else kafka
 
 
 def test_a_ledger_of_several_partitions_is_refused_before_anything_is_sent(spark, broker, tmp_path, data):
