@@ -59,6 +59,7 @@ def test_a_run_from_the_driver_host_sends_every_row_once_through_the_brokers_pro
     assert run.returncode == 0, out[-3000:]
     report = json.loads((tmp_path / "m" / "runs" / "lab-run" / "summary.json").read_text())
     assert report["bootstrap_servers"] == lab.bootstrap_servers and report["status"] == "succeeded"
+    faults.assert_c_loops(report)
     with lab.net.inside(hosts.DRIVER):
         records = consume_all(lab.bootstrap_servers, "lab")
     assert rows(records) == expected_rows(data)  # every row once, as the csv module reads the file
@@ -477,6 +478,7 @@ def test_a_driver_cut_off_from_the_brokers_past_its_lease_is_taken_over_while_it
     assert "lost its lock" in line or "taken over by run successor" in line, line
     assert "--resume" not in line, line  # the successor sends the rest: nothing to resume
     taker, cut_off = faults.summary(metrics, "successor"), faults.summary(metrics, "cut-off")
+    faults.assert_c_loops(taker)  # (the cut-off run's report, failed, has no executors' table)
     assert taker["delivery"]["lock"]["taken_over_from"] == ["cut-off"], taker["delivery"]["lock"]
     assert cut_off["status"] == "failed" and cut_off["delivery"]["lock"].get("renewal_failures"), cut_off["delivery"]
     with lab.net.inside("drv2"):
