@@ -290,3 +290,33 @@ def pytest_runtest_teardown(item, nextitem):
     needed = _SUCCESSORS[0].needed_after(item)
     for name in [n for n in _STOP_WHEN_DONE if n not in needed]:
         _STOP_WHEN_DONE.pop(name)()
+
+
+_TIMES = Path(__file__).resolve().parents[1] / "build" / "test-artifacts" / "test-times.tsv"
+
+
+def _busy_cpu_s() -> float:
+    """The machine's busy CPU seconds so far (all processes: a test's brokers, JVMs and
+    orphans too, which no rusage of the test's children would count)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Each test's wall time (set-up to teardown) and the machine's CPU in it, one line each
+    in build/test-artifacts/test-times.tsv: where the suite's time goes, and how much of it
+    the CPU was busy."""
+    import time
+
+    start, cpu = time.monotonic(), _busy_cpu_s()
+    yield
+    wall, busy = time.monotonic() - start, _busy_cpu_s() - cpu
+    _TIMES.parent.mkdir(parents=True, exist_ok=True)
+    with _TIMES.open("a") as out:
+        out.write(f"{item.nodeid}\t{wall:.2f}\t{busy:.2f}\t{_place(item)[0]}\n")
+
+
+def pytest_sessionstart(session):
+    if not hasattr(session.config, "workerinput"):
+        _TIMES.unlink(missing_ok=True)

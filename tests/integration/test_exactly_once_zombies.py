@@ -174,6 +174,7 @@ def test_an_executor_paused_while_its_task_is_retried_and_another_run_sends_the_
         unit = _unit_of(topic, marker.name.removesuffix(f".{failpoints.MID_SEND}"), directory)
         wait_for(lambda: in_log(bs, topic, "first", unit) > 0, 60, "its first records in the log", first, log)
         paused = tree(executor_of(int(marker.read_text())))
+        lost = executor_id(paused[0])  # now: once given up, its worker may kill the JVM
         signal_tree(paused, signal.SIGSTOP)
         releasing.resume()
         try:
@@ -184,7 +185,6 @@ def test_an_executor_paused_while_its_task_is_retried_and_another_run_sends_the_
             finally:
                 stop_group(second)
             assert any(e.unit.file.endswith(unit) for e in committed(bs, "second") + committed(bs, "first"))
-            lost = executor_id(paused[0])
             wait_for(lambda: spark_executor_active(ui, lost) is False, 120, "the paused executor given up", first, log)
         finally:
             signal_tree(paused, signal.SIGCONT)
