@@ -259,7 +259,29 @@ def _place(item) -> tuple:
     return group, item.name == _LAST_ON_THE_CLUSTER_LAB
 
 
+def _half(item) -> int:
+    """``make test`` runs the suite as two pytest processes side by side (one alone leaves a
+    core idle ~40% of the time: brokers and JVMs starting, leases and timeouts running out).
+    The first: every test that faults nothing, and test_faults.py's faults on one broker;
+    the second: the other faults (the labs, the three brokers, the exactly-once recoveries
+    and zombies). Balanced by the machine's CPU each took (build/test-artifacts/test-times-*.tsv)."""
+    needs = set(item.fixturenames)
+    fault = item.get_closest_marker("faults") is not None
+    alone = item.module.__name__.endswith("test_faults") and "kafka3" not in needs
+    return 2 if (fault and not alone) or needs & {"kafka3", "lab_one_broker", "lab_cluster"} else 1
+
+
+def pytest_addoption(parser):
+    parser.addoption("--half", type=int, choices=(1, 2), help="only this half of the suite (see _half)")
+
+
 def pytest_collection_modifyitems(config, items):
+    half = config.getoption("--half")
+    if half:
+        other = [it for it in items if _half(it) != half]
+        if other:
+            config.hook.pytest_deselected(items=other)
+            items[:] = [it for it in items if _half(it) == half]
     items.sort(key=_place)
 
 
@@ -292,7 +314,11 @@ def pytest_runtest_teardown(item, nextitem):
         _STOP_WHEN_DONE.pop(name)()
 
 
-_TIMES = Path(__file__).resolve().parents[1] / "build" / "test-artifacts" / "test-times.tsv"
+_ARTIFACTS = Path(__file__).resolve().parents[1] / "build" / "test-artifacts"
+
+
+def _times(config) -> Path:
+    return _ARTIFACTS / f"test-times-{config.getoption('--half') or 'all'}.tsv"
 
 
 def _busy_cpu_s() -> float:
@@ -305,18 +331,19 @@ def _busy_cpu_s() -> float:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """Each test's wall time (set-up to teardown) and the machine's CPU in it, one line each
-    in build/test-artifacts/test-times.tsv: where the suite's time goes, and how much of it
+    in build/test-artifacts/test-times-*.tsv: where the suite's time goes, and how much of it
     the CPU was busy."""
     import time
 
     start, cpu = time.monotonic(), _busy_cpu_s()
     yield
     wall, busy = time.monotonic() - start, _busy_cpu_s() - cpu
-    _TIMES.parent.mkdir(parents=True, exist_ok=True)
-    with _TIMES.open("a") as out:
+    times = _times(item.config)
+    times.parent.mkdir(parents=True, exist_ok=True)
+    with times.open("a") as out:
         out.write(f"{item.nodeid}\t{wall:.2f}\t{busy:.2f}\t{_place(item)[0]}\n")
 
 
 def pytest_sessionstart(session):
     if not hasattr(session.config, "workerinput"):
-        _TIMES.unlink(missing_ok=True)
+        _times(session.config).unlink(missing_ok=True)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from kappa_ingest.errors import UsageError
 
-PREFIX = "kl-"  # every lab namespace's name starts so: what `leftovers` looks for
+PREFIX = "kl-"  # every lab namespace's name starts so: what `namespaces` and `remove` look for
 SUBNET = "10.77.0"
 IP = "/usr/sbin/ip" if Path("/usr/sbin/ip").exists() else "ip"
 TC = "/usr/sbin/tc" if Path("/usr/sbin/tc").exists() else "tc"
