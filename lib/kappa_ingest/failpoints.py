@@ -31,7 +31,10 @@ def hold(point: str, name: str) -> None:
     if point not in wanted.split(","):
         return
     marker = Path(directory) / f"{name.replace('/', '_')}.{point}"
-    marker.write_text(str(os.getpid()))
+    # Whole or not at all: a test polling the directory reads the PID the moment the name appears.
+    partial = marker.with_name(f".{marker.name}.{os.getpid()}")
+    partial.write_text(str(os.getpid()))
+    partial.rename(marker)
     deadline = time.monotonic() + LONGEST_S
     while marker.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
