@@ -16,7 +16,7 @@ from confluent_kafka import KafkaException, Producer
 
 from faults import barrier, claim_age_ms, cli, error_lines, released_together, stop_group, wait_for
 from helpers import consume_all, expected_rows, held_back, rows
-from kappa_ingest import config, datagen
+from kappa_ingest import config, datagen, failpoints
 from kappa_ingest.config.choices import DEFAULT_LEDGER_TOPIC as DEFAULT_TOPIC
 from kappa_ingest.delivery import guarantees as delivery
 from kappa_ingest.delivery import lock
@@ -213,9 +213,20 @@ def test_a_host_whose_clock_runs_ahead_cannot_take_a_live_lock(kafka, tmp_path):
         "time.time = lambda: _t() + 45\ntime.time_ns = lambda: _ns() + 45 * 10**9\n"
     )
     skewed = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ahead), os.environ.get("PYTHONPATH")]))}
-    first = cli(*common, "--run-id", "steady", "--target-rate", "2000", log=tmp_path / "a.log")
+    # Run A is held at its first records (its lock taken, its claim renewed) until B has ended.
+    held = tmp_path / "held"
+    held.mkdir()
+    first = cli(*common, "--run-id", "steady", log=tmp_path / "a.log",
+                env={failpoints.ENV: f"{failpoints.MID_SEND}:{held}"})  # fmt: skip
+
+    def release_until_ended() -> bool:
+        for marker in held.glob(f"*.{failpoints.MID_SEND}"):
+            marker.unlink(missing_ok=True)
+        return first.poll() is not None
+
     try:
-        wait_for(lambda: "steady" in _claims(kafka, "skewed-hosts"), 60, "the lock taken", first, tmp_path / "a.log")
+        wait_for(lambda: any(held.glob(f"*.{failpoints.MID_SEND}")), 120, "run A sending", first, tmp_path / "a.log")
+        assert "steady" in _claims(kafka, "skewed-hosts")
         second = cli(*common, "--run-id", "ahead", log=tmp_path / "b.log", env=skewed, hostname="host-ahead")
         try:
             rc = second.wait(120)
@@ -224,7 +235,8 @@ def test_a_host_whose_clock_runs_ahead_cannot_take_a_live_lock(kafka, tmp_path):
         probe = subprocess.run([sys.executable, "-c", "import time; print(time.time())"], capture_output=True,
                                text=True, env={**os.environ, **skewed}, check=True)  # fmt: skip
         assert float(probe.stdout) - time.time() > 40  # the skew was in force
-        assert first.wait(180) == 0, (tmp_path / "a.log").read_text()[-2000:]
+        wait_for(release_until_ended, 180, "run A ended")
+        assert first.returncode == 0, (tmp_path / "a.log").read_text()[-2000:]
     finally:
         stop_group(first)
     [line] = error_lines(tmp_path / "b.log")
