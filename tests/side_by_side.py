@@ -19,7 +19,7 @@ def main(args: list[str]) -> int:
     pytest = [sys.executable, "-m", "pytest", "tests", *args]
     LOG.parent.mkdir(parents=True, exist_ok=True)
     with LOG.open("w") as log:
-        # Its own cache directory: two processes writing one .pytest_cache race.
+        # No cache for this one: two processes writing one .pytest_cache race.
         second = subprocess.Popen([*pytest, "--half", "2", "-p", "no:cacheprovider"], cwd=ROOT, stdout=log,
                                   stderr=subprocess.STDOUT)  # fmt: skip
         try:

@@ -182,9 +182,8 @@ def run_ingest(args: argparse.Namespace, cfg: Any = None, replay: Any = None) ->
             kafka.close()
         if held is not None:
             held.release()
-        from kappa_ingest.report import (
-            recording,  # here: imported at the top, it would load the pipeline's libraries before the JVM starts
-        )
+        # Imported here: at the top it would load the pipeline's libraries before the JVM starts.
+        from kappa_ingest.report import recording
 
         recording.failed_report(cfg, clock, e, what="Spark did not start: ")
         raise

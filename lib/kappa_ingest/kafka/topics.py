@@ -29,9 +29,9 @@ LOG = logging.getLogger("kappa_ingest.kafka_admin")
 LOG.addHandler(logging.NullHandler())
 LOG.propagate = False
 # Answers that a moment later may be different: a new topic's leaders settling, a leader
-# that died (its requests time out until the metadata names the new one). Answers that change once a topic is made or a partition's leadership has moved (a new
-# leader does not know its high watermark until its followers have caught up: seen after a
-# broker was killed mid-run, OFFSET_NOT_AVAILABLE "Leader high watermark is not caught up").
+# that died (its requests time out until the metadata names the new one), a new leader that
+# does not know its high watermark until its followers have caught up (seen after a broker
+# was killed mid-run: OFFSET_NOT_AVAILABLE "Leader high watermark is not caught up").
 _SETTLING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART,
              KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._UNKNOWN_PARTITION,
              KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH}  # fmt: skip
