@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -240,3 +241,38 @@ def executor_id(executor: psutil.Process) -> str:
     """A Spark executor JVM's id, from its command line."""
     args = executor.cmdline()
     return args[args.index("--executor-id") + 1]
+
+
+class Releaser(threading.Thread):
+    """Lets every task held at ``point`` go on at once, unless paused (then they wait)."""
+
+    def __init__(self, held: Path, point: str, paused: bool = False) -> None:
+        super().__init__(name="releaser", daemon=True)
+        self.held, self.point = held, point
+        self._run, self._halt = threading.Event(), threading.Event()
+        if not paused:
+            self._run.set()
+        self.start()
+
+    def run(self) -> None:
+        while not self._halt.wait(0.02):
+            if self._run.is_set():
+                for m in self.held.glob(f"*.{self.point}"):
+                    m.unlink(missing_ok=True)
+
+    def pause(self) -> None:
+        self._run.clear()
+
+    def resume(self) -> None:
+        self._run.set()
+
+    def next_held(self, proc, log) -> Path:
+        found: list[Path] = []
+        wait_for(lambda: found.extend(self.held.glob(f"*.{self.point}")) or found, 120, "a unit held", proc, log)
+        return found[0]
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(5)
+        for m in self.held.glob(f"*.{self.point}"):
+            m.unlink(missing_ok=True)

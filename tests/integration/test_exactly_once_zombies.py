@@ -10,14 +10,13 @@ were being sent, and reads the topic back ``read_committed``."""
 from __future__ import annotations
 
 import signal
-import threading
 from collections import Counter
-from pathlib import Path
 
 import psutil
 import pytest
 
 from faults import (
+    Releaser,
     aborted,
     assert_c_loops,
     assert_delivered,
@@ -73,40 +72,6 @@ def _unit_of(topic: str, txid: str, directory) -> str:
         if delivery.unit_id(scope, Unit(canonical_file(str(path)), 0, path.stat().st_size)) == txid:
             return path.name
     raise AssertionError(f"no unit of {directory} has transactional id {txid}")
-
-
-class Releaser(threading.Thread):
-    """Lets every task held at ``point`` go on at once, unless paused (then they wait)."""
-
-    def __init__(self, held: Path, point: str) -> None:
-        super().__init__(name="releaser", daemon=True)
-        self.held, self.point = held, point
-        self._run, self._halt = threading.Event(), threading.Event()
-        self._run.set()
-        self.start()
-
-    def run(self) -> None:
-        while not self._halt.wait(0.02):
-            if self._run.is_set():
-                for m in self.held.glob(f"*.{self.point}"):
-                    m.unlink(missing_ok=True)
-
-    def pause(self) -> None:
-        self._run.clear()
-
-    def resume(self) -> None:
-        self._run.set()
-
-    def next_held(self, proc, log) -> Path:
-        found: list[Path] = []
-        wait_for(lambda: found.extend(self.held.glob(f"*.{self.point}")) or found, 120, "a unit held", proc, log)
-        return found[0]
-
-    def stop(self) -> None:
-        self._halt.set()
-        self.join(5)
-        for m in self.held.glob(f"*.{self.point}"):
-            m.unlink(missing_ok=True)
 
 
 def _claims(bootstrap: str, topic: str) -> dict:

@@ -14,7 +14,7 @@ import time
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from faults import barrier, claim_age_ms, cli, error_lines, released_together, stop_group, wait_for
+from faults import Releaser, barrier, claim_age_ms, cli, error_lines, released_together, stop_group, wait_for
 from helpers import consume_all, expected_rows, held_back, rows
 from kappa_ingest import config, datagen, failpoints
 from kappa_ingest.config.choices import DEFAULT_LEDGER_TOPIC as DEFAULT_TOPIC
@@ -218,14 +218,9 @@ def test_a_host_whose_clock_runs_ahead_cannot_take_a_live_lock(kafka, tmp_path):
     held.mkdir()
     first = cli(*common, "--run-id", "steady", log=tmp_path / "a.log",
                 env={failpoints.ENV: f"{failpoints.MID_SEND}:{held}"})  # fmt: skip
-
-    def release_until_ended() -> bool:
-        for marker in held.glob(f"*.{failpoints.MID_SEND}"):
-            marker.unlink(missing_ok=True)
-        return first.poll() is not None
-
+    releasing = Releaser(held, failpoints.MID_SEND, paused=True)
     try:
-        wait_for(lambda: any(held.glob(f"*.{failpoints.MID_SEND}")), 120, "run A sending", first, tmp_path / "a.log")
+        releasing.next_held(first, tmp_path / "a.log")
         assert "steady" in _claims(kafka, "skewed-hosts")
         second = cli(*common, "--run-id", "ahead", log=tmp_path / "b.log", env=skewed, hostname="host-ahead")
         try:
@@ -235,9 +230,10 @@ def test_a_host_whose_clock_runs_ahead_cannot_take_a_live_lock(kafka, tmp_path):
         probe = subprocess.run([sys.executable, "-c", "import time; print(time.time())"], capture_output=True,
                                text=True, env={**os.environ, **skewed}, check=True)  # fmt: skip
         assert float(probe.stdout) - time.time() > 40  # the skew was in force
-        wait_for(release_until_ended, 180, "run A ended")
-        assert first.returncode == 0, (tmp_path / "a.log").read_text()[-2000:]
+        releasing.resume()
+        assert first.wait(180) == 0, (tmp_path / "a.log").read_text()[-2000:]
     finally:
+        releasing.stop()
         stop_group(first)
     [line] = error_lines(tmp_path / "b.log")
     assert rc == 6 and "locked by run steady" in line, line
