@@ -49,9 +49,9 @@ def _topic_name(contestant: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", contestant.split(":")[0])
 
 
-def test_sweep_corner_writes_heatmap_and_rates(spark, tmp_path):
-    out = run_sweep(10_000, tmp_path / "out", tmp_path / "data", quick=True, spark=spark)
-    assert not spark.sparkContext._jsc.sc().isStopped()  # the shared session is left running
+def test_sweep_corner_writes_heatmap_and_rates(spark, kafka, tmp_path):
+    out = run_sweep(10_000, tmp_path / "out", tmp_path / "data", quick=True, spark=spark, cluster=kafka)
+    assert not spark.sparkContext._jsc.sc().isStopped() and all(kafka.alive())  # the shared ones are left running
     result = json.loads((out / "sweep.json").read_text())
     assert len(result["cells"]) == 2 and len(result["rates"]) == 2
     assert all(c["rows"] == 10_000 and c["rows_per_s"] > 0 for c in result["cells"])

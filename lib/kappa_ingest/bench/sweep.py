@@ -72,11 +72,16 @@ def _cell(spark, bootstrap: str, work: Path, data: Path, topic: str, partitions:
 
 
 def run_sweep(
-    rows: int, out_root: Path, data_dir: Path, quick: bool = False, spark: SparkSession | None = None
+    rows: int,
+    out_root: Path,
+    data_dir: Path,
+    quick: bool = False,
+    spark: SparkSession | None = None,
+    cluster: local_kafka.LocalKafka | None = None,
 ) -> Path:
     """The matrix and the rate mode; writes ``sweep.json``, ``sweep.md``, ``heatmap.png``,
-    ``configured_vs_achieved.png``. A session given is used and left running (a notebook's,
-    the test suite's); else the sweep starts its own and stops it."""
+    ``configured_vs_achieved.png``. A session or broker given is used and left running (a
+    notebook's, the test suite's); else the sweep starts its own and stops it."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = out_root / f"sweep-{stamp}"
     out.mkdir(parents=True, exist_ok=True)
@@ -89,16 +94,16 @@ def run_sweep(
         matrix, rates = matrix[:2], [TARGET_RATES[0], None]
     cells: list[dict[str, Any]] = []
     rate_runs: list[dict[str, Any]] = []
-    own = spark is None
+    own_spark, own_cluster = spark is None, cluster is None
     spark = spark or build_session("kappa-ingest sweep", "local[2]")
     with tempfile.TemporaryDirectory(prefix="kappa-sweep-") as tmp:
         work = Path(tmp)
-        cluster = local_kafka.start(work / "kafka", heap="1g")
+        cluster = cluster or local_kafka.start(work / "kafka", heap="1g")
         try:
             for i, (acks, batch, comp, parts) in enumerate(matrix):
                 opts = {"acks": acks, "batch.size": str(batch), "compression.type": comp, "linger.ms": "5",
                         "enable.idempotence": "true" if acks == "all" else "false"}  # fmt: skip
-                cell = _cell(spark, cluster.bootstrap_servers, work, data, f"sweep-{i}", parts, opts)
+                cell = _cell(spark, cluster.bootstrap_servers, work, data, f"sweep-{stamp}-{i}", parts, opts)
                 cells.append(
                     {"acks": acks, "batch_size": batch, "compression": comp, "topic_partitions": parts, **cell}
                 )
@@ -113,15 +118,16 @@ def run_sweep(
                 path = data if n == rows else data_dir / f"wide30-{n}.csv"
                 if not path.exists():
                     datagen.generate("wide30", n, path)
-                cell = _cell(spark, cluster.bootstrap_servers, work, path, f"rate-{j}", best["topic_partitions"],
-                             best_opts, target)  # fmt: skip
+                cell = _cell(spark, cluster.bootstrap_servers, work, path, f"sweep-{stamp}-rate-{j}",
+                             best["topic_partitions"], best_opts, target)  # fmt: skip
                 achieved = cell["broker_steady_per_s"]
                 rate_runs.append({"configured": target, "achieved": achieved, **cell,
                                   "error": round(achieved / target - 1, 4) if target else None})  # fmt: skip
                 print(f"  target {target or 'unthrottled'}: achieved {achieved:,.0f} msg/s at the broker", flush=True)
         finally:
-            cluster.stop()
-            if own:
+            if own_cluster:
+                cluster.stop()
+            if own_spark:
                 spark.stop()
     result = {"rows": rows, "started_at": stamp, "cells": cells, "rates": rate_runs, "recommended": recommend(cells)}
     (out / "sweep.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -189,7 +189,15 @@ def resolved_package_jars() -> list[str]:
     if not listing.exists():
         return []
     jars = [line for line in listing.read_text().splitlines() if line]
-    return jars if jars and all(Path(j).exists() for j in jars) else []
+    if not (jars and all(Path(j).exists() for j in jars)):
+        return []
+    # Most of what the packages pull in, Spark ships itself, the same version (Hadoop's
+    # client, 50 MB of it; lz4, snappy, slf4j): given again, each run copied it into its
+    # files and each executor fetched it from the driver. The rest is the packages' own.
+    import pyspark
+
+    shipped = {p.name for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    return [j for j in jars if Path(j).name.partition("_")[2] not in shipped]
 
 
 def remember_package_jars(spark: SparkSession) -> list[str]:
