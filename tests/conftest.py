@@ -33,6 +33,15 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 sys.path.insert(0, str(Path(__file__).parent))
 
+# The suite's S3 key pair, in the environment before any JVM starts: the shared session's
+# Python workers (forked from its JVM) find it by the standard AWS chain, as a cluster's
+# executors would in theirs. The secret is distinctive, so that a test can look for it in
+# whatever a run writes. No SDK may look for an instance role off this machine.
+from helpers import S3_SECRET, s3_filesystem  # noqa: E402 - tests/ is on the path from the line above
+
+os.environ.update({"AWS_ACCESS_KEY_ID": "kappa-local", "AWS_SECRET_ACCESS_KEY": S3_SECRET,
+                   "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"})  # fmt: skip
+
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
@@ -59,6 +68,19 @@ def kafka(tmp_path_factory):
     cluster = local_kafka.start(tmp_path_factory.mktemp("kafka"), brokers=1, properties=KEEP_OLD_RECORDS)
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory):
+    """A real S3 server (S3Proxy) checking signatures against the suite's key pair, with
+    a bucket ``landing``; objects are put through its S3 API (``s3_put``)."""
+    from kappa_ingest.s3 import server
+
+    store = server.start(tmp_path_factory.mktemp("s3"), secret=S3_SECRET)
+    stop = _stop_when_done("s3", store.stop)
+    s3_filesystem(store).create_dir("landing")
+    yield store
+    stop()
 
 
 @pytest.fixture(scope="session")
@@ -244,7 +266,9 @@ _LAST_ON_THE_CLUSTER_LAB = "test_a_worker_cut_off_from_the_driver_while_its_exec
 def _place(item) -> tuple:
     needs = set(item.fixturenames)
     fault = item.get_closest_marker("faults") is not None
-    if "kafka_stock" in needs:
+    if "s3" in needs and not fault:
+        group = 0.5
+    elif "kafka_stock" in needs:
         group = 1
     elif "kafka3" in needs:
         group = 2

@@ -7,6 +7,7 @@ import csv
 import gzip
 import io
 import json
+import os
 import subprocess
 import time
 from collections import Counter
@@ -176,3 +177,34 @@ def cluster_recipe(master_url: str, driver_host: str, archive: Path) -> list[str
     return [str(root / "spark-submit.sh"), "--master", master_url, "--conf", f"spark.driver.host={driver_host}",
             "--total-executor-cores", "2", "--executor-cores", "1", "--executor-memory", "512m",
             "--archives", f"{archive}#venv", "--conf", "spark.pyspark.python=./venv/bin/python"]  # fmt: skip
+
+
+# The suite's S3 secret (conftest puts it in the environment before any JVM starts).
+S3_SECRET = "kappa-s3-secret-" + os.urandom(6).hex()
+
+
+def s3_filesystem(store):
+    from pyarrow import fs
+
+    return fs.S3FileSystem(access_key="kappa-local", secret_key=S3_SECRET, region="us-east-1", scheme="http",
+                           endpoint_override=store.endpoint.removeprefix("http://"), allow_bucket_creation=True)  # fmt: skip
+
+
+def s3_put(store, key: str, data: bytes | Path) -> str:
+    """``data`` (or a file's bytes) as the object ``landing/key``, through the S3 API; its URI."""
+    body = data.read_bytes() if isinstance(data, Path) else data
+    # compression=None: pyarrow would otherwise gzip an object named .gz once more on its way in
+    with s3_filesystem(store).open_output_stream(f"landing/{key}", compression=None) as out:
+        out.write(body)
+    return f"s3://landing/{key}"
+
+
+def random_lines(rnd, n: int) -> bytes:
+    """``n`` random lines of CSV-ish bytes (quotes, commas, UTF-8), each ended by LF, CRLF,
+    a lone CR or a mix; the last line end kept or not: input for the split readers."""
+    pieces = []
+    for _ in range(n):
+        line = bytes(rnd.choice(b'ab,"\xc3\xa9 ') for _ in range(rnd.choice([0, 0, 1, 3, 10, 40])))
+        pieces.append(line + rnd.choice([b"\n", b"\n", b"\r\n", b"\r", b"\r\r\n", b"\n\r"]))
+    text = b"".join(pieces)
+    return text if rnd.random() < 0.5 else text.rstrip(b"\r\n")

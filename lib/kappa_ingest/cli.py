@@ -3,6 +3,7 @@
 kappa-ingest ingest --input PATH --topic TOPIC [option ...]   # local Spark
 kappa-ingest reprocess --from-topic T --runs ID --to-topic T2  # replay history into a new topic
 kappa-ingest kafka start|stop|status [--dir DIR]              # the embedded local Kafka
+kappa-ingest s3 start|stop|status [--dir DIR]                 # a local S3 server (S3Proxy)
 kappa-ingest cluster start|stop|status [--dir DIR]            # a Spark standalone cluster on 127.0.0.1
 kappa-ingest lab up|down|status|link [--brokers N] [HOST --rtt-ms MS --rate R --cut --restore]  # hosts of their own (root)
 kappa-ingest pack --out kappa-venv.tar.gz                      # the venv for executors (--archives)
@@ -52,6 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
         default="plaintext",
         help="plaintext (default), or SASL_SSL with SCRAM-SHA-512 users, a fresh CA and ACLs",
     )
+    s3 = sub.add_parser("s3", help="a local S3 server (S3Proxy) to try s3:// inputs with")
+    s3.add_argument("action", choices=["start", "stop", "status"])
+    s3.add_argument("--dir", default=".s3", help="state and data directory (default .s3)")
+    s3.add_argument("--port", type=int, help="its port (default: a free one)")
     c = sub.add_parser("cluster", help="a Spark standalone master and workers on 127.0.0.1")
     c.add_argument("action", choices=["start", "stop", "status"])
     c.add_argument("--dir", default=".spark-cluster", help="state and logs directory (default .spark-cluster)")
@@ -290,6 +295,25 @@ def _kafka(args: argparse.Namespace) -> int:
     return 0
 
 
+def _s3(args: argparse.Namespace) -> int:
+    from kappa_ingest.s3 import server
+
+    if args.action == "start":
+        s = server.start(args.dir, port=args.port)
+        print(f"local S3 running at {s.endpoint} (data and state in {s.state_dir})")
+        print(f"use it: export AWS_ENDPOINT_URL={s.endpoint} AWS_ACCESS_KEY_ID={server.ACCESS_KEY}"
+              f" AWS_SECRET_ACCESS_KEY=$(cat {s.secret_file}) AWS_REGION={server.REGION}")  # fmt: skip
+    elif args.action == "stop":
+        print("stopped" if server.stop(args.dir) else f"no local S3 running from {args.dir}")
+    else:
+        s = server.status(args.dir)
+        if s is None:
+            print(f"no local S3 running from {args.dir}")
+            return 1
+        print(f"local S3 running at {s.endpoint} (pid {s.pid})")
+    return 0
+
+
 def _lab(args: argparse.Namespace) -> int:
     from kappa_ingest.lab import hosts
 
@@ -479,6 +503,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _kafka(args)
         if args.command == "lab":
             return _lab(args)
+        if args.command == "s3":
+            return _s3(args)
         if args.command == "cluster":
             return _cluster(args)
         if args.command == "pack":

@@ -51,7 +51,7 @@ from kappa_ingest.reprocess import Replay
 from kappa_ingest.sinks.partition_runner import SendOutcome, run_partitions
 from kappa_ingest.sinks.producer import Discard
 from kappa_ingest.source import dataframe as csv_source
-from kappa_ingest.source import quarantine, record_size
+from kappa_ingest.source import opening, quarantine, record_size
 from kappa_ingest.source.splits import changed_input
 from kappa_ingest.spark import metrics as spark_metrics
 from kappa_ingest.spark import warmup
@@ -85,6 +85,7 @@ def ingest(
     """
     clock = clock or RunClock()
     clock.end("startup")
+    opening.for_run(cfg.s3_endpoint)
     owns_kafka = kafka is None
     owns_lock = held is None and not cfg.dry_run
     if owns_lock:

@@ -1,6 +1,6 @@
 """Fetch and build, once, what a run needs: ``python -m kappa_ingest.setup_jars`` (``make setup``).
 
-The broker's jars and class archive, the C record loops and the Spark driver's class archive go to the kappa-ingest cache; Spark's
+The broker's jars and class archive, the local S3 server's jar, the C record loops and the Spark driver's class archive go to the kappa-ingest cache; Spark's
 packages (Kafka sink, Delta) to Spark's ivy cache, by starting and stopping one local session.
 """
 
@@ -16,6 +16,7 @@ from kappa_ingest import native
 from kappa_ingest.kafka import broker as local_kafka
 from kappa_ingest.kafka.interceptor import jar_path
 from kappa_ingest.paths import conf_dir
+from kappa_ingest.s3 import server as s3_server
 from kappa_ingest.spark import class_archive
 from kappa_ingest.spark.session import PACKAGES, build_session, remember_package_jars, resolved_package_jars
 
@@ -32,6 +33,7 @@ def main() -> None:
             broker_archive = None
     print(f"Kafka broker class archive: {broker_archive or 'not made (no java, or the JVM wrote none)'}")
     print(f"Spark sink timestamp interceptor: {jar_path()}")
+    print(f"S3Proxy (the local S3 server): {s3_server.jar_path()}")
     try:
         print(f"C record loops: {native.build()}")
     except native.NativeUnavailable as e:

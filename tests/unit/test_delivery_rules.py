@@ -117,7 +117,7 @@ def test_a_units_transactional_id_is_a_function_of_the_unit_and_the_scope_alone(
 
 def test_which_entries_count_as_delivered_depends_on_the_scope_and_the_files_version():
     unit = Unit("/in/x.csv", 0, 10)
-    task = delivery.TaskDelivery("exactly-once", "r2", "r1", "t", "_l", {}, {"/in/x.csv": (10, 5)})
+    task = delivery.TaskDelivery("exactly-once", "r2", "r1", "t", "_l", {}, {"/in/x.csv": (10, 5, "")})
     same_lineage = ledger.Entry("t", unit, 10, 5, "r1", "r1", "exactly-once")
     other_run = ledger.Entry("t", unit, 10, 5, "other", "other", "exactly-once")
     older_file = ledger.Entry("t", unit, 9, 4, "r1", "r1", "exactly-once")
@@ -125,6 +125,12 @@ def test_which_entries_count_as_delivered_depends_on_the_scope_and_the_files_ver
     incremental_or_resumed = replace(task, any_run=True)
     assert incremental_or_resumed.delivered(other_run) and not incremental_or_resumed.delivered(older_file)
     assert not task.delivered(None)
+    # An object is also its ETag: overwritten within the second its time is kept to, with
+    # the same size, it is another object.
+    obj = Unit("s3://b/x.csv", 0, 10)
+    on_store = replace(task, files={"s3://b/x.csv": (10, 5000, "etag-2")})
+    assert on_store.delivered(ledger.Entry("t", obj, 10, 5000, "r1", "r1", "exactly-once", file_version="etag-2"))
+    assert not on_store.delivered(ledger.Entry("t", obj, 10, 5000, "r1", "r1", "exactly-once", file_version="etag-1"))
 
 
 def test_one_rule_says_which_entries_count_as_delivered():
@@ -134,6 +140,7 @@ def test_one_rule_says_which_entries_count_as_delivered():
     other = ledger.Entry("t", unit, 10, 5, "other", "other", "exactly-once")
     assert delivery.counts_as_delivered(other, 10, 5, None) and not delivery.counts_as_delivered(other, 10, 5, "r1")
     assert not delivery.counts_as_delivered(other, 10, 6, None)  # the file changed since
+    assert not delivery.counts_as_delivered(other, 10, 5, None, "etag")  # an object, not that file
 
 
 def test_the_transaction_timeout_covers_the_longest_task_within_the_brokers_maximum():

@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "lib" / "kappa_ingest"
 LAYERS = (
     ("errors", "paths", "processes", "failpoints", "datagen"),
     ("native",),
-    ("kafka",),
+    ("kafka", "s3"),
     ("source",),
     ("config",),
     ("delivery",),

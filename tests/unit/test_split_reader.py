@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from helpers import split_by_rule
+from helpers import random_lines, split_by_rule
 from kappa_ingest.source import split_reader
 
 
@@ -39,19 +39,10 @@ def _ours(path, data: bytes, split: int, chunk: int) -> list[list[bytes]]:
     ]  # fmt: skip
 
 
-def _text(rnd: random.Random, n: int) -> bytes:
-    pieces = []
-    for _ in range(n):
-        line = bytes(rnd.choice(b'ab,"\xc3\xa9 ') for _ in range(rnd.choice([0, 0, 1, 3, 10, 40])))
-        pieces.append(line + rnd.choice([b"\n", b"\n", b"\r\n", b"\r", b"\r\r\n", b"\n\r"]))
-    text = b"".join(pieces)
-    return text if rnd.random() < 0.5 else text.rstrip(b"\r\n")  # with and without a last line end
-
-
 @pytest.mark.parametrize("seed", range(8))
 def test_every_line_in_the_split_hadoop_puts_it_in(tmp_path, seed):
     rnd = random.Random(seed)
-    data = _text(rnd, rnd.choice([1, 5, 50, 300]))
+    data = random_lines(rnd, rnd.choice([1, 5, 50, 300]))
     path = tmp_path / "in.csv"
     path.write_bytes(data)
     for split in {1, 2, 3, 7, 16, 64, 999, max(1, len(data) // 3)}:
@@ -84,7 +75,7 @@ def test_lines_moved_by_their_offsets_read_back_as_they_were(tmp_path, seed, mon
     rnd = random.Random(seed)
     handed, want = [], []
     for name in ("a.csv", "b.csv"):
-        data = _text(rnd, 200)
+        data = random_lines(rnd, 200)
         (tmp_path / name).write_bytes(data)
         for s in range(0, max(len(data), 1), 97):
             handed.append((f"file://{tmp_path / name}", s, min(97, len(data) - s)))

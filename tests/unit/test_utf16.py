@@ -144,6 +144,6 @@ def test_utf_16_that_the_tasks_cannot_read_themselves_is_refused_in_one_line(tmp
     path = where if "://" in where else str(tmp_path / where)
     if "://" not in where:
         (tmp_path / where).write_bytes(gzip.compress("id\n1\n".encode("utf-16")))
-    with pytest.raises(InputError, match="local uncompressed files only") as e:
+    with pytest.raises(InputError, match="local uncompressed files \\(or objects\\) only") as e:
         first_line(path, "utf-16")
     assert "\n" not in str(e.value)

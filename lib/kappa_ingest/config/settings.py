@@ -83,6 +83,7 @@ class IngestConfig:
     order_by_event_time: bool = False  # each key's records in event-time order in its partition
     replay_speed: float | None = None  # event-time pacing, X times real time; None: unpaced
     topic_config: dict[str, str] = field(default_factory=dict)  # configs of a topic the run creates
+    s3_endpoint: str | None = None  # an S3-compatible store's URL (default: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL)
 
     def producer_settings(self) -> dict[str, str]:
         """Kafka (Java-named) producer settings: the defaults overlaid by ``kafka_opts``, with
@@ -235,6 +236,37 @@ def _check_incremental(v: dict[str, Any]) -> None:
         raise UsageError("--incremental with --resume: a resumed run sends the rest of one run; choose one")
 
 
+def _check_store(v: dict[str, Any]) -> None:
+    """Inputs in an object store: what reaches them, and the options only Spark's own CSV
+    reader has (it cannot reach a store here), refused before Spark starts."""
+    from urllib.parse import urlparse
+
+    from kappa_ingest.s3.access import S3Access, is_s3
+
+    if v.get("s3_endpoint") is not None:
+        v["s3_endpoint"] = S3Access.resolve(str(v["s3_endpoint"])).endpoint
+    for i in v["inputs"]:
+        if urlparse(i).scheme in ("gs", "gcs", "abfs", "abfss", "wasb", "wasbs", "az"):
+            raise UsageError(
+                f"input {i}: Google Cloud Storage and Azure are not read here (no emulator to test them against);"
+                " copy the files to S3 (or an S3-compatible store) or to a path every executor can read"
+            )
+    objects = [i for i in v["inputs"] if is_s3(i)]
+    if not objects:
+        return
+    needs = ("--multiline (a record over several lines)" if v.get("multiline")
+             else f"--escape {v['escape']!r} (an escape other than the quote)"
+             if v.get("escape", '"') != v.get("quote", '"') else None)  # fmt: skip
+    if needs:
+        raise UsageError(
+            f"input {objects[0]}: objects in a store are read line by line by the tasks, and {needs} needs"
+            " Spark's CSV reader, which cannot reach the store here: copy the files to a path every executor"
+            " can read, or convert them (one record per line, the quote as its own escape)"
+        )
+    if v.get("incremental"):
+        raise UsageError(f"--incremental: local files only for now ({objects[0]}); list objects explicitly")
+
+
 # Long: one check per setting, each with its own message, in the order of IngestConfig's fields.
 def validate(values: dict[str, Any]) -> IngestConfig:
     """Check every value and return the frozen configuration; UsageError names the bad one."""
@@ -305,6 +337,7 @@ def validate(values: dict[str, Any]) -> IngestConfig:
         raise UsageError(f"--ledger-topic {ledger_topic!r}: a topic name of its own (letters, digits, '.', '_', '-')")
     v["ledger_topic"] = ledger_topic
     _check_quality(v)
+    _check_store(v)
     if v.get("dead_letter_topic") is not None:
         dlq = str(v["dead_letter_topic"])
         if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", dlq) or dlq in (topic, ledger_topic):

@@ -144,7 +144,7 @@ class TaskDelivery:
     topic: str
     ledger_topic: str | None  # None: no ledger (dry run)
     ledger_conf: dict[str, Any]  # librdkafka settings to read the ledger
-    files: dict[str, tuple[int, int]]  # canonical file -> (size, mtime_ms)
+    files: dict[str, tuple[int, int, str]]  # canonical file -> InputFile.identity(): (size, mtime_ms, version)
     parts: int = 1
     parts_by: str = ""  # splits.BY_LINES or BY_ROWS, with parts > 1
     split_bytes: int = 0
@@ -167,15 +167,17 @@ class TaskDelivery:
         """Whether a ledger entry of a unit shows it delivered, for this run (:func:`counts_as_delivered`)."""
         if entry is None:
             return False
-        size, mtime = self.files.get(entry.unit.file, (-1, -1))
-        return counts_as_delivered(entry, size, mtime, None if self.any_run else self.lineage)
+        size, mtime, version = self.files.get(entry.unit.file, (-1, -1, ""))
+        return counts_as_delivered(entry, size, mtime, None if self.any_run else self.lineage, version)
 
 
-def counts_as_delivered(entry: Entry | None, size: int, mtime_ms: int, lineage: str | None) -> bool:
+def counts_as_delivered(entry: Entry | None, size: int, mtime_ms: int, lineage: str | None, version: str = "") -> bool:
     """Whether ``entry`` (the ledger's latest of a unit) shows the unit delivered to a run: it
-    is of the file as it is now (``size``, ``mtime_ms``) and, unless ``lineage`` is None (an
-    --incremental or --resume run: any run's entry counts), written by a run of ``lineage``."""
-    return entry is not None and entry.matches(size, mtime_ms) and (lineage is None or entry.lineage == lineage)
+    is of the file as it is now (``size``, ``mtime_ms``, an object's ``version``) and, unless
+    ``lineage`` is None (an --incremental or --resume run: any run's entry counts), written
+    by a run of ``lineage``."""
+    return (entry is not None and entry.matches(size, mtime_ms, version)
+            and (lineage is None or entry.lineage == lineage))  # fmt: skip
 
 
 def kafka_timeout_s(settings: dict[str, str]) -> float:

@@ -50,7 +50,7 @@ def classify(files: list[InputFile], entries: list[Entry], topic: str) -> Backlo
     out = Backlog()
     for f in sorted(files, key=lambda f: (f.mtime_ms, f.path)):
         mine = by_file.get(f.path, [])
-        current = [e for e in mine if counts_as_delivered(e, f.size, f.mtime_ms, None)]
+        current = [e for e in mine if counts_as_delivered(e, f.size, f.mtime_ms, None, f.version)]
         if not current and mine:
             out.changed.append((f, mine[0]))
             continue

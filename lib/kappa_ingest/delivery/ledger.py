@@ -69,6 +69,7 @@ class Entry:
     status: str = "delivered"
     split_bytes: int = 0  # the run's split size (0: not recorded), so a later run splits the file alike
     parts_by: str = ""  # with parts > 1, what put a row in its part (splits.BY_LINES, BY_ROWS; "": not recorded)
+    file_version: str = ""  # an object's ETag (a local file: none)
 
     def key(self) -> bytes:
         u = self.unit
@@ -95,9 +96,10 @@ class Entry:
         return {**d, "file": u["file"], "split_start": u["start"], "split_length": u["length"], "part": u["part"],
                 "parts": u["parts"]}  # fmt: skip
 
-    def matches(self, size: int, mtime_ms: int) -> bool:
-        """Whether the entry is of the file as it is now (same size and modification time)."""
-        return self.file_size == size and self.file_mtime_ms == mtime_ms
+    def matches(self, size: int, mtime_ms: int, version: str = "") -> bool:
+        """Whether the entry is of the file as it is now (same size and modification time,
+        and for an object the same ETag)."""
+        return self.file_size == size and self.file_mtime_ms == mtime_ms and self.file_version == version
 
 
 def latest(entries: list[Entry]) -> dict[tuple[str, Unit], Entry]:

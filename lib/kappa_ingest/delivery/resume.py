@@ -24,7 +24,7 @@ from kappa_ingest.delivery import ledger
 from kappa_ingest.delivery.guarantees import counts_as_delivered
 from kappa_ingest.delivery.ledger import Entry
 from kappa_ingest.errors import InputError, UsageError
-from kappa_ingest.source.splits import Plan, Unit
+from kappa_ingest.source.splits import Plan, Unit, changed_what
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,7 @@ def _changed(plan: Plan) -> list[str]:
     for f, now in plan.changed():
         if now is None:
             raise InputError(f"input {f.path}: no longer there; the run being resumed read it")
-        size, mtime = now
-        out.append(f"{f.path} (size {f.size:,} -> {size:,}, modified {f.mtime_ms} -> {mtime} ms)")
+        out.append(f"{f.path} ({changed_what(f, now)})")
     return out
 
 
@@ -85,7 +84,7 @@ def prepare(cfg: Any, conf: dict[str, Any]) -> Resumption:
     for unit in plan.units():
         entry = latest.get((cfg.topic, unit))
         f = plan.file(unit.file)
-        if entry is not None and f is not None and counts_as_delivered(entry, f.size, f.mtime_ms, None):
+        if entry is not None and f is not None and counts_as_delivered(entry, f.size, f.mtime_ms, None, f.version):
             delivered[unit] = entry
     left = {u.file for u in plan.units() if u not in delivered}
     before = (root.get("broker") or {}).get("offsets_before_by_partition") or {}

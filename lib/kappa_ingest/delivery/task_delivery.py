@@ -23,7 +23,7 @@ def for_tasks(
     """What the tasks need to deliver; for exactly-once, with a transaction timeout sized
     to the longest transaction (a unit's, or over shuffled input a task's) and checked
     against the brokers' maximum."""
-    files = {f.path: (f.size, f.mtime_ms) for f in source.plan.files}
+    files = {f.path: f.identity() for f in source.plan.files}
     mode = cfg.delivery if admin is not None else AT_LEAST_ONCE  # a dry run has no transactions
     timeout_s = 60.0
     if admin is not None and cfg.delivery == EXACTLY_ONCE:

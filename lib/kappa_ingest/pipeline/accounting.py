@@ -96,6 +96,7 @@ def account(
                 cfg.delivery,
                 split_bytes=plan.split_bytes,
                 parts_by=plan.parts_by,
+                file_version=files[u.file].version,
             )
             for u in planned
             if u.file in read_files and u not in seen and u not in before and u not in taken

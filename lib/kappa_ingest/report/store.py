@@ -88,7 +88,7 @@ LEDGER = _schema(
     ("run_id", S), ("lineage", S), ("topic", S), ("file", S), ("split_start", L), ("split_length", L), ("part", INT),
     ("parts", INT), ("file_size", L), ("file_mtime_ms", L), ("mode", S), ("lines", L), ("rows_read", L),
     ("rows_sent", L), ("rows_quarantined", L), ("bytes_sent", L), ("task_id", L), ("attempt", INT),
-    ("delivered_at", TS), ("status", S),
+    ("delivered_at", TS), ("status", S), ("file_version", S),
 )  # fmt: skip
 QUALITY = _schema(
     ("run_id", S), ("suite", S), ("gate", S), ("index", INT), ("type", S), ("column", S), ("kwargs", S),

@@ -354,10 +354,10 @@ def send_entries(producer: PartitionProducer, ledger_topic: str, records: list[t
 
 def entry_for(task_input: TaskInput, d: TaskDelivery, stats: TaskStats, unit: Unit) -> Entry:
     t = task_input.tallies[unit]
-    size, mtime = d.files.get(unit.file, (-1, -1))
+    size, mtime, version = d.files.get(unit.file, (-1, -1, ""))
     return Entry(d.topic, unit, size, mtime, d.run_id, d.lineage, d.mode, t.lines, t.rows_read, t.rows_sent,
                  t.rows_quarantined, t.bytes_sent, stats.task_id, stats.attempt, split_bytes=d.split_bytes,
-                 parts_by=d.parts_by)  # fmt: skip
+                 parts_by=d.parts_by, file_version=version)  # fmt: skip
 
 
 def open_transactional(make: MakeProducer, txid: str, d: TaskDelivery, stats: TaskStats) -> PartitionProducer:

@@ -42,7 +42,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StringType, StructField, StructType
 
 from kappa_ingest.errors import InputError, UsageError
-from kappa_ingest.source import line_shuffle, split_reader, splits, transcode
+from kappa_ingest.s3.access import is_s3
+from kappa_ingest.s3.listing import head as head_object
+from kappa_ingest.source import line_shuffle, opening, split_reader, splits, transcode
 from kappa_ingest.source.columns import (
     BLOCK_COL,
     BLOCK_LEN_COL,
@@ -200,18 +202,29 @@ def read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None = None, path
     # Without drift the parsers need no per-file lookup.
     by_file = {splits.canonical_file(p): lay for p, lay in layouts.items()} if len(set(layouts.values())) > 1 else {}
     # A resumed run keeps its original's parts only if they were made the same way.
+    in_store = any(is_s3(p) for p in paths)
+    if in_store and not (_lines_possible(cfg) and (plan.parts == 1 or plan.parts_by == splits.BY_LINES)):
+        raise UsageError(_needs_spark_reader(cfg))
     if _lines_possible(cfg) and (plan.parts == 1 or plan.parts_by == splits.BY_LINES):
-        lines = spark.read.text(paths).select(
-            F.col("value").alias(LINE_COL),
-            F.col("_metadata.file_path").alias(FILE_COL),
-            F.col("_metadata.file_block_start").alias(BLOCK_COL),
-            F.col("_metadata.file_block_length").alias(BLOCK_LEN_COL),
-        )
         head = layouts[paths[0]]
         line_parser = LineParser(head.columns, cfg.delimiter, cfg.quote, head.header_line, by_file,
                                  encoding=cfg.encoding)  # fmt: skip
-        splits_read = lines.rdd.getNumPartitions()
-        files = [split_reader.spark_file_path(u) for u in lines.inputFiles()]
+        if in_store:  # no Spark scan: the tasks read the objects' splits themselves
+            files = paths
+            splits_read = _store_tasks(plan, paths, open_cost)
+            etags = {f.path: f.version for f in plan.files if f.version}
+            store = opening.Store(opening.store().access, etags)
+            line_parser = replace(line_parser, reads_splits=True, store=store)
+            lines = split_reader.frame(spark, plan, files, splits_read)[0]
+        else:
+            lines = spark.read.text(paths).select(
+                F.col("value").alias(LINE_COL),
+                F.col("_metadata.file_path").alias(FILE_COL),
+                F.col("_metadata.file_block_start").alias(BLOCK_COL),
+                F.col("_metadata.file_block_length").alias(BLOCK_LEN_COL),
+            )
+            splits_read = lines.rdd.getNumPartitions()
+            files = [split_reader.spark_file_path(u) for u in lines.inputFiles()]
         # Where tasks can read their splits themselves, Spark's JVM reads none of the lines.
         own = split_reader.usable(files)
         own_scan = (split_reader.frame(spark, plan, files, splits_read)[0], replace(line_parser, reads_splits=True)) \
@@ -239,6 +252,29 @@ def read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None = None, path
     parser = _typed(RowParser(first, cfg.delimiter, cfg.quote, by_file), typed)
     return Source(df, spec, parser, "spark-csv", tuple(paths), read_bytes, plan, tasks, headers,
                   _sorted_by_event_time(cfg), shuffled, _types(declared))  # fmt: skip
+
+
+def _store_tasks(plan: Plan, paths: list[str], open_cost: int) -> int:
+    """The tasks Spark's file scan would pack the splits of ``paths`` into (each task up to
+    a split's bytes, each file costing ``open_cost`` more), so that objects in a store are
+    read by as many tasks as local files of their sizes."""
+    names = {splits.canonical_file(p) for p in paths}
+    sizes = [length for f in plan.files if f.path in names for _, length in plan.splits(f)]
+    packed = -(-sum(n + open_cost for n in sizes) // max(1, plan.split_bytes))
+    return max(1, min(len(sizes), packed))
+
+
+def _needs_spark_reader(cfg: ReadOptions) -> str:
+    """Why inputs in a store cannot be read as the run asks: only the tasks' own reading of
+    lines reaches a store, and the run asks for Spark's CSV reader."""
+    why = ("--multiline (a record over several lines)" if cfg.multiline
+           else f"--escape {cfg.escape!r} (an escape other than the quote)" if cfg.escape != cfg.quote
+           else f"--encoding {cfg.encoding}")  # fmt: skip
+    return (
+        f"inputs in an object store are read line by line by the tasks, and {why} needs Spark's CSV reader,"
+        " which cannot reach the store here: copy the files to a path every executor can read, or convert them"
+        " (one record per line, the quote as its own escape, UTF-8)"
+    )
 
 
 def _moved_lines(
@@ -370,7 +406,9 @@ def make_plan(spark: SparkSession, cfg: ReadOptions, paths: list[str]) -> Plan:
     (the CSV source raises it when it must shuffle)."""
     local = [p for p in paths if urlparse(p).scheme in ("", "file")]
     files = [splits.local_file(p.removeprefix("file://"), cfg.multiline) for p in local]
-    remote = [p for p in paths if p not in local]
+    objects = [p for p in paths if is_s3(p)]
+    files += [_object_file(p, cfg.multiline) for p in objects]
+    remote = [p for p in paths if p not in local and p not in objects]
     if remote:
         files += remote_files(spark, remote, cfg.multiline)
     split_bytes, _ = splits.default_split_bytes(
@@ -379,6 +417,12 @@ def make_plan(spark: SparkSession, cfg: ReadOptions, paths: list[str]) -> Plan:
     if cfg.incremental:  # every scheduled run splits a file alike, whatever else it reads
         split_bytes = splits.INCREMENTAL_SPLIT_BYTES
     return Plan(tuple(files), split_bytes)
+
+
+def _object_file(uri: str, multiline: bool) -> InputFile:
+    """An object's size, modification time and ETag, from its HEAD."""
+    o = head_object(uri, opening.store().access.quick())
+    return InputFile(o.uri, o.size, o.mtime_ms, splits.splittable(o.uri, multiline), o.etag)
 
 
 def remote_files(spark: SparkSession, uris: list[str], multiline: bool) -> list[InputFile]:
@@ -424,22 +468,22 @@ def first_line(path: str, encoding: str = "utf-8", header: bool = True, delimite
     tasks' own reading finds its lines) and, when it is a ``header``, a first line that is
     not valid in ``encoding`` (named with its byte offset: the file is in another
     encoding, to be given with ``--encoding``)."""
-    import gzip
     import zlib
 
     wide = transcode.wide(encoding)
     local = path.removeprefix("file://")
     compressed = local.endswith(".gz")
-    if wide and (compressed or urlparse(path).scheme not in ("", "file")):
+    readable = urlparse(path).scheme in ("", "file") or is_s3(path)  # by Python, here
+    if wide and (compressed or not readable):
         raise InputError(
-            f"input {path}: --encoding {encoding} is read from local uncompressed files only;"
-            f" decompress or copy it here, or convert it to UTF-8 (iconv -f {encoding.upper()} -t UTF-8)"
+            f"input {path}: --encoding {encoding} is read from local uncompressed files (or objects) only;"
+            f" decompress it, or convert it to UTF-8 (iconv -f {encoding.upper()} -t UTF-8)"
         )
-    if urlparse(path).scheme not in ("", "file") or not (wide or _ascii_compatible(encoding)):
+    if not readable or not (wide or _ascii_compatible(encoding)):
         return None
     order = transcode.byte_order(encoding, local) if wide else None
     try:
-        with gzip.open(local, "rb") if compressed else open(local, "rb") as f:
+        with opening.open_input(local, decompress=compressed) as f:
             head, end = b"", None
             while len(head) < MAX_HEADER_BYTES:
                 chunk = f.read(1 << 16)

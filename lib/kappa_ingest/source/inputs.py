@@ -24,6 +24,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from kappa_ingest.errors import InputError
+from kappa_ingest.s3.access import is_s3
+from kappa_ingest.s3.listing import list_objects
 
 SUFFIXES = (".csv", ".csv.gz")
 HEAD_BYTES = 64 << 10  # how much of a file the text checks look at
@@ -48,17 +50,26 @@ BINARY_MIN = 8  # ... at least this many) is binary data
 
 
 def resolve_inputs(inputs: tuple[str, ...]) -> tuple[list[str], int]:
-    """Expand local files, directories and globs to the ``.csv``/``.csv.gz`` files they name.
+    """Expand local files, directories and globs, and objects in a store (``s3://``: keys,
+    prefixes and globs, :mod:`kappa_ingest.s3.listing`), to the ``.csv``/``.csv.gz`` files
+    they name.
 
-    URIs with another scheme (``hdfs://``, ``s3a://``) are passed to Spark as given.
-    Returns the paths and the local bytes found. InputError names an input that is
+    URIs with another scheme (``hdfs://``) are passed to Spark as given. Returns the paths
+    and the bytes found (local files and objects). InputError names an input that is
     missing, not a regular file, a symbolic link that loops or leads nowhere, unreadable
-    or empty.
+    or empty; StoreUnavailable (exit 4) a store out of reach or refusing the credentials.
     """
     paths: list[str] = []
     total = 0
     for item in inputs:
         scheme = urlparse(item).scheme
+        if is_s3(item):
+            from kappa_ingest.source.opening import store
+
+            objects = list_objects(item, store().access.quick())
+            paths += [o.uri for o in objects]
+            total += sum(o.size for o in objects)
+            continue
         if scheme not in ("", "file"):
             paths.append(item)
             continue

@@ -73,7 +73,9 @@ def marked(lines: DataFrame, parser: LineParser, order: Typing | None = None, ke
         parse = replace(parser, wanted=tuple(c for c in (key, order.event_column) if c) if order else ()).fresh()
         counted: dict[tuple[str, int], int] = {}  # a split's lines may come over several batches
         schema = None
-        for batch in split_reader.read(batches, at=True, encoding=parser.encoding) if spans else batches:
+        for batch in (
+            split_reader.read(batches, at=True, encoding=parser.encoding, store=parser.store) if spans else batches
+        ):
             # A scan task reads its splits' lines in order; a batch may hold several splits.
             for file, start, _, rows, _ in segments(batch):
                 before = counted.get((file, start), 0)

@@ -19,7 +19,7 @@ header; a batch holds rows of one file (one ledger unit).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import polars as pl
@@ -50,6 +50,7 @@ class BatchParser(Protocol):
     counts_lines: bool  # whether a batch position is a line of the file
     reads_splits: bool  # handed its splits, the task reads their lines itself (kappa_ingest.source.split_reader)
     encoding: str  # of the lines it is handed or reads
+    store: Any  # where the objects it reads are (source.opening.Store); None: local files
 
     def fresh(self) -> BatchParser:
         """A parser for a new task."""
@@ -74,6 +75,10 @@ class Wrapping:
     @property
     def encoding(self) -> str:
         return self.inner.encoding
+
+    @property
+    def store(self) -> Any:
+        return self.inner.store
 
 
 class HeaderMismatch(ValueError):
@@ -179,6 +184,7 @@ class LineParser:
     wanted: tuple[str, ...] = ()  # only these columns' values (the others are split, not kept); (): all
     encoding: str = "utf-8"  # else a single-byte one or UTF-16, turned into UTF-8 first (kappa_ingest.source.transcode)
     reads_splits: bool = False  # the task is handed its splits and reads their lines (kappa_ingest.source.split_reader)
+    store: Any = None  # where its objects are (source.opening.Store), when the inputs are in a store
     _seen: set[str] = field(default_factory=set)
 
     @property
@@ -377,6 +383,7 @@ class RowParser:
     counts_lines = False  # a batch position is one of Spark's records (a header is not one; a record may span lines)
     reads_splits = False
     encoding = "utf-8"  # (Spark's reader decoded the rows)
+    store = None
 
     columns: tuple[str, ...]
     delimiter: str = ","
@@ -481,9 +488,7 @@ def malformed_detail(line: str | None, header_fields: int, delimiter: str, quote
 
 
 def _big_endian(encoding: str, files: pa.Array) -> np.ndarray:
-    """Per line, whether its UTF-16 file is big-endian (the files are local: read by the task)."""
-    from urllib.parse import unquote, urlparse
-
+    """Per line, whether its UTF-16 file is big-endian (the files are read by the task)."""
     encoded = files.dictionary_encode()
-    big = [transcode.byte_order(encoding, unquote(urlparse(u).path)) == ">" for u in encoded.dictionary.to_pylist()]
+    big = [transcode.byte_order(encoding, u) == ">" for u in encoded.dictionary.to_pylist()]
     return np.array(big, dtype=bool)[np.asarray(encoded.indices)] if len(files) else np.zeros(0, dtype=bool)

@@ -51,6 +51,11 @@ class InputFile:
     size: int
     mtime_ms: int
     splittable: bool
+    version: str = ""  # an object's ETag (a local file has none): with size and mtime, which object it is
+
+    def identity(self) -> tuple[int, int, str]:
+        """What a ledger entry of the file must match to count it as this file (Entry.matches)."""
+        return self.size, self.mtime_ms, self.version
 
 
 BY_LINES = "lines"  # a hash of the raw line (or, ordered, of the key's text as Arrow parses it)
@@ -84,20 +89,20 @@ class Plan:
     def file(self, path: str) -> InputFile | None:
         return next((f for f in self.files if f.path == path), None)
 
-    def changed(self) -> list[tuple[InputFile, tuple[int, int] | None]]:
-        """Local files whose size or modification time (ms) is no longer the plan's, with
-        what they are now (None: gone). Remote files are checked once Spark lists them."""
-        out: list[tuple[InputFile, tuple[int, int] | None]] = []
+    def changed(self) -> list[tuple[InputFile, InputFile | None]]:
+        """Files whose size or modification time (ms), or objects whose ETag, is no longer
+        the plan's, with what they are now (None: gone). Other remote files are checked
+        once Spark lists them."""
+        out: list[tuple[InputFile, InputFile | None]] = []
         for f in self.files:
-            if "://" in f.path:
+            if "://" in f.path and not f.version:
                 continue
             try:
-                st = os.stat(f.path)
-            except OSError:
+                now = _object_now(f) if f.version else local_file(f.path, not f.splittable)
+            except OSError:  # (gone: a store out of reach raises StoreUnavailable instead)
                 out.append((f, None))
                 continue
-            now = (st.st_size, st.st_mtime_ns // 1_000_000)
-            if now != (f.size, f.mtime_ms):
+            if now.identity() != f.identity():
                 out.append((f, now))
         return out
 
@@ -114,10 +119,12 @@ class Plan:
 
 
 def canonical_file(spark_path: str) -> str:
-    """The ledger's name of a file: Spark's ``file:/a%20b/c.csv`` is ``/a b/c.csv``; other
-    URIs stay as Spark gives them."""
+    """The ledger's name of a file: Spark's ``file:/a%20b/c.csv`` is ``/a b/c.csv``, an
+    object's ``s3a://b/k.csv`` is ``s3://b/k.csv``; other URIs stay as Spark gives them."""
     if spark_path.startswith("file:"):
         return unquote(urlparse(spark_path).path)
+    if spark_path.startswith("s3a://"):
+        return "s3://" + spark_path.removeprefix("s3a://")
     if "://" not in spark_path and not spark_path.startswith("/"):
         return os.path.abspath(spark_path)
     return spark_path
@@ -126,6 +133,19 @@ def canonical_file(spark_path: str) -> str:
 def splittable(path: str, multiline: bool) -> bool:
     """Whether Spark splits the file: not gzip (no splittable codec), not multiline CSV."""
     return not multiline and not path.endswith(".gz")
+
+
+def _object_now(f: InputFile) -> InputFile:
+    """An object as its HEAD says it is now; FileNotFoundError if it is gone."""
+    from kappa_ingest.errors import InputError
+    from kappa_ingest.s3.listing import head
+    from kappa_ingest.source.opening import store
+
+    try:
+        o = head(f.path, store().access.quick())
+    except InputError as e:
+        raise FileNotFoundError(f.path) from e
+    return InputFile(o.uri, o.size, o.mtime_ms, f.splittable, o.etag)
 
 
 def local_file(path: str, multiline: bool) -> InputFile:
@@ -158,17 +178,23 @@ def spark_conf(split_bytes: int, open_cost_bytes: int) -> dict[str, str]:
     }
 
 
+def changed_what(planned: InputFile, now: InputFile | None) -> str:
+    """How a file differs from its plan, in a few words."""
+    if now is None:
+        return "deleted or moved"
+    if now.size != planned.size:
+        return f"size {planned.size:,} -> {now.size:,} bytes"
+    if now.version != planned.version:
+        return f"overwritten, ETag {planned.version} -> {now.version}"
+    return f"modified {now.mtime_ms - planned.mtime_ms:,} ms after it was planned, same size"
+
+
 def changed_input(plan: Plan, run_id: str) -> InputError | None:
     """The first local input file whose size or modification time is no longer the plan's
     (or that is gone): it changed while the run read it, so what was sent of it may be
     incomplete or mixed. Remote files are not checked."""
     for planned, now in plan.changed():
-        if now is None:
-            what = "deleted or moved"
-        elif now[0] != planned.size:
-            what = f"size {planned.size:,} -> {now[0]:,} bytes"
-        else:
-            what = f"modified {now[1] - planned.mtime_ms:,} ms after it was planned, same size"
+        what = changed_what(planned, now)
         return InputError(
             f"input {planned.path} changed while the run read it ({what}): its rows in the topic (run_id {run_id})"
             " may be incomplete or mixed; send it again once nothing writes to it"

@@ -102,13 +102,25 @@ def wide(encoding: str) -> bool:
     return encoding in WIDE
 
 
-def byte_order(encoding: str, path: str) -> str:
-    """``<`` or ``>``: the byte order of a UTF-16 file (``path``: a local file)."""
+def byte_order(encoding: str, uri: str) -> str:
+    """``<`` or ``>``: the byte order of a UTF-16 file (a local path or URI, or an object)."""
     order = WIDE[encoding]
     if order is None:
-        with open(path, "rb") as f:
-            order = "<" if f.read(2) == b"\xff\xfe" else ">"
+        order = _bom_order(uri) if "://" not in uri or uri.startswith("file:") else _object_bom_order(uri)
     return order
+
+
+def _bom_order(uri: str) -> str:
+    from kappa_ingest.source.opening import open_input
+
+    with open_input(uri) as f:
+        return "<" if f.read(2) == b"\xff\xfe" else ">"
+
+
+@lru_cache(maxsize=1024)
+def _object_bom_order(uri: str) -> str:
+    """An object's (asked once per worker: each batch's parse asks again, and each ask is a request)."""
+    return _bom_order(uri)
 
 
 def utf16_to_utf8(lines: pa.Array, big_endian: np.ndarray) -> tuple[pa.Array, np.ndarray]:

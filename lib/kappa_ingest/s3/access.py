@@ -1,0 +1,131 @@
+"""How the project reaches a store: its settings, a filesystem built from them where it is
+used, and the store's errors as the project's.
+
+Keys are never settings of ours. pyarrow's S3 filesystem, given none, asks the AWS SDK's
+standard chain wherever it is built: ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``
+(``AWS_SESSION_TOKEN``), ``AWS_PROFILE`` and the shared credentials and config files, a
+container's or an instance's role. So the driver and each executor find keys by the same
+rule on their own machine, and what crosses to the executors (``S3Access``: endpoint,
+region, timeouts) holds no secret: not in Spark's settings, its UI, its event log, the
+report or the Delta store.
+
+The endpoint of an S3-compatible store: ``--s3-endpoint``, else ``AWS_ENDPOINT_URL_S3``,
+else ``AWS_ENDPOINT_URL`` (read here: pyarrow's constructor ignores them,
+apache/arrow#49643). With an endpoint, requests are path-style (``/bucket/key``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from functools import cache
+from urllib.parse import urlparse
+
+from kappa_ingest.errors import InputError, KappaError, UsageError
+
+DEFAULT_REGION = "us-east-1"
+SCHEMES = ("s3", "s3a")
+
+
+class StoreUnavailable(KappaError):
+    """The object store unreachable, or refusing the run's credentials (exit 4)."""
+
+    exit_code = 4
+
+
+def is_s3(uri: str) -> bool:
+    return urlparse(uri).scheme in SCHEMES
+
+
+@dataclass(frozen=True)
+class S3Access:
+    """What a process needs to reach the store, beside the keys its own chain finds."""
+
+    endpoint: str = ""  # scheme://host[:port] of an S3-compatible store; "" for AWS itself
+    region: str = DEFAULT_REGION
+    connect_timeout_s: float = 3.0
+    request_timeout_s: float = 20.0  # an idle limit: a slow but flowing read is not cut off
+    attempts: int = 3
+
+    @classmethod
+    def resolve(cls, endpoint: str | None = None, region: str | None = None) -> S3Access:
+        endpoint = endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
+        if endpoint:
+            url = urlparse(endpoint)
+            if url.scheme not in ("http", "https") or not url.hostname:
+                raise UsageError(f"S3 endpoint {endpoint}: give it as http://HOST:PORT or https://HOST[:PORT]")
+            endpoint = f"{url.scheme}://{url.netloc}"
+        region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
+        return cls(endpoint, region)
+
+    def where(self) -> str:
+        return self.endpoint or f"AWS S3 ({self.region})"
+
+    def quick(self) -> S3Access:
+        """The driver's checks before Spark starts: one attempt, so an unreachable store is
+        named within seconds rather than after the retries."""
+        return replace(self, attempts=1, request_timeout_s=10.0)
+
+    def filesystem(self):  # type: ignore[no-untyped-def]
+        return _filesystem(self)
+
+
+@cache
+def _filesystem(access: S3Access):  # type: ignore[no-untyped-def]
+    """One filesystem per process and settings (built where used, never pickled: pickling
+    pyarrow's drops its retry strategy, and would carry any explicit keys in the clear)."""
+    if access.endpoint:  # no instance role serves another store: the SDK's probe for one only costs seconds
+        os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+    _remember_secrets()
+    from pyarrow import fs
+
+    url = urlparse(access.endpoint) if access.endpoint else None
+    return fs.S3FileSystem(
+        region=access.region,
+        scheme=url.scheme if url else "https",
+        endpoint_override=url.netloc if url else None,
+        connect_timeout=access.connect_timeout_s,
+        request_timeout=access.request_timeout_s,
+        retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=access.attempts),
+    )
+
+
+def _remember_secrets() -> None:
+    """Keys the chain may read from the environment are masked in whatever the run writes."""
+    from kappa_ingest.kafka.credentials import remember
+
+    for name in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        if os.environ.get(name):
+            remember(os.environ[name])
+
+
+def store_error(e: OSError, uri: str, access: S3Access) -> KappaError:
+    """The store's answer as the project's error: what the input names is missing (exit 3),
+    or the store is out of reach or refuses the credentials (exit 4)."""
+    from kappa_ingest.kafka.credentials import mask
+
+    text = mask(str(e))
+    if isinstance(e, FileNotFoundError) or "NO_SUCH_KEY" in text:
+        return InputError(f"input {uri}: no such object in the store ({access.where()}); check --input")
+    if "NO_SUCH_BUCKET" in text:
+        return InputError(f"input {uri}: no such bucket at {access.where()}; check --input (and --s3-endpoint)")
+    if "ACCESS_DENIED" in text or "INVALID_ACCESS_KEY_ID" in text or "SIGNATURE_DOES_NOT_MATCH" in text:
+        return StoreUnavailable(
+            f"input {uri}: access denied by the store at {access.where()}; check the credentials"
+            " (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE) and what they may read"
+        )
+    if "NETWORK_CONNECTION" in text or "curlCode" in text:
+        return StoreUnavailable(
+            f"input {uri}: the store at {access.where()} did not answer ({_reason(text)}); check --s3-endpoint"
+            " (or AWS_ENDPOINT_URL) and that the store is up"
+        )
+    return StoreUnavailable(f"input {uri}: the store at {access.where()} failed: {_reason(text)}")
+
+
+def _reason(text: str) -> str:
+    """The SDK's own words, on one line and short."""
+    line = " ".join(text.split())
+    for marker in ("Details: ", "operation: "):
+        if marker in line:
+            line = line.split(marker, 1)[1]
+    return line[:200]

@@ -1,0 +1,60 @@
+"""An object's bytes, read where they are needed (the driver's header, a task's split).
+
+:func:`open_object` answers a file-like object whose every ``read(n)`` is one ranged GET
+(pyarrow's S3 file does no read-ahead): its readers ask for megabytes at a time. It checks
+the object is the one the run planned (its ETag, from the HEAD that opens it): an object
+overwritten since is refused, named, not read as a mix of two versions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kappa_ingest.errors import InputError
+from kappa_ingest.s3.access import S3Access, store_error
+from kappa_ingest.s3.listing import split_uri
+
+
+class ObjectChanged(InputError):
+    """An object is no longer the one the run planned (overwritten, or deleted)."""
+
+
+def open_object(uri: str, access: S3Access, etag: str = "") -> Any:
+    """The object at ``uri`` for reading (``read``, ``seek``, ``read_at``, ``size``, a context
+    manager); ``etag``: the one the run planned, else ObjectChanged."""
+    bucket, key = split_uri(uri)
+    try:
+        f = access.filesystem().open_input_file(f"{bucket}/{key}")
+    except FileNotFoundError as e:
+        if etag:
+            raise ObjectChanged(f"input {uri} was deleted after the run planned it; send it again") from e
+        raise store_error(e, uri, access) from e
+    except OSError as e:
+        raise store_error(e, uri, access) from e
+    now = f.metadata().get("ETag", b"").decode().strip('"')
+    if etag and now != etag:
+        f.close()
+        raise ObjectChanged(
+            f"input {uri} was overwritten after the run planned it (ETag {etag} -> {now}): what was sent of it"
+            " may be of either version; send it again once nothing writes to it"
+        )
+    return f
+
+
+def read_ranges(f: Any, ranges: list[tuple[int, int]], gap: int = 1 << 20) -> dict[int, bytes]:
+    """The bytes of each ``(offset, length)`` of an open object, read with few GETs: ranges
+    less than ``gap`` apart are read as one. Keyed by offset."""
+    out: dict[int, bytes] = {}
+    todo = sorted(set(ranges))
+    i = 0
+    while i < len(todo):
+        lo, hi = todo[i][0], todo[i][0] + todo[i][1]
+        j = i + 1
+        while j < len(todo) and todo[j][0] <= hi + gap:
+            hi = max(hi, todo[j][0] + todo[j][1])
+            j += 1
+        block = f.read_at(hi - lo, lo)
+        for at, length in todo[i:j]:
+            out[at] = block[at - lo : at - lo + length]
+        i = j
+    return out
