@@ -33,14 +33,32 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 sys.path.insert(0, str(Path(__file__).parent))
 
-# The suite's S3 key pair, in the environment before any JVM starts: the shared session's
-# Python workers (forked from its JVM) find it by the standard AWS chain, as a cluster's
-# executors would in theirs. The secret is distinctive, so that a test can look for it in
-# whatever a run writes. No SDK may look for an instance role off this machine.
+# The suite's S3 key pair, in a shared credentials file named in the environment before any
+# JVM starts: the shared session's Python workers (forked from its JVM) find it by the
+# standard AWS chain, as a cluster's executors would in theirs. (Not AWS_ACCESS_KEY_ID and
+# AWS_SECRET_ACCESS_KEY: Spark copies those into its Hadoop settings, asking the host's own
+# name as it does, which a host of its own cannot resolve.) The secret is distinctive, so
+# that a test can look for it in whatever a run writes. No SDK may look for an instance role.
 from helpers import S3_SECRET, s3_filesystem  # noqa: E402 - tests/ is on the path from the line above
 
-os.environ.update({"AWS_ACCESS_KEY_ID": "kappa-local", "AWS_SECRET_ACCESS_KEY": S3_SECRET,
-                   "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"})  # fmt: skip
+
+def _aws_credentials_file() -> str:
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="kappa-aws-")
+    atexit.register(shutil.rmtree, folder, True)
+    path = Path(folder) / "credentials"
+    path.touch(mode=0o600)
+    path.write_text(f"[default]\naws_access_key_id = kappa-local\naws_secret_access_key = {S3_SECRET}\n")
+    return str(path)
+
+
+for _name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+    os.environ.pop(_name, None)
+os.environ.update({"AWS_SHARED_CREDENTIALS_FILE": _aws_credentials_file(), "AWS_REGION": "us-east-1",
+                   "AWS_EC2_METADATA_DISABLED": "true"})  # fmt: skip
 
 
 @pytest.fixture(scope="session")
