@@ -75,8 +75,9 @@ def spark(tmp_path_factory):
                     "spark.eventLog.enabled": "true", "spark.eventLog.dir": str(tmp_path_factory.mktemp("eventlog")),
                     "spark.eventLog.buffer.kb": "1k"},
     )  # fmt: skip
+    stop = _stop_when_done("spark", session.stop)  # an idle session's JVM and workers still cost CPU
     yield session
-    session.stop()
+    stop()
 
 
 @pytest.fixture(scope="session")

@@ -26,6 +26,8 @@ from kappa_ingest.delivery.ledger import Entry
 from kappa_ingest.errors import InputError, UsageError
 from kappa_ingest.kafka.topics import Admin
 from kappa_ingest.report.run import RunReport
+from kappa_ingest.s3.access import is_s3
+from kappa_ingest.source import opening
 from kappa_ingest.source.records import wall_clock_ms
 from kappa_ingest.source.splits import canonical_file
 
@@ -123,6 +125,8 @@ def select(
 
 
 def _why_not(path: str, last: Entry, resend_changed: bool) -> str | None:
+    if is_s3(path):
+        return _why_not_object(path, last, resend_changed)
     if "://" in path:
         return None  # a remote file: Spark finds out
     try:
@@ -131,6 +135,20 @@ def _why_not(path: str, last: Entry, resend_changed: bool) -> str | None:
         return "the file no longer exists"
     if not last.matches(st.st_size, st.st_mtime_ns // 1_000_000) and not resend_changed:
         return f"changed since delivered (size {last.file_size:,} -> {st.st_size:,} bytes, or its time)"
+    return None
+
+
+def _why_not_object(uri: str, last: Entry, resend_changed: bool) -> str | None:
+    """An object delivered before, as its HEAD finds it now: gone, or another version."""
+    from kappa_ingest.s3.listing import head
+    from kappa_ingest.source.opening import store
+
+    try:
+        now = head(uri, store().access.quick())
+    except InputError:
+        return "the object no longer exists"
+    if not last.matches(now.size, now.mtime_ms, now.etag) and not resend_changed:
+        return f"changed since delivered (ETag {last.file_version or '-'} -> {now.etag}, size {now.size:,} bytes)"
     return None
 
 
@@ -153,6 +171,7 @@ def prepare(values: dict[str, Any], sized_on_command_line: bool) -> tuple[dict[s
         raise UsageError("reprocess reads the delivery ledger of --from-topic's cluster: give --bootstrap-servers")
     settings = {**DEFAULT_PRODUCER_SETTINGS, **resolved_settings(v.get("kafka_opts") or {})}
     entries = ledger.read(connection_conf(settings, servers), str(v.get("ledger_topic") or DEFAULT_LEDGER_TOPIC))
+    opening.for_run(v.get("s3_endpoint"))  # objects replayed are checked as they are now
     replay = select(entries, v["from_topic"], runs, v.get("since"), v.get("until"), inputs)
     with Admin(servers, settings) as admin:
         partitions, replicas, configs = topic_settings(admin, v["from_topic"])

@@ -263,8 +263,6 @@ def _check_store(v: dict[str, Any]) -> None:
             " Spark's CSV reader, which cannot reach the store here: copy the files to a path every executor"
             " can read, or convert them (one record per line, the quote as its own escape)"
         )
-    if v.get("incremental"):
-        raise UsageError(f"--incremental: local files only for now ({objects[0]}); list objects explicitly")
 
 
 # Long: one check per setting, each with its own message, in the order of IngestConfig's fields.

@@ -26,8 +26,10 @@ from kappa_ingest.delivery import ledger
 from kappa_ingest.delivery.guarantees import counts_as_delivered
 from kappa_ingest.delivery.ledger import Entry
 from kappa_ingest.errors import InputError, UsageError
+from kappa_ingest.s3.access import is_s3
+from kappa_ingest.source import opening
 from kappa_ingest.source.inputs import resolve_inputs
-from kappa_ingest.source.splits import BY_ROWS, INCREMENTAL_SPLIT_BYTES, InputFile, Plan, Unit, local_file
+from kappa_ingest.source.splits import BY_ROWS, INCREMENTAL_SPLIT_BYTES, InputFile, Plan, Unit, local_file, object_file
 
 
 @dataclass(frozen=True)
@@ -94,15 +96,18 @@ class Selection:
         return not self.paths
 
 
+def _change(f: InputFile, e: Entry) -> str:
+    if f.version and f.version != e.file_version:
+        return f"overwritten, ETag {e.file_version or '-'} -> {f.version}, size {e.file_size:,} -> {f.size:,}"
+    return f"size {e.file_size:,} -> {f.size:,}, modified {e.file_mtime_ms} -> {f.mtime_ms} ms"
+
+
 def select(backlog: Backlog, on_changed: str, max_files: int | None, max_bytes: int | None) -> Selection:
     """Choose this run's files: half-delivered first, then new and changed ones, oldest first,
     within the bounds (the first file is always taken, so one larger than ``max_bytes``
     cannot stall the backlog)."""
     if backlog.changed and on_changed != "resend":
-        names = "; ".join(
-            f"{f.path} (size {e.file_size:,} -> {f.size:,}, modified {e.file_mtime_ms} -> {f.mtime_ms} ms)"
-            for f, e in backlog.changed[:3]
-        )
+        names = "; ".join(f"{f.path} ({_change(f, e)})" for f, e in backlog.changed[:3])
         raise InputError(
             f"--incremental: {len(backlog.changed)} file(s) changed since they were delivered: {names};"
             " give --on-changed resend to send them again as a new version, or restore them"
@@ -154,11 +159,12 @@ def select(backlog: Backlog, on_changed: str, max_files: int | None, max_bytes: 
 
 def prepare(cfg: Any, conf: dict[str, Any]) -> Selection:
     """Read the ledger and choose what an incremental run of ``cfg`` sends."""
+    opening.for_run(cfg.s3_endpoint)
     paths, _ = resolve_inputs(cfg.inputs)
-    remote = [p for p in paths if "://" in p]
+    remote = [p for p in paths if "://" in p and not is_s3(p)]
     if remote:
-        raise UsageError(f"--incremental: local files only for now ({remote[0]}); list remote inputs explicitly")
-    files = [local_file(p, cfg.multiline) for p in paths]
+        raise UsageError(f"--incremental: local files and objects only ({remote[0]}); list other inputs explicitly")
+    files = [object_file(p, cfg.multiline) if is_s3(p) else local_file(p, cfg.multiline) for p in paths]
     entries, ledger_end = ledger.snapshot(conf, cfg.ledger_topic)
     selection = select(classify(files, entries, cfg.topic), cfg.on_changed, cfg.max_files, cfg.max_bytes)
     return replace(selection, ledger_end=ledger_end)

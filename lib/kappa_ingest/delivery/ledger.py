@@ -231,7 +231,7 @@ def _records(
         md = consumer.list_topics(ledger_topic, timeout=timeout_s).topics.get(ledger_topic)
         if md is not None and md.error is not None and md.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
             # Not "no ledger": a ledger that cannot be read now would read as nothing delivered.
-            raise KafkaUnavailable(f"reading the delivery ledger {ledger_topic!r}: {md.error.str()}")
+            raise KafkaUnavailable(f"reading the delivery ledger {ledger_topic!r} from Kafka: {md.error.str()}")
         if md is None or md.error is not None:  # no ledger yet: nothing delivered; whatever is, from its start
             return [], {0: 0}  # (the ledger has one partition: ensure() refuses any other)
         parts = sorted(md.partitions)
@@ -243,7 +243,7 @@ def _records(
         _consume(consumer, ledger_topic, ends, todo, time.monotonic() + timeout_s, out.append)
         return out, ends
     except KafkaException as e:
-        raise KafkaUnavailable(f"reading the delivery ledger {ledger_topic!r}: {e.args[0].str()}") from e
+        raise KafkaUnavailable(f"reading the delivery ledger {ledger_topic!r} from Kafka: {e.args[0].str()}") from e
     finally:
         consumer.close()
 
@@ -272,7 +272,7 @@ def _consume(
                 if m.offset() >= ends[m.partition()]:
                     todo.discard(m.partition())
             else:
-                raise KafkaUnavailable(f"reading the delivery ledger {ledger_topic!r}: {err.str()}")
+                raise KafkaUnavailable(f"reading the delivery ledger {ledger_topic!r} from Kafka: {err.str()}")
 
 
 class Tail:
@@ -312,7 +312,9 @@ class Tail:
             _consume(self._consumer, self.ledger_topic, ends, todo, time.monotonic() + timeout_s, self._take)
             self.position.update(ends)
         except KafkaException as e:
-            raise KafkaUnavailable(f"reading the delivery ledger {self.ledger_topic!r}: {e.args[0].str()}") from e
+            raise KafkaUnavailable(
+                f"reading the delivery ledger {self.ledger_topic!r} from Kafka: {e.args[0].str()}"
+            ) from e
 
     def _take(self, r: Record) -> None:
         if r.kind == SUPERSEDED and r.value is not None:

@@ -43,7 +43,6 @@ from pyspark.sql.types import DataType, StringType, StructField, StructType
 
 from kappa_ingest.errors import InputError, UsageError
 from kappa_ingest.s3.access import is_s3
-from kappa_ingest.s3.listing import head as head_object
 from kappa_ingest.source import line_shuffle, opening, split_reader, splits, transcode
 from kappa_ingest.source.columns import (
     BLOCK_COL,
@@ -407,7 +406,7 @@ def make_plan(spark: SparkSession, cfg: ReadOptions, paths: list[str]) -> Plan:
     local = [p for p in paths if urlparse(p).scheme in ("", "file")]
     files = [splits.local_file(p.removeprefix("file://"), cfg.multiline) for p in local]
     objects = [p for p in paths if is_s3(p)]
-    files += [_object_file(p, cfg.multiline) for p in objects]
+    files += [splits.object_file(p, cfg.multiline) for p in objects]
     remote = [p for p in paths if p not in local and p not in objects]
     if remote:
         files += remote_files(spark, remote, cfg.multiline)
@@ -417,12 +416,6 @@ def make_plan(spark: SparkSession, cfg: ReadOptions, paths: list[str]) -> Plan:
     if cfg.incremental:  # every scheduled run splits a file alike, whatever else it reads
         split_bytes = splits.INCREMENTAL_SPLIT_BYTES
     return Plan(tuple(files), split_bytes)
-
-
-def _object_file(uri: str, multiline: bool) -> InputFile:
-    """An object's size, modification time and ETag, from its HEAD."""
-    o = head_object(uri, opening.store().access.quick())
-    return InputFile(o.uri, o.size, o.mtime_ms, splits.splittable(o.uri, multiline), o.etag)
 
 
 def remote_files(spark: SparkSession, uris: list[str], multiline: bool) -> list[InputFile]:

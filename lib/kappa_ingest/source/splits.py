@@ -138,14 +138,20 @@ def splittable(path: str, multiline: bool) -> bool:
 def _object_now(f: InputFile) -> InputFile:
     """An object as its HEAD says it is now; FileNotFoundError if it is gone."""
     from kappa_ingest.errors import InputError
+
+    try:
+        return object_file(f.path, not f.splittable)
+    except InputError as e:
+        raise FileNotFoundError(f.path) from e
+
+
+def object_file(uri: str, multiline: bool) -> InputFile:
+    """An object's size, modification time and ETag, from its HEAD (the driver's store)."""
     from kappa_ingest.s3.listing import head
     from kappa_ingest.source.opening import store
 
-    try:
-        o = head(f.path, store().access.quick())
-    except InputError as e:
-        raise FileNotFoundError(f.path) from e
-    return InputFile(o.uri, o.size, o.mtime_ms, f.splittable, o.etag)
+    o = head(uri, store().access.quick())
+    return InputFile(o.uri, o.size, o.mtime_ms, splittable(o.uri, multiline), o.etag)
 
 
 def local_file(path: str, multiline: bool) -> InputFile:
