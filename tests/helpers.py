@@ -81,12 +81,23 @@ def consume_all(
         c.close()
 
 
-def high_watermarks(bootstrap: str, topic: str) -> dict[int, int]:
-    """Each partition's high watermark: records appended, committed or not, and markers."""
+def high_watermarks(bootstrap: str, topic: str, timeout_s: float = 30.0) -> dict[int, int]:
+    """Each partition's high watermark: records appended, committed or not, and markers. A
+    topic just made may not have its leaders yet: asked again until it does (bounded)."""
+    from confluent_kafka import KafkaException
+
+    settling = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART}
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "hw", "isolation.level": "read_uncommitted"})
+    deadline = time.monotonic() + timeout_s
     try:
-        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
-        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+        while True:
+            try:
+                parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+                return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+            except KafkaException as e:
+                if e.args[0].code() not in settling or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
     finally:
         c.close()
 
