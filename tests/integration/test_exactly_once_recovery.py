@@ -141,7 +141,7 @@ def _open_transactions(bootstrap: str, prefix: str) -> list[str]:
 def _settled(bootstrap: str, topic: str) -> bool:
     """The topic's high watermarks can be read (brokers just back are catching up)."""
     try:
-        high_watermarks(bootstrap, topic)
+        high_watermarks(bootstrap, topic, timeout_s=0)  # one probe: the caller polls
         return True
     except Exception:  # noqa: BLE001 - not yet; the caller's deadline bounds the wait
         return False
