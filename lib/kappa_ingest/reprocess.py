@@ -140,7 +140,7 @@ def _why_not(path: str, last: Entry, resend_changed: bool) -> str | None:
 
 def _why_not_object(uri: str, last: Entry, resend_changed: bool) -> str | None:
     """An object delivered before, as its HEAD finds it now: gone, or another version."""
-    from kappa_ingest.s3.listing import head
+    from kappa_ingest.s3.objects import head
     from kappa_ingest.source.opening import store
 
     try:

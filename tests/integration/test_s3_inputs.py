@@ -19,7 +19,7 @@ from helpers import S3_SECRET, consume_all, expected_rows, random_lines, rows, r
 from kappa_ingest import datagen
 from kappa_ingest.delivery import ledger
 from kappa_ingest.errors import InputError, UsageError
-from kappa_ingest.s3 import listing
+from kappa_ingest.s3 import objects
 from kappa_ingest.s3.access import S3Access
 from kappa_ingest.source import opening, split_reader
 from kappa_ingest.source.inputs import resolve_inputs
@@ -89,7 +89,7 @@ def test_every_row_once_from_objects_split_across_tasks(spark, kafka, s3, tmp_pa
     assert rows(records) == expected_rows(plain) + expected_rows(packed)
     files = {f["path"]: f for f in summary["plan"]["files"]}
     assert set(files) == {"s3://landing/run/a.csv", "s3://landing/run/b.csv.gz"}
-    etags = {k: listing.head(k, S3Access(s3.endpoint)).etag for k in files}
+    etags = {k: objects.head(k, S3Access(s3.endpoint)).etag for k in files}
     assert {k: f["version"] for k, f in files.items()} == etags and all(etags.values())
     entries = [e for e in ledger.read({"bootstrap.servers": kafka.bootstrap_servers}, cfg.ledger_topic)
                if e.run_id == cfg.run_id]  # fmt: skip

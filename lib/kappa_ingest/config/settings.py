@@ -242,6 +242,7 @@ def _check_store(v: dict[str, Any]) -> None:
     from urllib.parse import urlparse
 
     from kappa_ingest.s3.access import S3Access, is_s3
+    from kappa_ingest.source.opening import needs_spark_reader
 
     if v.get("s3_endpoint") is not None:
         v["s3_endpoint"] = S3Access.resolve(str(v["s3_endpoint"])).endpoint
@@ -254,15 +255,9 @@ def _check_store(v: dict[str, Any]) -> None:
     objects = [i for i in v["inputs"] if is_s3(i)]
     if not objects:
         return
-    needs = ("--multiline (a record over several lines)" if v.get("multiline")
-             else f"--escape {v['escape']!r} (an escape other than the quote)"
-             if v.get("escape", '"') != v.get("quote", '"') else None)  # fmt: skip
-    if needs:
-        raise UsageError(
-            f"input {objects[0]}: objects in a store are read line by line by the tasks, and {needs} needs"
-            " Spark's CSV reader, which cannot reach the store here: copy the files to a path every executor"
-            " can read, or convert them (one record per line, the quote as its own escape)"
-        )
+    escape, quote = v.get("escape", '"'), v.get("quote", '"')
+    if v.get("multiline") or escape != quote:
+        raise UsageError(needs_spark_reader(objects[0], bool(v.get("multiline")), escape, quote))
 
 
 # Long: one check per setting, each with its own message, in the order of IngestConfig's fields.

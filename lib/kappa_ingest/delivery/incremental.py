@@ -29,7 +29,16 @@ from kappa_ingest.errors import InputError, UsageError
 from kappa_ingest.s3.access import is_s3
 from kappa_ingest.source import opening
 from kappa_ingest.source.inputs import resolve_inputs
-from kappa_ingest.source.splits import BY_ROWS, INCREMENTAL_SPLIT_BYTES, InputFile, Plan, Unit, local_file, object_file
+from kappa_ingest.source.splits import (
+    BY_ROWS,
+    INCREMENTAL_SPLIT_BYTES,
+    InputFile,
+    Plan,
+    Unit,
+    changed_what,
+    local_file,
+    object_file,
+)
 
 
 @dataclass(frozen=True)
@@ -96,10 +105,9 @@ class Selection:
         return not self.paths
 
 
-def _change(f: InputFile, e: Entry) -> str:
-    if f.version and f.version != e.file_version:
-        return f"overwritten, ETag {e.file_version or '-'} -> {f.version}, size {e.file_size:,} -> {f.size:,}"
-    return f"size {e.file_size:,} -> {f.size:,}, modified {e.file_mtime_ms} -> {f.mtime_ms} ms"
+def _as_delivered(f: InputFile, e: Entry) -> InputFile:
+    """The file as the ledger's entry saw it when it was delivered."""
+    return InputFile(f.path, e.file_size, e.file_mtime_ms, f.splittable, e.file_version)
 
 
 def select(backlog: Backlog, on_changed: str, max_files: int | None, max_bytes: int | None) -> Selection:
@@ -107,7 +115,7 @@ def select(backlog: Backlog, on_changed: str, max_files: int | None, max_bytes: 
     within the bounds (the first file is always taken, so one larger than ``max_bytes``
     cannot stall the backlog)."""
     if backlog.changed and on_changed != "resend":
-        names = "; ".join(f"{f.path} ({_change(f, e)})" for f, e in backlog.changed[:3])
+        names = "; ".join(f"{f.path} ({changed_what(_as_delivered(f, e), f)})" for f, e in backlog.changed[:3])
         raise InputError(
             f"--incremental: {len(backlog.changed)} file(s) changed since they were delivered: {names};"
             " give --on-changed resend to send them again as a new version, or restore them"

@@ -37,6 +37,20 @@ def is_s3(uri: str) -> bool:
     return urlparse(uri).scheme in SCHEMES
 
 
+def split_uri(uri: str) -> tuple[str, str]:
+    """``(bucket, key)`` of ``s3://bucket/key`` (``s3a://`` alike)."""
+    url = urlparse(uri)
+    if not url.netloc:
+        raise InputError(f"input {uri}: no bucket; give s3://BUCKET/KEY")
+    return url.netloc, url.path.lstrip("/")
+
+
+def canonical(uri: str) -> str:
+    """The one name of an object: ``s3a://b/k`` is ``s3://b/k``."""
+    bucket, key = split_uri(uri)
+    return f"s3://{bucket}/{key}"
+
+
 @dataclass(frozen=True)
 class S3Access:
     """What a process needs to reach the store, beside the keys its own chain finds."""

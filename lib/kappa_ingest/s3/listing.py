@@ -14,36 +14,13 @@ from __future__ import annotations
 import fnmatch
 import glob
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from urllib.parse import urlparse
 
 from kappa_ingest.errors import InputError
-from kappa_ingest.s3.access import S3Access, store_error
+from kappa_ingest.s3.access import S3Access, split_uri, store_error
+from kappa_ingest.s3.objects import StoreObject, head
 
 SUFFIXES = (".csv", ".csv.gz")
 HEADS_AT_ONCE = 16
-
-
-@dataclass(frozen=True)
-class StoreObject:
-    uri: str  # s3://bucket/key, whatever scheme the input was given with
-    size: int
-    mtime_ms: int
-    etag: str
-
-
-def split_uri(uri: str) -> tuple[str, str]:
-    """``(bucket, key)`` of ``s3://bucket/key`` (``s3a://`` alike)."""
-    url = urlparse(uri)
-    if not url.netloc:
-        raise InputError(f"input {uri}: no bucket; give s3://BUCKET/KEY")
-    return url.netloc, url.path.lstrip("/")
-
-
-def canonical(uri: str) -> str:
-    """The one name of an object: ``s3a://b/k`` is ``s3://b/k``."""
-    bucket, key = split_uri(uri)
-    return f"s3://{bucket}/{key}"
 
 
 def list_objects(item: str, access: S3Access) -> list[StoreObject]:
@@ -80,35 +57,6 @@ def list_objects(item: str, access: S3Access) -> list[StoreObject]:
         if o.size == 0:
             raise InputError(f"input {o.uri}: empty (0 bytes); give a CSV object with a header line, or leave it out")
     return found
-
-
-def head(uri: str, access: S3Access) -> StoreObject:
-    """The object's size, modification time and ETag, from one HEAD."""
-    bucket, key = split_uri(uri)
-    try:
-        f = access.filesystem().open_input_file(f"{bucket}/{key}")
-    except OSError as e:
-        raise store_error(e, uri, access) from e
-    try:
-        meta = f.metadata()
-        size = f.size()
-    finally:
-        f.close()
-    etag = meta.get("ETag", b"").decode().strip('"')
-    return StoreObject(canonical(uri), size, _modified_ms(meta.get("Last-Modified", b"").decode()), etag)
-
-
-def _modified_ms(value: str) -> int:
-    from datetime import datetime
-    from email.utils import parsedate_to_datetime
-
-    if not value:
-        return 0
-    try:
-        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        when = parsedate_to_datetime(value)
-    return int(when.timestamp() * 1000)
 
 
 def _first_magic(key: str) -> int:

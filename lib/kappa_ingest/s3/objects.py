@@ -8,11 +8,19 @@ overwritten since is refused, named, not read as a mix of two versions.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from kappa_ingest.errors import InputError
-from kappa_ingest.s3.access import S3Access, store_error
-from kappa_ingest.s3.listing import split_uri
+from kappa_ingest.s3.access import S3Access, canonical, split_uri, store_error
+
+
+@dataclass(frozen=True)
+class StoreObject:
+    uri: str  # s3://bucket/key, whatever scheme the input was given with
+    size: int
+    mtime_ms: int
+    etag: str
 
 
 class ObjectChanged(InputError):
@@ -31,7 +39,7 @@ def open_object(uri: str, access: S3Access, etag: str = "") -> Any:
         raise store_error(e, uri, access) from e
     except OSError as e:
         raise store_error(e, uri, access) from e
-    now = f.metadata().get("ETag", b"").decode().strip('"')
+    now = _etag(f.metadata())
     if etag and now != etag:
         f.close()
         raise ObjectChanged(
@@ -39,6 +47,30 @@ def open_object(uri: str, access: S3Access, etag: str = "") -> Any:
             " may be of either version; send it again once nothing writes to it"
         )
     return f
+
+
+def head(uri: str, access: S3Access) -> StoreObject:
+    """The object's size, modification time and ETag, from one HEAD."""
+    with open_object(uri, access) as f:
+        meta, size = f.metadata(), f.size()
+    return StoreObject(canonical(uri), size, _modified_ms(meta.get("Last-Modified", b"").decode()), _etag(meta))
+
+
+def _etag(meta: dict) -> str:
+    return meta.get("ETag", b"").decode().strip('"')
+
+
+def _modified_ms(value: str) -> int:
+    from datetime import datetime
+    from email.utils import parsedate_to_datetime
+
+    if not value:
+        return 0
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        when = parsedate_to_datetime(value)
+    return int(when.timestamp() * 1000)
 
 
 def read_ranges(f: Any, ranges: list[tuple[int, int]], gap: int = 1 << 20) -> dict[int, bytes]:

@@ -203,7 +203,7 @@ def read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None = None, path
     # A resumed run keeps its original's parts only if they were made the same way.
     in_store = any(is_s3(p) for p in paths)
     if in_store and not (_lines_possible(cfg) and (plan.parts == 1 or plan.parts_by == splits.BY_LINES)):
-        raise UsageError(_needs_spark_reader(cfg))
+        raise UsageError(opening.needs_spark_reader(paths[0], cfg.multiline, cfg.escape, cfg.quote, cfg.encoding))
     if _lines_possible(cfg) and (plan.parts == 1 or plan.parts_by == splits.BY_LINES):
         head = layouts[paths[0]]
         line_parser = LineParser(head.columns, cfg.delimiter, cfg.quote, head.header_line, by_file,
@@ -261,19 +261,6 @@ def _store_tasks(plan: Plan, paths: list[str], open_cost: int) -> int:
     sizes = [length for f in plan.files if f.path in names for _, length in plan.splits(f)]
     packed = -(-sum(n + open_cost for n in sizes) // max(1, plan.split_bytes))
     return max(1, min(len(sizes), packed))
-
-
-def _needs_spark_reader(cfg: ReadOptions) -> str:
-    """Why inputs in a store cannot be read as the run asks: only the tasks' own reading of
-    lines reaches a store, and the run asks for Spark's CSV reader."""
-    why = ("--multiline (a record over several lines)" if cfg.multiline
-           else f"--escape {cfg.escape!r} (an escape other than the quote)" if cfg.escape != cfg.quote
-           else f"--encoding {cfg.encoding}")  # fmt: skip
-    return (
-        f"inputs in an object store are read line by line by the tasks, and {why} needs Spark's CSV reader,"
-        " which cannot reach the store here: copy the files to a path every executor can read, or convert them"
-        " (one record per line, the quote as its own escape, UTF-8)"
-    )
 
 
 def _moved_lines(

@@ -58,7 +58,7 @@ def open_input(uri: str, decompress: bool = False) -> BinaryIO | Any:
     if is_s3(uri):
         import pyarrow as pa
 
-        from kappa_ingest.s3.listing import canonical
+        from kappa_ingest.s3.access import canonical
         from kappa_ingest.s3.objects import open_object
 
         s = store()
@@ -74,6 +74,14 @@ def open_input(uri: str, decompress: bool = False) -> BinaryIO | Any:
     return open(local_path(uri), "rb")
 
 
-def is_remote(uri: str) -> bool:
-    """Whether ``uri`` is neither a local file nor an object this project reads itself."""
-    return urlparse(uri).scheme not in ("", "file") and not is_s3(uri)
+def needs_spark_reader(uri: str, multiline: bool, escape: str, quote: str, encoding: str = "utf-8") -> str:
+    """Why objects in a store cannot be read as a run asks: only the tasks' own reading of
+    lines reaches a store, and the run asks for Spark's CSV reader."""
+    why = ("--multiline (a record over several lines)" if multiline
+           else f"--escape {escape!r} (an escape other than the quote)" if escape != quote
+           else f"--encoding {encoding}")  # fmt: skip
+    return (
+        f"input {uri}: objects in a store are read line by line by the tasks, and {why} needs Spark's CSV"
+        " reader, which cannot reach the store here: copy the files to a path every executor can read, or"
+        " convert them (one record per line, the quote as its own escape, UTF-8)"
+    )

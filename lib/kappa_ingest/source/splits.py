@@ -147,7 +147,7 @@ def _object_now(f: InputFile) -> InputFile:
 
 def object_file(uri: str, multiline: bool) -> InputFile:
     """An object's size, modification time and ETag, from its HEAD (the driver's store)."""
-    from kappa_ingest.s3.listing import head
+    from kappa_ingest.s3.objects import head
     from kappa_ingest.source.opening import store
 
     o = head(uri, store().access.quick())
