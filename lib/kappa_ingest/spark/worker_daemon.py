@@ -2,10 +2,12 @@
 
 Spark starts one daemon per executor (``python -m pyspark.daemon``) and forks a worker
 from it for each Python task slot; every worker then imported pyarrow, polars, the Kafka
-clients and this package on its own (0.65 s each, both at once on two busy cores). Started
-as ``spark.python.daemon.module`` (local masters only: ``spark_session`` sets it), this
-module imports them once in the daemon, and every forked worker starts with them loaded.
-None of these imports starts a thread, so forking after them is safe.
+clients and this package on its own (0.65 s for the libraries and 0.18 s more for the
+package's task-side modules, each, both at once on two busy cores). Started as
+``spark.python.daemon.module`` (local masters only: ``spark_session`` sets it), this module
+imports them once in the daemon, and loads the C record loops (or learns why they cannot
+be), and every forked worker starts with them loaded. None of this starts a thread, so
+forking after it is safe.
 """
 
 import confluent_kafka  # noqa: F401
@@ -14,5 +16,13 @@ import polars  # noqa: F401
 import pyarrow  # noqa: F401
 from pyspark import daemon
 
+import kappa_ingest.sinks.partition_runner
+import kappa_ingest.sinks.spark_kafka
+import kappa_ingest.source.line_shuffle
+import kappa_ingest.source.quarantine
+import kappa_ingest.spark.warmup  # noqa: F401
+from kappa_ingest import native
+
 if __name__ == "__main__":
+    native.in_use()  # the outcome is kept for the process, so each worker inherits it
     daemon.manager()
