@@ -1,7 +1,7 @@
 """``make soak``: 10M wide30 rows (~2.4 GB) through each sink into the embedded broker, read
 back and checked row by row, peak memory of the process tree sampled.
 
-    .venv/bin/python jobs/soak.py [--rows 10000000] [--sink confluent --sink spark --sink kafka-python]
+    .venv/bin/python jobs/soak.py [--rows 10000000] [--sink confluent --sink spark --sink kafka-python --sink confluent-from-s3]
 """
 
 import argparse

@@ -266,6 +266,15 @@ def lab_cluster(tmp_path_factory):
     yield from _lab(tmp_path_factory, "lab-cluster", "lab_cluster", brokers=1, workers=2, worker_memory="768m")
 
 
+@pytest.fixture(scope="session")
+def lab_store(lab_cluster):
+    """The cluster lab's object store: S3Proxy on a host of its own (``st``) behind its
+    delaying proxy, checking the suite's key pair; down with the lab."""
+    from kappa_ingest.lab import hosts
+
+    return hosts.add_store(lab_cluster, secret=S3_SECRET)
+
+
 @pytest.fixture
 def lab(lab_one_broker):
     """The one-broker lab as a test finds it: whatever links the test cut or slowed come back after."""

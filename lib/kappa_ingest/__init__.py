@@ -24,7 +24,7 @@ The layers, bottom to top; a module imports only its own folder and lower lines
 - ``errors``, ``paths``, ``processes``, ``failpoints``, ``datagen``: what everyone may use
 - ``native/``    the C loops (JSON values, the produce loop, read-back, gather) and their loader
 - ``kafka/``     settings, credentials, security, the embedded broker, topics;
-  ``s3/``        object storage: an input's objects, their bytes, the local S3 server
+  ``s3/``        object storage: an input's objects, their bytes, a metrics directory there, the local S3 server
 - ``source/``    files to clean rows and quarantined ones, rows to Kafka records
 - ``delivery/``  guarantees, ledger, lock, resume, incremental, reconcile
 - ``sinks/``     the three ways to produce, the per-partition runner, the writers

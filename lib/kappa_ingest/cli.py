@@ -87,7 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--last", type=int, default=10, metavar="N", help="the last N runs, a line each (default 10)")
     which.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"),
                        help="two runs side by side: rows, phases, rates, checks and the settings that differ")  # fmt: skip
-    r.add_argument("--metrics-dir", default="./metrics")
+    r.add_argument(
+        "--metrics-dir", default="./metrics", help="the runs' metrics directory (a path or s3://BUCKET/PREFIX)"
+    )
+    r.add_argument("--s3-endpoint", metavar="URL", help="an S3-compatible store's URL, for an s3:// --metrics-dir")
     r.add_argument("--html", metavar="FILE", help="with --run-id: write a self-contained HTML page with the figures")
     b = sub.add_parser(
         "bench", help="benchmarks: the Hesse-style sweep (--sweep), scaling (--scaling), links (--links)"
@@ -266,8 +269,10 @@ def report_usage_error(argv: Sequence[str], error: UsageError) -> None:
     report = RunReport(run_id, option("--sink", "?"), option("--topic", "?"), {"argv": list(argv)},
                        status="failed", error=str(error))  # fmt: skip
     try:
-        report.finish(option("--metrics-dir", "./metrics"))
-    except OSError:
+        from kappa_ingest.s3.directory import Directory
+
+        report.finish(Directory.at(option("--metrics-dir", "./metrics"), option("--s3-endpoint", "") or None))
+    except (OSError, KappaError):
         pass  # the metrics directory itself may be what is wrong
 
 
@@ -343,8 +348,10 @@ def _lab(args: argparse.Namespace) -> int:
     if args.cut and args.restore:
         raise UsageError("lab link: --cut or --restore, not both")
     if args.rtt_ms is not None:
-        if args.host not in lab.broker_hosts:
-            raise UsageError(f"lab link --rtt-ms: delay is a broker host's proxy ({', '.join(lab.broker_hosts)})")
+        if args.host not in lab.proxies:
+            raise UsageError(
+                f"lab link --rtt-ms: delay is a proxied host's, a broker's or the store's ({', '.join(lab.proxies)})"
+            )
         lab.delay(args.host, args.rtt_ms)
     if args.rate is not None:
         lab.net.shape(args.host, None if args.rate == "none" else args.rate)
@@ -396,15 +403,18 @@ def _report(args: argparse.Namespace) -> int:
     from kappa_ingest.report import html as report_html
     from kappa_ingest.report import store as metrics_store
     from kappa_ingest.report import text as report_text
+    from kappa_ingest.s3.directory import Directory
 
     if args.last < 1:
         raise UsageError(f"--last {args.last}: give the number of runs to show, 1 or more")
     if args.html and not args.run_id:
         raise UsageError("--html needs --run-id: the page shows one run")
-    if not metrics_store.exists(args.metrics_dir):
+    where = Directory.at(args.metrics_dir, args.s3_endpoint)
+    where.check()
+    if not metrics_store.exists(where):
         raise UsageError(f"no metrics store at {args.metrics_dir}/delta; give --metrics-dir of your runs")
     if args.run_id:
-        run = metrics_store.run(args.metrics_dir, args.run_id)
+        run = metrics_store.run(where, args.run_id)
         print(report_text.compare(run["runs"]))
         if run["executors"]:
             print()
@@ -413,10 +423,10 @@ def _report(args: argparse.Namespace) -> int:
             Path(args.html).write_text(report_html.render_html(run))
             print(f"wrote {args.html}")
     elif args.compare:
-        runs = [metrics_store.run(args.metrics_dir, rid, tables=("runs",))["runs"][0] for rid in args.compare]
+        runs = [metrics_store.run(where, rid, tables=("runs",))["runs"][0] for rid in args.compare]
         print(report_text.compare(runs))
     else:
-        runs = metrics_store.last_runs(args.metrics_dir, args.last)
+        runs = metrics_store.last_runs(where, args.last)
         print(report_text.last_lines(runs) if runs else f"no runs in {args.metrics_dir}/delta")
     return 0
 

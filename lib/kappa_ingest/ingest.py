@@ -157,7 +157,7 @@ def _ingest(
         source, group = _read(cfg, spark, report, earlier, held)
         skip = frozenset(earlier.delivered) if earlier else frozenset()
         if cfg.expectations:
-            source = quality.gate(cfg, source, skip, report, _run_dir(cfg), echo)
+            source = quality.gate(cfg, source, skip, report, cfg.metrics.sub("runs", cfg.run_id), echo)
         source, sent, outcome = _send(cfg, spark, source, kafka, report, skip, earlier, echo)
         new_entries = _account(cfg, spark, report, source, sent, outcome, group, earlier)
         _settle(cfg, report, source, sent, outcome, held, resumption, replay, new_entries)
@@ -165,7 +165,7 @@ def _ingest(
         report.check_counts()
         report.status = "succeeded" if report.consistent else "failed"
         if not report.consistent:
-            unreconciled = recording.reconciliation_error(report, report.path(cfg.metrics_dir))
+            unreconciled = recording.reconciliation_error(report, report.path(cfg.metrics))
             report.error = str(unreconciled)
         spark.sparkContext.setJobGroup(None, None)  # type: ignore[arg-type]
     except KappaError as e:
@@ -183,10 +183,6 @@ def _ingest(
     if unreconciled is not None:
         raise unreconciled
     return report
-
-
-def _run_dir(cfg: IngestConfig) -> str:
-    return f"{cfg.metrics_dir}/runs/{cfg.run_id}"
 
 
 def _read(
@@ -307,9 +303,9 @@ def _quarantine(cfg: IngestConfig, report: RunReport, source: csv_source.Source,
     """The quarantined rows, with their reasons, beside the report."""
     if not report.rows_quarantined:
         return
-    path = f"{_run_dir(cfg)}/quarantine"
-    reasons = spark_action(lambda: quarantine.write(source, path, skip))
-    report.quarantine = {"rows": sum(reasons.values()), "path": path, "reasons": reasons}
+    where = cfg.metrics.sub("runs", cfg.run_id, "quarantine")
+    reasons = spark_action(lambda: quarantine.write(source, where, skip))
+    report.quarantine = {"rows": sum(reasons.values()), "path": where.root, "reasons": reasons}
     report.check("quarantine holds every quarantined row", report.quarantine["rows"] == report.rows_quarantined,
                  report.rows_quarantined, report.quarantine["rows"])  # fmt: skip
 

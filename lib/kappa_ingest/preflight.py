@@ -9,10 +9,11 @@ from kappa_ingest.source.inputs import resolve_inputs
 
 
 def preflight(cfg: IngestConfig) -> int:
-    """The inputs exist and are readable, and a configured Kafka answers; returns the
-    inputs' local bytes."""
+    """The inputs exist and are readable, a metrics directory in a store can be reached,
+    and a configured Kafka answers; returns the inputs' local bytes."""
     opening.for_run(cfg.s3_endpoint)
     _, input_bytes = resolve_inputs(cfg.inputs)
+    cfg.metrics.check()
     if cfg.bootstrap_servers and not cfg.dry_run:
         with Admin(cfg.bootstrap_servers, cfg.producer_settings()) as admin:
             admin.check_reachable()

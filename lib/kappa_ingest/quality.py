@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import tempfile
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -32,6 +33,7 @@ import pyarrow.compute as pc
 from kappa_ingest.config import IngestConfig
 from kappa_ingest.errors import QualityGateFailed, UsageError
 from kappa_ingest.report.run import RunReport
+from kappa_ingest.s3.directory import Directory
 from kappa_ingest.source.dataframe import Source
 from kappa_ingest.source.parsing import Wrapping
 from kappa_ingest.source.splits import Unit
@@ -440,8 +442,20 @@ def parsed_frame(source: Any, suite: Suite, skip: frozenset = frozenset()) -> An
     return source.df.mapInArrow(rows, schema)
 
 
+def _validate_into(docs: Directory, frame: Any, suite: Suite, gate: str) -> Outcome:
+    """``validate``, its Data Docs in ``docs``: GX writes local files, so a store's are built
+    in a temporary directory and copied in."""
+    if not docs.in_store:
+        return validate(frame, suite, gate, docs.root)
+    with tempfile.TemporaryDirectory(prefix="kappa-data-docs-") as tmp:
+        outcome = validate(frame, suite, gate, tmp)
+        docs.put_tree(Path(tmp))
+    page = docs.join(*Path(outcome.docs).relative_to(tmp).parts) if outcome.docs else None
+    return replace(outcome, docs=page)
+
+
 def gate(
-    cfg: IngestConfig, source: Source, skip: frozenset[Unit], report: RunReport, run_dir: str, echo: bool
+    cfg: IngestConfig, source: Source, skip: frozenset[Unit], report: RunReport, run_dir: Directory, echo: bool
 ) -> Source:
     """Validate every row the run will send with the suite, before anything is sent: a
     failure that gates stops the run (exit 5); in quarantine mode the source's parser also
@@ -449,7 +463,7 @@ def gate(
     suite = load(str(cfg.expectations))
     with side_jobs(cfg, "quality", "data-quality gate"):
         frame = parsed_frame(source, suite, skip)
-        outcome = validate(frame, suite, str(cfg.quality_gate), f"{run_dir}/data_docs")
+        outcome = _validate_into(run_dir.sub("data_docs"), frame, suite, str(cfg.quality_gate))
     report.quality = outcome.to_json()
     if echo:
         for r in outcome.results:

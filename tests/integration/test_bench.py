@@ -23,8 +23,11 @@ pytestmark = pytest.mark.integration
 
 def test_bench_writes_table_json_and_chart(kafka, tmp_path):
     """The machinery, on the session's broker and without a warm-up: each contestant's
-    records are in its topic (read back), the files are written. (Its numbers: make bench.)"""
-    contestants = ["ceiling: ProducerPerformance", "classic script", "kappa-ingest confluent exactly-once"]
+    records are in its topic (read back), the files are written; the contestant reading
+    from S3 reads the input's copy in a local S3 server the bench starts and stops. (Its
+    numbers: make bench.)"""
+    contestants = ["ceiling: ProducerPerformance", "kappa-ingest confluent exactly-once",
+                   "kappa-ingest confluent exactly-once from S3"]  # fmt: skip
     out = run_bench(["wide30"], [20_000], contestants, 1, tmp_path / "out", tmp_path / "data", 5_000, 2, "test",
                     cluster=kafka, warm_up=False)  # fmt: skip
     results = json.loads((out / "results.json").read_text())
@@ -32,14 +35,22 @@ def test_bench_writes_table_json_and_chart(kafka, tmp_path):
     topics = {t for t in AdminClient({"bootstrap.servers": kafka.bootstrap_servers}).list_topics(timeout=10).topics
               if t.startswith("bench-wide30-20000-")}  # fmt: skip
     for r in results["runs"]:
-        [topic] = [t for t in topics if t.startswith(f"bench-wide30-20000-{_topic_name(r['contestant'])}-")]
+        name = re.escape(_topic_name(r["contestant"]))
+        [topic] = [t for t in topics if re.fullmatch(rf"bench-wide30-20000-{name}-\d+-\d+", t)]
         records = consume_all(kafka.bootstrap_servers, topic, json_values=False)
         assert r["rows"] == len(records) and r["row_set"] == 20_000, (r, len(records))
         assert r["rows_per_s"] > 0 and r["peak_rss_mb"] > 0
     kappa = [r for r in results["runs"] if r["contestant"].startswith("kappa-ingest")]
     data = tmp_path / "data" / "wide30-20000.csv"
-    [topic] = [t for t in topics if t.startswith("bench-wide30-20000-kappa-ingest-confluent-exactly-once-")]
-    assert rows(consume_all(kafka.bootstrap_servers, topic)) == expected_rows(data) and kappa[0]["rows"] == 20_000
+    for name, source in (("kappa-ingest-confluent-exactly-once-0-", f"file:{data}"),
+                         ("kappa-ingest-confluent-exactly-once-from-S3-0-", "s3://bench/wide30-20000.csv")):  # fmt: skip
+        [topic] = [t for t in topics if re.fullmatch(rf"bench-wide30-20000-{name}\d+", t)]
+        records = consume_all(kafka.bootstrap_servers, topic)
+        assert rows(records) == expected_rows(data) and {r.headers["source_file"] for r in records} == {source.encode()}
+    assert [r["rows"] for r in kappa] == [20_000, 20_000]
+    from_store = json.loads(next((tmp_path / "out").rglob("results.json")).read_text())["summary"]
+    [s3_row] = [r for r in from_store if r["contestant"].endswith("from S3")]
+    assert s3_row["versus"] == "kappa-ingest confluent exactly-once" and s3_row["x_versus"] > 0
     assert (out / "rows_per_s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| wide30 | 20,000 | kappa-ingest confluent exactly-once | 20,000 |" in (out / "results.md").read_text()
 

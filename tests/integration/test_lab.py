@@ -21,7 +21,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 import faults
-from helpers import cluster_recipe, consume_all, expected_rows, iso_ms_to_epoch, rows
+from helpers import cluster_recipe, consume_all, expected_rows, iso_ms_to_epoch, lab_s3_put, rows
 from kappa_ingest import datagen, failpoints, processes
 from kappa_ingest.config.choices import DEFAULT_LEDGER_TOPIC
 from kappa_ingest.delivery import ledger
@@ -103,7 +103,7 @@ def test_the_lab_command_brings_hosts_up_shapes_a_link_and_takes_them_down(tmp_p
                                 capture_output=True, text=True).stdout  # fmt: skip
         assert "tbf" in shaped and "100Mbit" in shaped
         wrong = lab("link", "drv", "--rtt-ms", "30")
-        assert wrong.returncode == 2 and "delay is a broker host's proxy" in wrong.stderr
+        assert wrong.returncode == 2 and "delay is a proxied host's" in wrong.stderr
         status = lab("status")
         assert status.returncode == 0 and "brokers alive [True]" in status.stdout
     finally:
@@ -486,3 +486,70 @@ def test_a_driver_cut_off_from_the_brokers_past_its_lease_is_taken_over_while_it
     faults.assert_delivered(records, expected, [cut_off, taker])
     print(f"driver cut at {at_cut} records; the cut-off run sent {cut_off['rows_sent']}, ended {ended_after_s:.0f} s"
           f" after the link came back: {line}; the successor sent {taker['rows_sent']}")  # fmt: skip
+
+
+def _retransmitted(lab: hosts.Lab, host: str) -> int:
+    """TCP segments ``host`` has sent again so far (its network's own counter)."""
+    out = subprocess.run([*lab.net.exec(host), "cat", "/proc/net/snmp"], capture_output=True, text=True, check=True)
+    names, values = [line.split()[1:] for line in out.stdout.splitlines() if line.startswith("Tcp:")]
+    return int(values[names.index("RetransSegs")])
+
+
+def test_a_store_20_ms_away_cut_off_for_15_s_mid_read_ends_every_row_once(
+    packed_venv, cluster_lab, lab_store, tmp_path
+):
+    """The cluster recipe reading four objects from the store's own host, 20 ms of round
+    trip away (its delaying proxy), each task its splits with ranged GETs of 2 MB as it
+    sends. Mid-send, the store's link is cut for 15 s, less than a read's idle limit (20 s):
+    a GET in flight stalls, then is answered or asked again; the workers' own TCP counters
+    show they sent to the store during the cut and were not answered. The run
+    succeeds (or, had the retries run out, exits 4 and --resume completes it): every row
+    once, read back read_committed."""
+    lab = cluster_lab
+    files, each = 4, 15_000  # 3.4 MB an object: two GETs each, spread over the send by the rate
+    expected: Counter = Counter()
+    for i in range(files):
+        path = datagen.generate("wide30", each, tmp_path / f"part-{i}.csv", seed=60 + i)
+        expected += expected_rows(path)
+        lab_s3_put(lab, lab_store, f"cut/part-{i}.csv", path)
+        path.unlink()
+    lab.delay(hosts.STORE, 20)  # returns once the proxy applies it
+    log, metrics = tmp_path / "run.log", tmp_path / "m"
+    proc = _submit(lab, packed_venv.path(), log, "--input", "s3://landing/cut/", "--s3-endpoint", lab_store.endpoint,
+                   "--topic", "store-cut", "--partitions", "4", "--target-rate", "2000", "--run-id", "store-cut",
+                   "--metrics-dir", str(metrics), "--quiet")  # fmt: skip
+    workers = ("w1", "w2")
+    try:
+        _wait_sending(lab, "store-cut", 3000, proc, log)
+        with lab.net.inside(hosts.DRIVER):
+            faults.landed_mid_send(lab.bootstrap_servers, ["store-cut"], files * each)
+        before = {w: _retransmitted(lab, w) for w in workers}
+        lab.net.cut(hosts.STORE)  # its link down: what the workers send it is lost on the way
+        try:
+            time.sleep(15)  # the fault itself: a cut of this length (what follows waits for conditions)
+            during = {w: _retransmitted(lab, w) - before[w] for w in workers}
+        finally:
+            lab.net.restore(hosts.STORE)
+        code = proc.wait(300)
+    finally:
+        faults.stop_group(proc)
+        lab.delay(hosts.STORE, 0)
+    assert sum(during.values()) > 0, f"no packet of the workers was dropped by the cut: {during}"
+    reports = [faults.summary(metrics, "store-cut")]
+    if code == 4:  # the reads' retries ran out: the documented end, then --resume
+        [line] = faults.error_lines(log)
+        assert "--resume" in line, line
+        resumed = subprocess.run([*lab.net.exec(hosts.DRIVER), sys.executable, "-m", "kappa_ingest.cli", "ingest",
+                                  "--resume", "store-cut", "--run-id", "store-cut-resumed", "--master", "local[2]",
+                                  "--metrics-dir", str(metrics), "--quiet"], capture_output=True, text=True,
+                                 timeout=300, env={**os.environ, "SPARK_LOCAL_IP": lab.net.hosts[hosts.DRIVER]})  # fmt: skip
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        reports.append(faults.summary(metrics, "store-cut-resumed"))
+    else:
+        assert code == 0, log.read_text()[-3000:]
+    assert all(c["ok"] for c in reports[-1]["checks"]), reports[-1]["checks"]
+    faults.assert_c_loops(reports[0] if code == 0 else reports[-1])
+    with lab.net.inside(hosts.DRIVER):
+        records = consume_all(lab.bootstrap_servers, "store-cut")
+    faults.assert_delivered(records, expected, reports)
+    print(f"store cut for 15 s: exit {code}, TCP segments the workers sent again during it {during}")

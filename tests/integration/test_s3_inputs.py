@@ -331,3 +331,99 @@ def test_an_incremental_run_over_a_prefix_sends_each_new_object_once_and_refuses
     s3_put(s3, "inc/d0.csv", body[:-2] + (b"x\n" if body[-2:] != b"x\n" else b"y\n"))  # same size, another object
     with pytest.raises(InputError, match=r"s3://landing/inc/d0.csv \(overwritten, ETag"):
         scheduled()
+
+
+def test_a_metrics_dir_in_the_store_holds_every_runs_report_and_report_and_the_notebook_read_it(
+    spark, kafka, s3, tmp_path
+):
+    """``--metrics-dir s3://...``: two runs (the first with a quarantine and a quality gate)
+    leave their summary.json, quarantine, Data Docs and Delta rows in the store and nothing
+    on local disk; ``report --last`` and ``--html`` and the notebook read them from there.
+    The quarantine is checked against the csv module's reading of the input, the Delta rows
+    against the consumer's count, and the suite's secret is in no object the runs wrote."""
+    import csv
+    import os
+
+    import nbformat
+    import yaml
+    from nbclient import NotebookClient
+    from pyarrow import fs
+
+    from helpers import s3_filesystem
+    from kappa_ingest import config
+    from kappa_ingest.ingest import ingest
+    from kappa_ingest.report import store as metrics_store
+    from kappa_ingest.s3.directory import Directory
+
+    bucket = s3_filesystem(s3)
+    bucket.create_dir("reports")
+    where = "s3://reports/kappa"
+    local = _table(tmp_path / "t.csv", 2_000, seed=41)
+    with open(local, newline="", encoding="utf-8") as f:
+        ragged = sorted(",".join(r) for r in list(csv.reader(f))[1:] if len(r) != 4)
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(
+        yaml.safe_dump([{"expectation": "expect_column_values_to_not_be_null", "kwargs": {"column": "id"}}])
+    )
+    first = tmp_path / "first"
+    first.mkdir()
+    cfg = config.validate({"inputs": [str(local)], "topic": "store-reports", "bootstrap_servers": kafka.bootstrap_servers,
+                           "metrics_dir": where, "s3_endpoint": s3.endpoint, "expectations": str(suite),
+                           "run_id": "in-the-store"})  # fmt: skip
+    ingest(cfg, spark, echo=False)
+    second = datagen.generate("debs2012", 500, tmp_path / "second.csv", seed=42)
+    ingest(config.validate({"inputs": [str(second)], "topic": "store-reports-2", "metrics_dir": where,
+                            "bootstrap_servers": kafka.bootstrap_servers, "s3_endpoint": s3.endpoint,
+                            "run_id": "second"}), spark, echo=False)  # fmt: skip
+    assert not (Path.cwd() / "s3:").exists() and not any(tmp_path.rglob("summary.json"))
+
+    def text(key: str) -> str:
+        with bucket.open_input_stream(f"reports/kappa/{key}") as f:
+            return f.read().decode()
+
+    summary = json.loads(text("runs/in-the-store/summary.json"))
+    assert summary["status"] == "succeeded", summary["error"]
+    sent = consume_all(kafka.bootstrap_servers, "store-reports")
+    assert summary["rows_sent"] == len(sent) == 2_000 - len(ragged) and len(ragged) >= 4
+    parts = bucket.get_file_info(fs.FileSelector("reports/kappa/runs/in-the-store/quarantine"))
+    quarantined = [json.loads(line) for p in parts for line in text(p.path.removeprefix("reports/kappa/")).splitlines()]
+    assert sorted(q["line"] for q in quarantined) == ragged and {q["source_file"] for q in quarantined} == {
+        f"file:{local}"
+    }
+    assert summary["quarantine"]["path"] == f"{where}/runs/in-the-store/quarantine"
+    assert summary["quarantine"]["reasons"] == dict(Counter(q["reason"] for q in quarantined))
+    docs = summary["quality"]["data_docs"]
+    assert docs.startswith(f"{where}/runs/in-the-store/data_docs/") and "<html" in text(docs.removeprefix(f"{where}/"))
+    store = Directory.at(where, s3.endpoint)
+    runs = {r["run_id"]: r for r in metrics_store.last_runs(store, 10)}
+    assert set(runs) == {"in-the-store", "second"} and runs["in-the-store"]["rows_sent"] == len(sent)
+    assert len(metrics_store.run(store, "in-the-store")["tasks"]) == len(summary["tasks"]) > 0
+
+    env = {**os.environ, "AWS_ENDPOINT_URL": s3.endpoint}
+    html = tmp_path / "page.html"
+    last = subprocess.run([CLI, "report", "--metrics-dir", where, "--last", "5"], capture_output=True, text=True,
+                          env=env, timeout=120)  # fmt: skip
+    assert last.returncode == 0 and "in-the-store" in last.stdout and "second" in last.stdout, last.stderr
+    page = subprocess.run([CLI, "report", "--metrics-dir", where, "--s3-endpoint", s3.endpoint, "--run-id", "second",
+                           "--html", str(html)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert page.returncode == 0 and "second" in html.read_text(), page.stderr
+    missing = subprocess.run([CLI, "report", "--metrics-dir", "s3://no-such-bucket/m", "--s3-endpoint", s3.endpoint],
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert missing.returncode == 3 and "no such bucket" in missing.stderr, missing.stderr
+
+    nb = nbformat.read(Path(__file__).resolve().parents[2] / "notebooks" / "ingest_rates.ipynb", as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("print(sorted(r['run_id'] for r in runs))"))
+    os.environ.update(KAPPA_METRICS_DIR=where, KAPPA_BENCH_DIR=str(tmp_path / "no-bench"), AWS_ENDPOINT_URL=s3.endpoint)
+    try:
+        NotebookClient(
+            nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+        ).execute()
+    finally:
+        for name in ("KAPPA_METRICS_DIR", "KAPPA_BENCH_DIR", "AWS_ENDPOINT_URL"):
+            os.environ.pop(name)
+    assert nb.cells[-1].outputs[0]["text"].strip() == "['in-the-store', 'second']"
+
+    written = [i.path for i in bucket.get_file_info(fs.FileSelector("reports", recursive=True)) if i.is_file]
+    assert len(written) > 20
+    with_secret = [p for p in written if S3_SECRET.encode() in bucket.open_input_stream(p).read()]
+    assert with_secret == [] and S3_SECRET not in last.stdout + last.stderr + page.stdout + page.stderr

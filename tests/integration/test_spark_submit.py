@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import cluster_recipe, consume_all, expected_rows, rows
+from helpers import cluster_recipe, consume_all, expected_rows, lab_s3_put, rows
 from kappa_ingest import datagen, processes
 from kappa_ingest.spark import cluster as spark_cluster
 
@@ -46,20 +46,22 @@ def test_the_cluster_command_starts_a_master_and_workers_and_stops_them_by_pid(t
 def submit(
     servers: str,
     cluster,
-    path: Path,
+    inputs: str,
     archive: Path,
     tmp_path: Path,
     on: tuple[str, ...] = (),
     driver_host: str = "127.0.0.1",
+    job: tuple[str, ...] = (),
 ) -> dict:
-    """spark-submit.sh as the README has it (``on``: the driver's lab host, ``ip netns exec NS``)."""
+    """spark-submit.sh as the README has it (``on``: the driver's lab host, ``ip netns exec NS``;
+    ``job``: more of the job's arguments)."""
     no_compiler = tmp_path / "executor-cache"
     no_compiler.mkdir()
     done = subprocess.run(
         [*on, *cluster_recipe(cluster.master_url, driver_host, archive),
          "--conf", f"spark.executorEnv.KAPPA_INGEST_CACHE={no_compiler}", "--conf", "spark.executorEnv.CC=/no/cc",
-         str(ROOT / "jobs" / "ingest_csv.py"), "--input", str(path), "--topic", "on-a-cluster",
-         "--bootstrap-servers", servers, "--partitions", "4", "--metrics-dir", str(tmp_path / "m")],
+         str(ROOT / "jobs" / "ingest_csv.py"), "--input", inputs, "--topic", "on-a-cluster",
+         "--bootstrap-servers", servers, "--partitions", "4", "--metrics-dir", str(tmp_path / "m"), *job],
         capture_output=True, text=True, timeout=400, env={**os.environ, "SPARK_LOCAL_IP": driver_host}, cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -78,23 +80,29 @@ def submit(
 
 
 @pytest.mark.faults
-def test_the_cluster_recipe_across_hosts_of_their_own(packed_venv, lab_cluster, tmp_path):
-    """The same recipe in a lab: broker, master, two workers and the driver each on a host
-    (a network namespace) of its own, five addresses; every row read back read_committed.
-    (The lab is the session's: up once, down at the end, leaving nothing behind.)"""
+def test_the_cluster_recipe_across_hosts_of_their_own(packed_venv, lab_cluster, lab_store, tmp_path):
+    """The same recipe in a lab: broker, master, two workers, the driver and the object store
+    each on a host (a network namespace) of its own, six addresses. The input is an object
+    in the store and nowhere else (its local copy deleted before the run: no worker, and not
+    the driver, can read it as a file); every row read back read_committed, as the csv
+    module read the file. (The lab is the session's: up once, down at the end, leaving
+    nothing behind.)"""
     from kappa_ingest.lab import hosts
 
     lab = lab_cluster
     path = datagen.generate("wide30", 30_000, tmp_path / "in.csv")
-    assert len({lab.net.hosts[h] for h in ("b1", "m", "w1", "w2", "drv")}) == 5 and lab.spark is not None
+    expected = expected_rows(path)
+    uri = lab_s3_put(lab, lab_store, "recipe/in.csv", path)
+    path.unlink()
+    assert len({lab.net.hosts[h] for h in ("b1", "m", "w1", "w2", "drv", hosts.STORE)}) == 6 and lab.spark is not None
     with lab.net.inside(hosts.DRIVER):
         assert [w["state"] for w in lab.spark.workers()] == ["ALIVE", "ALIVE"]
     drv = lab.net.hosts[hosts.DRIVER]
-    summary = submit(
-        lab.bootstrap_servers, lab.spark, path, packed_venv.path(), tmp_path, tuple(lab.net.exec(hosts.DRIVER)), drv
-    )
+    summary = submit(lab.bootstrap_servers, lab.spark, uri, packed_venv.path(), tmp_path,
+                     tuple(lab.net.exec(hosts.DRIVER)), drv, ("--s3-endpoint", lab_store.endpoint))  # fmt: skip
+    assert [f["path"] for f in summary["plan"]["files"]] == [uri] and summary["read_path"] == "lines"
     on_hosts = {e["host"] for e in summary["executors"]}
     assert on_hosts == {lab.net.hosts["w1"], lab.net.hosts["w2"]}, on_hosts  # each executor on its worker's host
     with lab.net.inside(hosts.DRIVER):
         records = consume_all(lab.bootstrap_servers, "on-a-cluster")
-    assert rows(records) == expected_rows(path)  # record by record, as the csv module reads the file
+    assert rows(records) == expected  # record by record, as the csv module read the file

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kappa_ingest import datagen
+from kappa_ingest.bench import store as bench_store
 from kappa_ingest.bench.monitor import Usage
 
 # The best settings found for Kafka's own producer on this broker (docs/performance.md).
@@ -36,6 +37,7 @@ class Context:
     layout: str = ""
     latin1_input: Path | None = None  # the input in ISO-8859-1, for the encoding's contestants
     baseline_lib: Path | None = None  # lib/ of the commit --baseline names, for the regression check
+    store: Any = None  # the local S3 server (a LocalS3) holding a copy of the input, for the contestants that read it
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class Contestant:
 
     slow: bool = False  # a baseline run on classic_rows rows only (its rate is flat in size)
     secure: bool = False  # sends to the SASL_SSL broker (SCRAM-SHA-512 over TLS) instead of the plaintext one
+    store: bool = False  # reads the input's copy in the local S3 server instead of the local file
 
     def expected_rows(self, ctx: Context) -> int:
         return min(ctx.rows, ctx.classic_rows) if self.slow else ctx.rows
@@ -148,18 +151,23 @@ def _kappa_cmd(
     extra: tuple[str, ...] = (),
     secure: bool = False,
     path: ReadPath | None = None,
+    from_store: bool = False,
 ) -> Callable[[Context, str], list[str]]:
     def cmd(ctx: Context, topic: str) -> list[str]:
         cli = str(Path(sys.executable).parent / "kappa-ingest")
         quality = ["--expectations", str(_quality_suite(ctx))] if gate else []
         quality += list(extra) + (path.kappa(ctx) if path else [])
+        source = str(_input(ctx, path))
+        if from_store:
+            source = bench_store.uri(ctx.input)
+            quality += ["--s3-endpoint", ctx.store.endpoint]
         servers = ctx.secure.bootstrap_servers if secure else ctx.bootstrap_servers
         if secure:  # the admin (super user): the bench measures TLS and SASL, not ACL set-up
             quality += [f"--kafka-opt={k}={v}" for k, v in {
                 "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "admin",
                 "sasl.password": f"@{ctx.secure.secrets_dir / 'admin.password'}", "ssl.truststore.type": "PEM",
                 "ssl.truststore.location": str(ctx.secure.ca_file)}.items()]  # fmt: skip
-        return [cli, "ingest", "--input", str(_input(ctx, path)), "--topic", topic, "--sink", sink, "--delivery", delivery,
+        return [cli, "ingest", "--input", source, "--topic", topic, "--sink", sink, "--delivery", delivery,
                 "--bootstrap-servers", servers, "--master", f"local[{ctx.partitions}]",
                 "--partitions", str(ctx.partitions), "--metrics-dir", str(ctx.workdir / "metrics"),
                 "--run-id", f"bench-{topic}", *quality]  # fmt: skip
@@ -187,11 +195,16 @@ def _quality_suite(ctx: Context) -> Path:
     return path
 
 
-def _kappa(sink: str, delivery: str, gate: bool = False, secure: bool = False) -> Contestant:
+def _kappa(sink: str, delivery: str, gate: bool = False, secure: bool = False, store: bool = False) -> Contestant:
     base = f"kappa-ingest {sink} {delivery}"
-    name = base + (" with quality gate" if gate else "") + (" over SASL_SSL" if secure else "")
-    return Contestant(name, "kappa-ingest", _kappa_cmd(sink, delivery, gate, secure=secure), _kappa_timing,
-                      versus=base if gate or secure else None, secure=secure)  # fmt: skip
+    name = (
+        base
+        + (" with quality gate" if gate else "")
+        + (" over SASL_SSL" if secure else "")
+        + (" from S3" if store else "")
+    )
+    return Contestant(name, "kappa-ingest", _kappa_cmd(sink, delivery, gate, secure=secure, from_store=store),
+                      _kappa_timing, versus=base if gate or secure or store else None, secure=secure, store=store)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -280,6 +293,8 @@ CONTESTANTS = [
     _kappa("confluent", "exactly-once", gate=True),
     # SCRAM-SHA-512 over TLS to a broker with an authorizer, beside PLAINTEXT: what security costs.
     _kappa("confluent", "exactly-once", secure=True),
+    # The same input read from a local S3 server (S3Proxy) by ranged GETs, beside the local file.
+    _kappa("confluent", "exactly-once", store=True),
     # Each option's path (typed, event time and key, ordered, Latin-1) beside plain Spark doing the same.
     *_paths(),
     # The driver JVM with C2 allowed, beside the quick compiler chosen for inputs under 1 GiB.

@@ -7,6 +7,8 @@ put beside the same contestant unshaped, and beside the link's capacity in recor
 rate over the bytes a record takes on the wire, read from the broker's log). Then, as a
 user meets it: the link cut mid-run for less than ``delivery.timeout.ms`` (absorbed), and
 for longer (exit 4, completed by ``--resume``), each checked row by row against the input.
+And the input read from an object store on a host of its own (S3Proxy behind its delaying
+proxy), near and ``STORE_RTTS_MS`` away, the broker's link unshaped.
 
     .venv/bin/kappa-ingest bench --links [--rows 1000000] [--rtt-ms 2 --rtt-ms 20 --rtt-ms 100]
 
@@ -31,11 +33,13 @@ from typing import Any
 import numpy as np
 
 from kappa_ingest import datagen
+from kappa_ingest.bench import store as bench_store
 from kappa_ingest.bench.monitor import Usage, run_measured
 from kappa_ingest.bench.soak import input_hashes, topic_hashes
 from kappa_ingest.kafka.topics import Admin
 from kappa_ingest.lab import hosts
 from kappa_ingest.lab.hosts import DRIVER, Lab
+from kappa_ingest.s3.server import LocalS3
 
 RTTS_MS = (2.0, 20.0, 100.0)
 RATE = "1gbit"
@@ -51,6 +55,8 @@ PLAIN_SPARK = "plain Spark"
 TUNED_OPTS = ("--topic-partitions", "8")
 PLAIN_SPARK_ROWS = 100_000  # its Java producer's 16 KB batches crawl over 100 ms: its rate is flat in size
 CUTS_S = (15.0, 130.0)  # shorter than the default delivery.timeout.ms (120 s), and longer
+FROM_STORE = "kappa-ingest (default) reading from S3"
+STORE_RTTS_MS = (20.0,)  # the object store's round trip, its host's proxy; the broker's link unshaped
 
 
 @dataclass
@@ -88,8 +94,8 @@ def _rate_bits(rate: str) -> float:
     raise ValueError(f"rate {rate!r}: expected a number and gbit, mbit or kbit")
 
 
-def _kappa(delivery: str, extra: tuple[str, ...] = ()) -> Callable[[Path, str, str, Path], list[str]]:
-    def cmd(data: Path, topic: str, servers: str, work: Path) -> list[str]:
+def _kappa(delivery: str, extra: tuple[str, ...] = ()) -> Callable[[Path | str, str, str, Path], list[str]]:
+    def cmd(data: Path | str, topic: str, servers: str, work: Path) -> list[str]:
         cli = str(Path(sys.executable).parent / "kappa-ingest")
         return [cli, "ingest", "--input", str(data), "--topic", topic, "--bootstrap-servers", servers,
                 "--delivery", delivery, "--master", "local[2]", "--partitions", "2", "--metrics-dir",
@@ -171,6 +177,28 @@ def _measure(lab: Lab, admin: Admin, name: str, data: Path, rows: int, work: Pat
     return LinkRun(label, rtt_ms, rate, name, repeat, sent, records, round(sending_s, 3), round(usage.wall_s, 3),
                    round(sent / sending_s, 1), round(sent / usage.wall_s, 1), round(per_record, 1),
                    round(capacity) if capacity else None)  # fmt: skip
+
+
+def _measure_from_store(lab: Lab, admin: Admin, store: LocalS3, data: Path, rows: int, work: Path, rtt_ms: float,
+                        repeat: int) -> LinkRun:  # fmt: skip
+    """The default run reading its input from the store on its own host, ``rtt_ms`` away
+    (labelled "unshaped" at 0 ms: the row its ratio is taken against)."""
+    lab.delay(hosts.STORE, rtt_ms)
+    label = f"store {rtt_ms:g} ms away" if rtt_ms else "unshaped"
+    topic = f"links-store-{rtt_ms:g}-{repeat}-{os.getpid()}".replace(".", "_")
+    command = [*lab.net.exec(DRIVER),
+               *_kappa("exactly-once", ("--s3-endpoint", store.endpoint))(bench_store.uri(data), topic,
+                                                                            lab.bootstrap_servers, work)]  # fmt: skip
+    usage = run_measured(command, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", **bench_store.environment(store)})
+    if usage.returncode != 0:
+        raise RuntimeError(f"{FROM_STORE} at {label} exited {usage.returncode}: {usage.stderr.strip()[-600:]}")
+    sent, sending_s = _timing(FROM_STORE, usage, work, topic, rows)
+    records = sum(admin.end_offsets(topic).values())
+    if records < sent:
+        raise RuntimeError(f"{FROM_STORE} at {label}: the broker holds {records} records of the {sent} rows sent")
+    return LinkRun(label, rtt_ms, None, FROM_STORE, repeat, sent, records, round(sending_s, 3), round(usage.wall_s, 3),
+                   round(sent / sending_s, 1), round(sent / usage.wall_s, 1),
+                   round(_wire_bytes(lab, topic) / max(1, records), 1), None)  # fmt: skip
 
 
 def _cut(lab: Lab, admin: Admin, data: Path, rows: int, expected: tuple[list[str], np.ndarray], work: Path,
@@ -288,6 +316,7 @@ def run_links(
     contestants: tuple[str, ...] = tuple(CONTESTANTS),
     cuts_s: tuple[float, ...] = CUTS_S,
     command: str = "kappa-ingest bench --links",
+    store_rtts_ms: tuple[float, ...] = STORE_RTTS_MS,
 ) -> Path:
     if os.geteuid() != 0:
         raise SystemExit("links: the lab's network namespaces need root")
@@ -310,6 +339,15 @@ def run_links(
                 for repeat in range(repeats):
                     for name in contestants:
                         r = _measure(lab, admin, name, data, rows, work, link, repeat)
+                        _keep(out, r)
+                        runs.append(r)
+            if store_rtts_ms:  # the input in a store on a host of its own, the broker's link unshaped
+                _shape(lab, 0.0, None)
+                store = bench_store.with_credentials(hosts.add_store(lab))
+                bench_store.put(store, data, on=lab.net.exec(DRIVER))
+                for repeat in range(repeats):
+                    for rtt_ms in (0.0, *store_rtts_ms):
+                        r = _measure_from_store(lab, admin, store, data, rows, work, rtt_ms, repeat)
                         _keep(out, r)
                         runs.append(r)
             if cuts_s:

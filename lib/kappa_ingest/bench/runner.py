@@ -22,7 +22,15 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 
 from kappa_ingest import datagen
-from kappa_ingest.bench.contestants import BASELINE, CONTESTANTS, PATHS, PLAIN_LINE_PATH, Contestant, Context
+from kappa_ingest.bench import store as bench_store
+from kappa_ingest.bench.contestants import (
+    BASELINE,
+    CONTESTANTS,
+    PATHS,
+    PLAIN_LINE_PATH,
+    Contestant,
+    Context,
+)
 from kappa_ingest.bench.monitor import cpu_seconds, run_measured
 from kappa_ingest.kafka import broker as local_kafka
 from kappa_ingest.kafka.topics import Admin
@@ -93,6 +101,10 @@ def run_contestant(c: Contestant, ctx: Context, layout: str, repeat: int, admin:
     before = sum(admin.end_offsets(topic).values())
     broker_before = cpu_seconds(broker_pid)
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    if c.store:  # the store's key pair, as a user's shared credentials file holds it
+        env.update(
+            AWS_SHARED_CREDENTIALS_FILE=str(ctx.store.state_dir / "credentials"), AWS_EC2_METADATA_DISABLED="true"
+        )
     usage = run_measured(c.command(ctx, topic), env=env)
     broker_cpu = cpu_seconds(broker_pid) - broker_before
     if usage.returncode != 0:
@@ -279,6 +291,9 @@ TARGETS = [
     *_path_targets(),
     # What a user waits for: a typed run against the plain Spark script (all text).
     Target(f"{PLAIN_LINE_PATH} typed", "exit_vs_plain_spark", 1.0, at_most=True),
+    # The input read from an object store, against the same file read from local disk.
+    Target(f"{PLAIN_LINE_PATH} from S3", "x_versus", 0.9),
+    Target(f"{PLAIN_LINE_PATH} from S3", "exit_vs_versus", 1.1, at_most=True),
     # An ordered replay's command to exit against the same files sent unordered.
     Target(f"{PLAIN_LINE_PATH} ordered by event time", "exit_vs_versus", 1.3, at_most=True),
     # No regression: the plain line path against the same path at the baseline commit (--baseline).
@@ -417,16 +432,20 @@ def run_bench(
         own = cluster is None
         if cluster is None:
             cluster = local_kafka.start(Path(tmp) / "kafka", heap="1g")
-        secure = None
+        secure = store = None
         try:
             if any(c.secure for c in chosen):
                 secure = local_kafka.start(Path(tmp) / "kafka-sasl", heap="1g", security="sasl_ssl")
+            if any(c.store for c in chosen):
+                store = bench_store.start(Path(tmp) / "s3")
             baseline_lib = _checkout(baseline, Path(tmp) / "baseline") if baseline else None
             admin = Admin(cluster.bootstrap_servers)
             for layout in layouts:
                 for rows in row_sets:
                     ctx = replace(_context(layout, rows, data_dir, classic_rows, partitions, cluster, Path(tmp)),
-                                  secure=secure, baseline_lib=baseline_lib)  # fmt: skip
+                                  secure=secure, baseline_lib=baseline_lib, store=store)  # fmt: skip
+                    if store is not None:
+                        bench_store.put(store, ctx.input)
                     here = [c for c in chosen if not c.layouts or layout in c.layouts]
                     if warm_up:
                         warm_up_broker(ctx, layout, admin, cluster.brokers[0].pid)
@@ -444,6 +463,8 @@ def run_bench(
                 cluster.stop()
             if secure is not None:
                 secure.stop()
+            if store is not None:
+                store.stop()
     summary = summarise(results)
     meta = {"command": command, "started_at": stamp, "machine": f"{os.cpu_count()} cores", "skipped": skipped,
             "row_sets": row_sets, "classic_rows": classic_rows, "partitions": partitions, "repeats": repeats,

@@ -1,4 +1,5 @@
-"""``make soak``: 10M wide30 rows (~2.4 GB) through each sink into the embedded broker, read
+"""``make soak``: 10M wide30 rows (~2.4 GB) through each sink into the embedded broker (and
+once more through the confluent sink with the input read from a local S3 server), read
 back and checked row by row, with the peak memory of the whole process tree.
 
 Each row is checked by a 64-bit hash of its fields (polars' hash of the row as a struct,
@@ -11,6 +12,7 @@ multiset. The rows' count and every row's content are therefore checked without 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 import time
@@ -22,10 +24,12 @@ import numpy as np
 import polars as pl
 
 from kappa_ingest import datagen
+from kappa_ingest.bench import store as bench_store
 from kappa_ingest.bench.monitor import Usage, run_measured
 from kappa_ingest.kafka import broker as local_kafka
+from kappa_ingest.s3.server import LocalS3
 
-SINKS = ("confluent", "spark", "kafka-python")
+SINKS = ("confluent", "spark", "kafka-python", "confluent-from-s3")  # the last: the input read from a local S3 server
 BATCH = 500_000
 
 
@@ -95,14 +99,19 @@ def topic_hashes(bootstrap: str, topic: str, columns: list[str], timeout_s: floa
     return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.uint64)
 
 
-def run_sink(sink: str, data: Path, bootstrap: str, work: Path, partitions: int) -> tuple[dict, Usage]:
-    """One ``kappa-ingest ingest`` run: its summary, and its process tree's wall time and peak RSS."""
+def run_sink(
+    row: str, data: Path, bootstrap: str, work: Path, partitions: int, store: LocalS3 | None = None
+) -> tuple[dict, Usage]:
+    """One ``kappa-ingest ingest`` run (``row``: a sink, or ``SINK-from-s3`` with the input
+    in ``store``): its summary, and its process tree's wall time and peak RSS."""
     cli = str(Path(sys.executable).parent / "kappa-ingest")
-    run_id = f"soak-{sink}-{int(time.time())}"
-    cmd = [cli, "ingest", "--input", str(data), "--topic", f"soak-{sink}", "--sink", sink,
+    run_id = f"soak-{row}-{int(time.time())}"
+    sink, _, source = row.partition("-from-")
+    where = [str(data)] if not source else [bench_store.uri(data), "--s3-endpoint", store.endpoint]  # type: ignore[union-attr]
+    cmd = [cli, "ingest", "--input", *where, "--topic", f"soak-{row}", "--sink", sink,
            "--bootstrap-servers", bootstrap, "--master", f"local[{partitions}]", "--partitions", str(partitions),
            "--metrics-dir", str(work / "metrics"), "--run-id", run_id, "--quiet"]  # fmt: skip
-    usage = run_measured(cmd)
+    usage = run_measured(cmd, env={**os.environ, **bench_store.environment(store)} if source else None)
     if usage.returncode != 0:
         raise RuntimeError(f"the {sink} run exited {usage.returncode}: {usage.stderr[-1000:]}")
     return json.loads((work / "metrics" / "runs" / run_id / "summary.json").read_text()), usage
@@ -121,9 +130,13 @@ def run_soak(rows: int, data_dir: Path, out_root: Path, sinks: list[str], partit
     results = []
     with tempfile.TemporaryDirectory(prefix="kappa-soak-") as tmp:
         cluster = local_kafka.start(Path(tmp) / "kafka", heap="1g")
+        store = None
         try:
+            if any("-from-" in s for s in sinks):
+                store = bench_store.start(Path(tmp) / "s3")
+                bench_store.put(store, data)
             for sink in sinks:
-                summary, usage = run_sink(sink, data, cluster.bootstrap_servers, Path(tmp), partitions)
+                summary, usage = run_sink(sink, data, cluster.bootstrap_servers, Path(tmp), partitions, store)
                 t0 = time.monotonic()
                 got = topic_hashes(cluster.bootstrap_servers, f"soak-{sink}", columns)
                 result = SoakResult(sink, len(expected), summary["rows_sent"], len(got),
@@ -135,6 +148,8 @@ def run_soak(rows: int, data_dir: Path, out_root: Path, sinks: list[str], partit
                 _delete_topic(cluster.bootstrap_servers, f"soak-{sink}")  # its disk back before the next sink
         finally:
             cluster.stop()
+            if store is not None:
+                store.stop()
     (out / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
     print(f"results: {out / 'results.json'}")
     if not all(r.rows_match and r.rows_sent == r.rows for r in results):

@@ -102,7 +102,7 @@ def add_ingest_arguments(p: argparse.ArgumentParser, target: str = "--topic") ->
       help="do not take the topic's lock (a scheduler already runs one at a time); delivery stays exactly once")  # fmt: skip
     a("--lock-lease", dest="lock_lease_s", type=float, metavar="SECONDS",
       help="a run on another host whose lock the broker has not seen renewed for this long is dead (default 60)")  # fmt: skip
-    a("--s3-endpoint", metavar="URL", help="an S3-compatible store's URL for s3:// inputs"
+    a("--s3-endpoint", metavar="URL", help="an S3-compatible store's URL for s3:// inputs and --metrics-dir"
       " (default AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else AWS S3; keys from the standard AWS chain)")  # fmt: skip
     a("--quiet", action="store_const", const=True, help="no progress display")
     a("--master", dest="spark_master", metavar="URL", help="Spark master for `kappa-ingest ingest` (default local[*])")

@@ -5,36 +5,38 @@ change."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from kappa_ingest.errors import UsageError
+from kappa_ingest.s3.directory import Directory, MetricsDir
 
 # Settings of the original run that a resumed run does not take over.
 _OWN = {"run_id", "config_file", "resume", "quiet", "dry_run", "lineage"}  # lineage: config.validate finds it
 MASKED = "***"
 
 
-def summaries(metrics_dir: str) -> list[dict[str, Any]]:
-    runs = Path(metrics_dir) / "runs"
+def summaries(metrics_dir: MetricsDir) -> list[dict[str, Any]]:
+    where = Directory.at(metrics_dir)
     out = []
-    for path in sorted(runs.glob("*/summary.json")) if runs.is_dir() else []:
+    for run_id in where.children("runs"):
         try:
-            out.append(json.loads(path.read_text()))
+            text = where.read_text("runs", run_id, "summary.json")
+            if text is not None:
+                out.append(json.loads(text))
         except (OSError, ValueError):
             continue  # a report being written, or damaged: not a run to resume
     return out
 
 
-def find(metrics_dir: str, ref: str, topic: str | None = None) -> dict[str, Any]:
+def find(metrics_dir: MetricsDir, ref: str, topic: str | None = None) -> dict[str, Any]:
     """The report of run ``ref`` (or of the last run, for ``last``, on ``topic`` if given)."""
     if ref != "last":
-        path = Path(metrics_dir) / "runs" / ref / "summary.json"
-        if not path.exists():
+        text = Directory.at(metrics_dir).read_text("runs", ref, "summary.json")
+        if text is None:
             raise UsageError(
                 f"--resume {ref}: no report of that run in {metrics_dir}/runs; give --metrics-dir of that run"
             )
-        return json.loads(path.read_text())
+        return json.loads(text)
     runs = [s for s in summaries(metrics_dir) if not s.get("dry_run") and (topic is None or s.get("topic") == topic)]
     if not runs:
         where = f" on topic {topic}" if topic else ""
@@ -45,7 +47,7 @@ def find(metrics_dir: str, ref: str, topic: str | None = None) -> dict[str, Any]
 def base_values(cli: dict[str, Any]) -> dict[str, Any]:
     """The settings a resumed run starts from: the original run's, its planned files as input."""
     metrics_dir = cli.get("metrics_dir") or "./metrics"
-    s = find(metrics_dir, cli["resume"], cli.get("topic"))
+    s = find(Directory.at(metrics_dir, cli.get("s3_endpoint")), cli["resume"], cli.get("topic"))
     rid = s["run_id"]
     if s.get("dry_run"):
         raise UsageError(f"--resume {rid}: a dry run sends nothing to resume")

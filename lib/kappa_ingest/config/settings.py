@@ -27,6 +27,7 @@ from kappa_ingest.config.choices import (
 from kappa_ingest.errors import UsageError
 from kappa_ingest.kafka import credentials
 from kappa_ingest.kafka.settings import DEFAULT_PRODUCER_SETTINGS, is_secret, jaas_fields, validate_settings
+from kappa_ingest.s3.directory import Directory
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,11 @@ class IngestConfig:
     replay_speed: float | None = None  # event-time pacing, X times real time; None: unpaced
     topic_config: dict[str, str] = field(default_factory=dict)  # configs of a topic the run creates
     s3_endpoint: str | None = None  # an S3-compatible store's URL (default: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL)
+
+    @property
+    def metrics(self) -> Directory:
+        """Where the run's reports go (``metrics_dir``: a local directory or a store's prefix)."""
+        return Directory.at(self.metrics_dir, self.s3_endpoint)
 
     def producer_settings(self) -> dict[str, str]:
         """Kafka (Java-named) producer settings: the defaults overlaid by ``kafka_opts``, with
@@ -348,7 +354,8 @@ def validate(values: dict[str, Any]) -> IngestConfig:
         raise UsageError(f"--run-id {v['run_id']!r}: use only letters, digits, '.', '_' and '-'")
     v["lineage"] = v["run_id"]
     if v.get("resume"):
-        original = resumed.find(str(v.get("metrics_dir") or "./metrics"), str(v["resume"]), topic)
+        where = Directory.at(str(v.get("metrics_dir") or "./metrics"), v.get("s3_endpoint"))
+        original = resumed.find(where, str(v["resume"]), topic)
         v["resume"] = original["run_id"]
         v["lineage"] = (original.get("config") or {}).get("lineage") or original["run_id"]
         if v["run_id"] == v["resume"]:

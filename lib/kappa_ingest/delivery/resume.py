@@ -68,7 +68,7 @@ def prepare(cfg: Any, conf: dict[str, Any]) -> Resumption:
 
     ``cfg`` is the resumed run's IngestConfig, ``conf`` librdkafka settings for its Kafka.
     UsageError if an input file changed; KafkaUnavailable if Kafka cannot be read."""
-    original = find(cfg.metrics_dir, cfg.resume)
+    original = find(cfg.metrics, cfg.resume)
     plan = Plan.from_json(original["plan"])
     changed = _changed(plan)
     if changed:
@@ -76,7 +76,7 @@ def prepare(cfg: Any, conf: dict[str, Any]) -> Resumption:
             f"--resume {cfg.resume}: input changed since that run planned it: {'; '.join(changed[:3])};"
             " resuming would mix two versions of a file. Run it afresh instead"
         )
-    runs = [s for s in summaries(cfg.metrics_dir) if (s.get("config") or {}).get("lineage") == cfg.lineage]
+    runs = [s for s in summaries(cfg.metrics) if (s.get("config") or {}).get("lineage") == cfg.lineage]
     root = next((s for s in runs if s["run_id"] == cfg.lineage), original)
     entries, ledger_end = ledger.snapshot(conf, cfg.ledger_topic)
     latest = ledger.latest(entries)

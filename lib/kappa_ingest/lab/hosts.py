@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kappa_ingest import processes
@@ -21,6 +21,8 @@ from kappa_ingest.kafka import broker
 from kappa_ingest.kafka.broker import HOST_PORT, Host, LocalKafka
 from kappa_ingest.lab import net, proxy
 from kappa_ingest.lab.net import Net
+from kappa_ingest.s3 import server as s3_server
+from kappa_ingest.s3.server import LocalS3
 from kappa_ingest.spark import cluster as spark_cluster
 from kappa_ingest.spark.cluster import SparkCluster
 
@@ -28,6 +30,8 @@ PROXY_PORT = 19092  # where a broker host's proxy listens; clients and brokers r
 STATE_FILE = "lab.json"
 DRIVER = "drv"
 MASTER = "m"
+STORE = "st"
+STORE_PORT = 19000  # where the store host's proxy listens (S3Proxy itself on the next port)
 
 
 @dataclass
@@ -44,7 +48,7 @@ class Lab:
 
     @property
     def broker_hosts(self) -> list[str]:
-        return list(self.proxies)
+        return [h for h in self.proxies if h != STORE]
 
     def delay(self, host: str, rtt_ms: float, timeout_s: float = 10.0) -> None:
         """The round trip ``host``'s proxy adds from now on (its connections too): returns once
@@ -72,6 +76,30 @@ def _control(state_dir: Path, host: str) -> Path:
     return state_dir / f"proxy-{host}.rtt"
 
 
+def _start_proxy(state_dir: Path, the_net: Net, host: str, listen_port: int, to_port: int, rtt_ms: float) -> int:
+    """A delaying proxy on ``host``, from ``listen_port`` to ``to_port`` of its address; its pid."""
+    _control(state_dir, host).write_text(f"{rtt_ms}\n")
+    address = the_net.hosts[host]
+    with open(state_dir / f"proxy-{host}.log", "ab") as log:
+        proxy = subprocess.Popen(
+            [*the_net.exec(host), sys.executable, "-m", "kappa_ingest.lab.proxy", "--listen",
+             f"{address}:{listen_port}", "--to", f"{address}:{to_port}", "--control", str(_control(state_dir, host))],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+    return proxy.pid
+
+
+def add_store(lab: Lab, secret: str | None = None, rtt_ms: float = 0.0) -> LocalS3:
+    """An object store on a host of its own (``st``): S3Proxy behind a delaying proxy
+    (``lab.delay(STORE, ms)``), reached at ``http://ADDRESS:STORE_PORT``; stopped with the lab."""
+    address = lab.net.add(STORE)
+    lab.proxies[STORE] = _start_proxy(lab.state_dir, lab.net, STORE, STORE_PORT, STORE_PORT + 1, rtt_ms)
+    _save(lab.state_dir, lab.net, lab.proxies)
+    with lab.net.inside(STORE):  # S3Proxy's process, and its readiness check, on the store's host
+        store = s3_server.start(lab.state_dir / "s3", port=STORE_PORT + 1, secret=secret, host=address)
+    return replace(store, port=STORE_PORT)  # clients go through the proxy
+
+
 # Long: the hosts, proxies, brokers and Spark daemons come up in this order, all undone on failure.
 def up(
     state_dir: Path | str,
@@ -97,15 +125,7 @@ def up(
         for h in [*hosts, *spark_hosts, DRIVER]:
             the_net.add(h)
         for h in hosts:
-            _control(state_dir, h).write_text(f"{rtt_ms}\n")
-            address = the_net.hosts[h]
-            with open(state_dir / f"proxy-{h}.log", "ab") as log:
-                proxy = subprocess.Popen(
-                    [*the_net.exec(h), sys.executable, "-m", "kappa_ingest.lab.proxy", "--listen",
-                     f"{address}:{PROXY_PORT}", "--to", f"{address}:{HOST_PORT}", "--control", str(_control(state_dir, h))],
-                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                )  # fmt: skip
-            proxies[h] = proxy.pid
+            proxies[h] = _start_proxy(state_dir, the_net, h, PROXY_PORT, HOST_PORT, rtt_ms)
         _save(state_dir, the_net, proxies)
         replicated = {"default.replication.factor": "3", "min.insync.replicas": "2"} if brokers >= 3 else {}
         places = [Host(the_net.hosts[h], tuple(the_net.exec(h)), PROXY_PORT) for h in hosts]
@@ -160,6 +180,7 @@ def _stop(state_dir: Path, the_net: Net, proxies: dict[str, int]) -> None:
     try:
         spark_cluster.stop(state_dir / "spark")
         broker.stop(state_dir / "kafka")
+        s3_server.stop(state_dir / "s3")
         processes.stop(list(proxies.values()), 5.0)
     finally:
         net.remove(the_net.lab_id)  # and whatever else still runs in its namespaces

@@ -91,7 +91,7 @@ def send(
         producers_before = asked.result()
         dlq_before = admin.end_offsets(cfg.dead_letter_topic) if cfg.dead_letter_topic else {}
         report.add_offsets(before, before)
-        report.write(cfg.metrics_dir)  # the run's plan, before anything is sent: --resume starts from it
+        report.write(cfg.metrics)  # the run's plan, before anything is sent: --resume starts from it
         progress = Progress(estimate_rows(list(source.files), cfg.header), quiet=cfg.quiet or not echo)
         warming.join()
         if coordinator is not None:

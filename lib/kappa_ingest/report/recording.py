@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import sys
 import threading
-from pathlib import Path
 
 from kappa_ingest import sinks
 from kappa_ingest.config import IngestConfig
@@ -31,13 +30,13 @@ def new_report(cfg: IngestConfig, clock: RunClock, held: Lock | None = None) -> 
     return report
 
 
-def failed_report(cfg: IngestConfig, clock: RunClock, e: BaseException, what: str = "") -> Path:
+def failed_report(cfg: IngestConfig, clock: RunClock, e: BaseException, what: str = "") -> str:
     """The report of a run that failed before it had one of its own (``what`` it was doing,
     for an error that is not one of ours)."""
     error = str(e) if isinstance(e, KappaError) else f"{what}{type(e).__name__}: {first_line(e)}"
     report = new_report(cfg, clock)
     report.status, report.error = "failed", error
-    return report.finish(cfg.metrics_dir)
+    return report.finish(cfg.metrics)
 
 
 def add_selection(report: RunReport, s: Selection) -> None:
@@ -89,7 +88,7 @@ def nothing_to_send(
     return report
 
 
-def record(cfg: IngestConfig, report: RunReport, releasing: threading.Thread | None, entries: list[Entry]) -> Path:
+def record(cfg: IngestConfig, report: RunReport, releasing: threading.Thread | None, entries: list[Entry]) -> str:
     """Append the run to the Delta metrics store and write summary.json.
 
     The per-task, stage, executor, broker-rate and ledger rows go first (while
@@ -101,17 +100,17 @@ def record(cfg: IngestConfig, report: RunReport, releasing: threading.Thread | N
     del details["runs"]
     details["ledger"] = store.ledger_rows(entries)
     try:
-        store.append(cfg.metrics_dir, details)
+        store.append(cfg.metrics, details)
         recorded = True
     except Exception as e:  # noqa: BLE001 - the run itself is done and reported
         _store_warning(cfg, e)
         recorded = False
     if releasing is not None:
         releasing.join()
-    path = report.finish(cfg.metrics_dir)
+    path = report.finish(cfg.metrics)
     if recorded:
         try:
-            store.append(cfg.metrics_dir, {"runs": store.run_rows(report.summary())["runs"]})
+            store.append(cfg.metrics, {"runs": store.run_rows(report.summary())["runs"]})
         except Exception as e:  # noqa: BLE001
             _store_warning(cfg, e)
     return path
@@ -122,7 +121,7 @@ def _store_warning(cfg: IngestConfig, e: Exception) -> None:
           file=sys.stderr)  # fmt: skip
 
 
-def reconciliation_error(report: RunReport, path: Path) -> KappaError:
+def reconciliation_error(report: RunReport, path: str) -> KappaError:
     missing = report.rows_sent - report.broker.get("offset_delta", report.rows_sent)
     if missing > 0 and report.delivery.get("verified_by") == "offsets":
         return KafkaUnavailable(

@@ -9,10 +9,10 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kappa_ingest.report.phases import LABELS, RunClock, iso
+from kappa_ingest.s3.directory import Directory, MetricsDir
 
 if TYPE_CHECKING:  # the command line imports this before Spark starts: keep it light
     from kappa_ingest.delivery.ledger import Entry
@@ -329,22 +329,18 @@ class RunReport:
             "config": self.config,
         }
 
-    def finish(self, metrics_dir: str | Path) -> Path:
+    def finish(self, metrics_dir: MetricsDir) -> str:
         """Stamp the end time and write ``summary.json``."""
         self.finished_at = datetime.now(UTC)
         return self.write(metrics_dir)
 
-    def path(self, metrics_dir: str | Path) -> Path:
+    def path(self, metrics_dir: MetricsDir) -> str:
         """Where ``summary.json`` is written."""
-        return Path(metrics_dir) / "runs" / self.run_id / "summary.json"
+        return Directory.at(metrics_dir).join("runs", self.run_id, "summary.json")
 
-    def write(self, metrics_dir: str | Path) -> Path:
-        path = self.path(metrics_dir)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.summary(), indent=2, default=str) + "\n")
-        tmp.replace(path)
-        return path
+    def write(self, metrics_dir: MetricsDir) -> str:
+        text = json.dumps(self.summary(), indent=2, default=str) + "\n"
+        return Directory.at(metrics_dir).write_text(text, "runs", self.run_id, "summary.json")
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> str:

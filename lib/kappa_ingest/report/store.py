@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from kappa_ingest.errors import UsageError
 from kappa_ingest.report.phases import parse_time
+from kappa_ingest.s3.directory import Directory, MetricsDir
 
 # A Spark session that reads the store with delta-spark (its jars are among the session's packages).
 SPARK_READER_CONF = {
@@ -99,8 +99,13 @@ TABLES = {"runs": RUNS, "tasks": TASKS, "executors": EXECUTORS, "stages": STAGES
 RUN_TABLES = ("runs", "tasks", "executors", "stages", "broker_rate", "quality")
 
 
-def table_path(metrics_dir: str | Path, name: str) -> str:
-    return str(Path(metrics_dir).resolve() / "delta" / name)
+def table_path(metrics_dir: MetricsDir, name: str) -> str:
+    return _table_at(metrics_dir, name)[0]
+
+
+def _table_at(metrics_dir: MetricsDir, name: str) -> tuple[str, dict[str, str]]:
+    """The table's URI and what delta-rs needs to reach it (a store's settings)."""
+    return Directory.at(metrics_dir).table("delta", name)
 
 
 def _value(kind: pa.DataType, v: Any) -> Any:
@@ -158,20 +163,21 @@ def quality_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
             for r in q["expectations"]]  # fmt: skip
 
 
-def append(metrics_dir: str | Path, rows: dict[str, list[dict[str, Any]]]) -> None:
+def append(metrics_dir: MetricsDir, rows: dict[str, list[dict[str, Any]]]) -> None:
     """Append rows to their tables: one Delta commit per table with rows; a table that does
     not exist yet is created with its full schema, so readers always find every run table."""
     from deltalake import DeltaTable, write_deltalake
 
     for name, values in rows.items():
-        path = table_path(metrics_dir, name)
+        path, options = _table_at(metrics_dir, name)
         if values:
-            write_deltalake(path, _table(TABLES[name], values), mode="append", schema_mode="merge")
-        elif not DeltaTable.is_deltatable(path):
-            DeltaTable.create(path, TABLES[name], mode="ignore")
+            write_deltalake(path, _table(TABLES[name], values), mode="append", schema_mode="merge",
+                            storage_options=options)  # fmt: skip
+        elif not DeltaTable.is_deltatable(path, storage_options=options):
+            DeltaTable.create(path, TABLES[name], mode="ignore", storage_options=options)
 
 
-def record_run(metrics_dir: str | Path, summary: dict[str, Any]) -> None:
+def record_run(metrics_dir: MetricsDir, summary: dict[str, Any]) -> None:
     append(metrics_dir, run_rows(summary))
 
 
@@ -187,29 +193,31 @@ def ledger_rows(entries: list[Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def record_bench(metrics_dir: str | Path, bench_id: str, runs: list[dict[str, Any]]) -> None:
+def record_bench(metrics_dir: MetricsDir, bench_id: str, runs: list[dict[str, Any]]) -> None:
     append(metrics_dir, {"bench": [{**r, "run_id": bench_id} for r in runs]})
 
 
-def exists(metrics_dir: str | Path, name: str = "runs") -> bool:
+def exists(metrics_dir: MetricsDir, name: str = "runs") -> bool:
     from deltalake import DeltaTable
 
-    return DeltaTable.is_deltatable(table_path(metrics_dir, name))
+    path, options = _table_at(metrics_dir, name)
+    return DeltaTable.is_deltatable(path, storage_options=options)
 
 
-def read(metrics_dir: str | Path, name: str, run_id: str | None = None) -> pa.Table:
+def read(metrics_dir: MetricsDir, name: str, run_id: str | None = None) -> pa.Table:
     """One table (or one run's rows of it) as an Arrow table, without Spark."""
     import pyarrow.dataset as ds
     from deltalake import DeltaTable
 
-    dataset = DeltaTable(table_path(metrics_dir, name)).to_pyarrow_dataset()
+    path, options = _table_at(metrics_dir, name)
+    dataset = DeltaTable(path, storage_options=options).to_pyarrow_dataset()
     # Single-threaded: a threaded Arrow scan can leave a pool thread alive into interpreter
     # exit and abort the process (SIGABRT, "terminate called without an active exception"),
     # seen here 3 times in 12; these tables are small.
     return dataset.to_table(filter=ds.field("run_id") == run_id if run_id is not None else None, use_threads=False)
 
 
-def rows(metrics_dir: str | Path, name: str, run_id: str | None = None, order_by: str | None = None) -> list[dict]:
+def rows(metrics_dir: MetricsDir, name: str, run_id: str | None = None, order_by: str | None = None) -> list[dict]:
     """One table's rows as dicts (timestamps as UTC datetimes), optionally sorted."""
     table = read(metrics_dir, name, run_id)
     if order_by:
@@ -217,7 +225,7 @@ def rows(metrics_dir: str | Path, name: str, run_id: str | None = None, order_by
     return table.to_pylist()
 
 
-def run(metrics_dir: str | Path, run_id: str, tables: tuple[str, ...] = RUN_TABLES) -> dict[str, list[dict[str, Any]]]:
+def run(metrics_dir: MetricsDir, run_id: str, tables: tuple[str, ...] = RUN_TABLES) -> dict[str, list[dict[str, Any]]]:
     """Every table's rows of one run (or those of ``tables``), as dicts (read without Spark)."""
     order = {
         "tasks": "task_id",
@@ -237,7 +245,7 @@ def run(metrics_dir: str | Path, run_id: str, tables: tuple[str, ...] = RUN_TABL
     return out
 
 
-def last_runs(metrics_dir: str | Path, n: int) -> list[dict[str, Any]]:
+def last_runs(metrics_dir: MetricsDir, n: int) -> list[dict[str, Any]]:
     """The ``n`` most recently started runs, newest first."""
     runs = read(metrics_dir, "runs").sort_by([("started_at", "descending")])
     return runs.slice(0, n).to_pylist()

@@ -113,27 +113,28 @@ def _remember_secrets() -> None:
             remember(os.environ[name])
 
 
-def store_error(e: OSError, uri: str, access: S3Access) -> KappaError:
-    """The store's answer as the project's error: what the input names is missing (exit 3),
-    or the store is out of reach or refuses the credentials (exit 4)."""
+def store_error(e: OSError, uri: str, access: S3Access, role: str = "input", option: str = "--input") -> KappaError:
+    """The store's answer as the project's error: what the input (or ``role``, given by
+    ``option``) names is missing (exit 3), or the store is out of reach or refuses the
+    credentials (exit 4)."""
     from kappa_ingest.kafka.credentials import mask
 
     text = mask(str(e))
     if isinstance(e, FileNotFoundError) or "NO_SUCH_KEY" in text:
-        return InputError(f"input {uri}: no such object in the store ({access.where()}); check --input")
+        return InputError(f"{role} {uri}: no such object in the store ({access.where()}); check {option}")
     if "NO_SUCH_BUCKET" in text:
-        return InputError(f"input {uri}: no such bucket at {access.where()}; check --input (and --s3-endpoint)")
+        return InputError(f"{role} {uri}: no such bucket at {access.where()}; check {option} (and --s3-endpoint)")
     if "ACCESS_DENIED" in text or "INVALID_ACCESS_KEY_ID" in text or "SIGNATURE_DOES_NOT_MATCH" in text:
         return StoreUnavailable(
-            f"input {uri}: access denied by the store at {access.where()}; check the credentials"
+            f"{role} {uri}: access denied by the store at {access.where()}; check the credentials"
             " (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE) and what they may read"
         )
     if "NETWORK_CONNECTION" in text or "curlCode" in text:
         return StoreUnavailable(
-            f"input {uri}: the store at {access.where()} did not answer ({_reason(text)}); check --s3-endpoint"
+            f"{role} {uri}: the store at {access.where()} did not answer ({_reason(text)}); check --s3-endpoint"
             " (or AWS_ENDPOINT_URL) and that the store is up"
         )
-    return StoreUnavailable(f"input {uri}: the store at {access.where()} failed: {_reason(text)}")
+    return StoreUnavailable(f"{role} {uri}: the store at {access.where()} failed: {_reason(text)}")
 
 
 def _reason(text: str) -> str:

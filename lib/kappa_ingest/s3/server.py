@@ -51,10 +51,11 @@ class LocalS3:
     state_dir: Path
     pid: int
     port: int
+    host: str = "127.0.0.1"
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def secret_file(self) -> Path:
@@ -78,11 +79,16 @@ class LocalS3:
 
 
 def start(
-    state_dir: Path | str, port: int | None = None, secret: str | None = None, timeout_s: float = 60.0
+    state_dir: Path | str,
+    port: int | None = None,
+    secret: str | None = None,
+    timeout_s: float = 60.0,
+    host: str = "127.0.0.1",
 ) -> LocalS3:
-    """Start S3Proxy with its data in ``state_dir/data`` and a key pair of its own (the
-    secret made at the first start unless given, kept in ``state_dir/secret-access-key``,
-    mode 0600)."""
+    """Start S3Proxy on ``host`` (an address of this machine, or of the network namespace
+    the calling thread is in: a lab host's) with its data in ``state_dir/data`` and a key
+    pair of its own (the secret made at the first start unless given, kept in
+    ``state_dir/secret-access-key``, mode 0600)."""
     from kappa_ingest.kafka.broker import free_port
 
     java = shutil.which("java")
@@ -102,7 +108,7 @@ def start(
     props = state_dir / "s3proxy.properties"
     props.touch(mode=0o600)
     props.write_text(
-        f"s3proxy.endpoint=http://127.0.0.1:{port}\n"
+        f"s3proxy.endpoint=http://{host}:{port}\n"
         "s3proxy.authorization=aws-v2-or-v4\n"
         f"s3proxy.identity={ACCESS_KEY}\n"
         f"s3proxy.credential={kept.read_text().strip()}\n"
@@ -115,8 +121,8 @@ def start(
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             env={"PATH": "/usr/bin:/bin", "LOG_LEVEL": "warn", "JETTY_LOG_LEVEL": "warn"},
         )  # fmt: skip
-    server = LocalS3(state_dir, proc.pid, port)
-    (state_dir / STATE_FILE).write_text(json.dumps({"pid": proc.pid, "port": port}))
+    server = LocalS3(state_dir, proc.pid, port, host)
+    (state_dir / STATE_FILE).write_text(json.dumps({"pid": proc.pid, "port": port, "host": host}))
     deadline = time.monotonic() + timeout_s
     while not _healthy(server.endpoint):
         if proc.poll() is not None:
@@ -146,7 +152,7 @@ def status(state_dir: Path | str) -> LocalS3 | None:
     if not f.exists():
         return None
     state = json.loads(f.read_text())
-    server = LocalS3(state_dir, int(state["pid"]), int(state["port"]))
+    server = LocalS3(state_dir, int(state["pid"]), int(state["port"]), state.get("host", "127.0.0.1"))
     return server if server.alive() else None
 
 

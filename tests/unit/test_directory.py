@@ -1,0 +1,71 @@
+"""A metrics directory, local or in a store: files written whole and read back, its runs
+listed; and the keys delta-rs is given for a store, found as the AWS chain finds them."""
+
+from __future__ import annotations
+
+import pytest
+
+from kappa_ingest.kafka.credentials import mask
+from kappa_ingest.s3.access import S3Access
+from kappa_ingest.s3.directory import Directory, delta_options, profile_keys
+
+
+def test_a_local_directory_writes_whole_files_and_lists_its_runs(tmp_path):
+    where = Directory.at(tmp_path / "m")
+    assert not where.in_store and where.read_text("runs", "a", "summary.json") is None and where.children("runs") == []
+    path = where.write_text('{"run_id": "a"}\n', "runs", "a", "summary.json")
+    where.write_text("x", "runs", "b", "summary.json")
+    assert path == str(tmp_path / "m" / "runs" / "a" / "summary.json")
+    assert where.read_text("runs", "a", "summary.json") == '{"run_id": "a"}\n'
+    assert where.children("runs") == ["a", "b"] and where.files("runs", "a") == ["summary.json"]  # no .tmp left
+    assert where.sub("runs", "a").root == f"{tmp_path / 'm'}/runs/a"
+    assert Directory.at(where) is where
+
+
+def test_an_s3_directory_is_named_canonically_and_reached_at_its_endpoint():
+    where = Directory.at("s3a://ops/kappa-metrics/", "http://127.0.0.1:9000")
+    assert where.root == "s3://ops/kappa-metrics" and where.in_store
+    assert where.access == S3Access("http://127.0.0.1:9000")
+    assert where.join("runs", "r", "summary.json") == "s3://ops/kappa-metrics/runs/r/summary.json"
+    uri, options = where.table("delta", "runs")
+    assert uri == "s3://ops/kappa-metrics/delta/runs"
+    assert options["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9000" and options["AWS_ALLOW_HTTP"] == "true"
+    assert options["conditional_put"] == "etag"
+
+
+@pytest.fixture
+def aws_files(tmp_path, monkeypatch):
+    for name in (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+        "AWS_DEFAULT_PROFILE",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    credentials, config = tmp_path / "credentials", tmp_path / "config"
+    credentials.write_text("[default]\naws_access_key_id = AKDEFAULT\naws_secret_access_key = default-secret-1234\n")
+    config.write_text("[profile ops]\naws_access_key_id = AKOPS\naws_secret_access_key = ops-secret-5678\n"
+                      "aws_session_token = ops-token-9999\n[profile sso]\nsso_session = corp\n")  # fmt: skip
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    return monkeypatch
+
+
+def test_delta_rs_is_given_the_profiles_keys_which_are_then_masked(aws_files):
+    assert profile_keys() == {"AWS_ACCESS_KEY_ID": "AKDEFAULT", "AWS_SECRET_ACCESS_KEY": "default-secret-1234"}
+    aws_files.setenv("AWS_PROFILE", "ops")  # a named profile, in the config file's "profile NAME" section
+    assert profile_keys() == {"AWS_ACCESS_KEY_ID": "AKOPS", "AWS_SECRET_ACCESS_KEY": "ops-secret-5678",
+                              "AWS_SESSION_TOKEN": "ops-token-9999"}  # fmt: skip
+    assert mask("failed with ops-secret-5678 and ops-token-9999") == "failed with *** and ***"
+    aws_files.setenv("AWS_PROFILE", "sso")  # no static keys: delta-rs's own chain is left to find them
+    assert profile_keys() == {}
+    assert "AWS_SECRET_ACCESS_KEY" not in delta_options(S3Access())
+
+
+def test_keys_in_the_environment_are_left_to_delta_rs_to_read(aws_files):
+    aws_files.setenv("AWS_ACCESS_KEY_ID", "AKENV")
+    aws_files.setenv("AWS_SECRET_ACCESS_KEY", "env-secret-0000")
+    options = delta_options(S3Access())
+    assert "AWS_ACCESS_KEY_ID" not in options and "AWS_SECRET_ACCESS_KEY" not in options
+    assert options["AWS_REGION"] == "us-east-1" and "AWS_ENDPOINT_URL" not in options  # AWS itself
