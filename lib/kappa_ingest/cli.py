@@ -271,7 +271,7 @@ def report_usage_error(argv: Sequence[str], error: UsageError) -> None:
     try:
         from kappa_ingest.s3.directory import Directory
 
-        report.finish(Directory.at(option("--metrics-dir", "./metrics"), option("--s3-endpoint", "") or None))
+        report.finish(Directory.at(option("--metrics-dir", "./metrics"), option("--s3-endpoint", "") or None).quick())
     except (OSError, KappaError):
         pass  # the metrics directory itself may be what is wrong
 

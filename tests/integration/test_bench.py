@@ -48,8 +48,7 @@ def test_bench_writes_table_json_and_chart(kafka, tmp_path):
         records = consume_all(kafka.bootstrap_servers, topic)
         assert rows(records) == expected_rows(data) and {r.headers["source_file"] for r in records} == {source.encode()}
     assert [r["rows"] for r in kappa] == [20_000, 20_000]
-    from_store = json.loads(next((tmp_path / "out").rglob("results.json")).read_text())["summary"]
-    [s3_row] = [r for r in from_store if r["contestant"].endswith("from S3")]
+    [s3_row] = [r for r in results["summary"] if r["contestant"].endswith("from S3")]
     assert s3_row["versus"] == "kappa-ingest confluent exactly-once" and s3_row["x_versus"] > 0
     assert (out / "rows_per_s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| wide30 | 20,000 | kappa-ingest confluent exactly-once | 20,000 |" in (out / "results.md").read_text()

@@ -109,36 +109,42 @@ def test_every_row_once_from_objects_split_across_tasks(spark, kafka, s3, tmp_pa
     assert [where for where, data in places.items() if S3_SECRET.encode() in data] == []
 
 
-def test_an_object_overwritten_after_it_was_planned_is_refused_by_its_task(spark, kafka, s3, tmp_path):
-    """The task's HEAD finds another ETag than the plan's: it reads nothing of the new
-    version, and the run fails naming the object (exit 3): no row of the new version is
-    in the topic (read_committed)."""
+@pytest.mark.parametrize("change", ["overwritten", "deleted"])
+def test_an_object_changed_after_it_was_planned_is_refused_by_its_task(spark, kafka, s3, tmp_path, change):
+    """Between the plan and the tasks' reads the object is overwritten (the task's HEAD finds
+    another ETag than the plan's) or deleted: the task reads nothing of it, and the run fails
+    naming the object (exit 3): no row of a new version is in the topic (read_committed),
+    and none of the planned one was sent."""
+    from helpers import s3_filesystem
     from kappa_ingest import config
     from kappa_ingest.ingest import ingest
     from kappa_ingest.source import dataframe
 
     path = datagen.generate("wide30", 1_000, tmp_path / "a.csv", seed=23)
     newer = datagen.generate("wide30", 1_000, tmp_path / "newer.csv", seed=24)
-    uri = s3_put(s3, "changed/a.csv", path)
-    cfg = config.validate({"inputs": [uri], "topic": "s3-changed", "bootstrap_servers": kafka.bootstrap_servers,
+    key, topic = f"{change}/a.csv", f"s3-{change}"
+    uri = s3_put(s3, key, path)
+    cfg = config.validate({"inputs": [uri], "topic": topic, "bootstrap_servers": kafka.bootstrap_servers,
                            "metrics_dir": str(tmp_path / "m"), "s3_endpoint": s3.endpoint})  # fmt: skip
     real = dataframe.make_plan
 
-    def plan_then_overwrite(*args, **kwargs):  # the object changes between the plan and the tasks' reads
+    def plan_then_change(*args, **kwargs):  # the object changes between the plan and the tasks' reads
         plan = real(*args, **kwargs)
-        s3_put(s3, "changed/a.csv", newer)
+        if change == "overwritten":
+            s3_put(s3, key, newer)
+        else:
+            s3_filesystem(s3).delete_file(f"landing/{key}")
         return plan
 
     try:
-        dataframe.make_plan = plan_then_overwrite
-        with pytest.raises(InputError, match=r"input s3://landing/changed/a.csv (was overwritten|changed while)"):
+        dataframe.make_plan = plan_then_change
+        with pytest.raises(InputError, match=rf"input {uri} (was {change}|changed while)"):
             ingest(cfg, spark, echo=False)
     finally:
         dataframe.make_plan = real
     summary = json.loads((tmp_path / "m" / "runs" / cfg.run_id / "summary.json").read_text())
-    assert summary["status"] == "failed" and "s3://landing/changed/a.csv" in summary["error"]
-    sent = rows(consume_all(kafka.bootstrap_servers, "s3-changed"))
-    assert not sent & expected_rows(newer) - expected_rows(path)
+    assert summary["status"] == "failed" and uri in summary["error"]
+    assert rows(consume_all(kafka.bootstrap_servers, topic)) == Counter()
 
 
 def test_what_an_s3_input_names_is_refused_as_a_local_one_is(s3):
@@ -334,7 +340,7 @@ def test_an_incremental_run_over_a_prefix_sends_each_new_object_once_and_refuses
 
 
 def test_a_metrics_dir_in_the_store_holds_every_runs_report_and_report_and_the_notebook_read_it(
-    spark, kafka, s3, tmp_path
+    spark, kafka, s3, tmp_path, monkeypatch
 ):
     """``--metrics-dir s3://...``: two runs (the first with a quarantine and a quality gate)
     leave their summary.json, quarantine, Data Docs and Delta rows in the store and nothing
@@ -413,14 +419,10 @@ def test_a_metrics_dir_in_the_store_holds_every_runs_report_and_report_and_the_n
 
     nb = nbformat.read(Path(__file__).resolve().parents[2] / "notebooks" / "ingest_rates.ipynb", as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell("print(sorted(r['run_id'] for r in runs))"))
-    os.environ.update(KAPPA_METRICS_DIR=where, KAPPA_BENCH_DIR=str(tmp_path / "no-bench"), AWS_ENDPOINT_URL=s3.endpoint)
-    try:
-        NotebookClient(
-            nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-        ).execute()
-    finally:
-        for name in ("KAPPA_METRICS_DIR", "KAPPA_BENCH_DIR", "AWS_ENDPOINT_URL"):
-            os.environ.pop(name)
+    for name, value in (("KAPPA_METRICS_DIR", where), ("KAPPA_BENCH_DIR", str(tmp_path / "no-bench")),
+                        ("AWS_ENDPOINT_URL", s3.endpoint)):  # fmt: skip
+        monkeypatch.setenv(name, value)
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     assert nb.cells[-1].outputs[0]["text"].strip() == "['in-the-store', 'second']"
 
     written = [i.path for i in bucket.get_file_info(fs.FileSelector("reports", recursive=True)) if i.is_file]

@@ -54,18 +54,22 @@ def aws_files(tmp_path, monkeypatch):
 
 def test_delta_rs_is_given_the_profiles_keys_which_are_then_masked(aws_files):
     assert profile_keys() == {"AWS_ACCESS_KEY_ID": "AKDEFAULT", "AWS_SECRET_ACCESS_KEY": "default-secret-1234"}
+    # Given to delta-rs for a store at an endpoint, where its chain reads no profile; on AWS its chain does.
+    assert delta_options(S3Access("http://127.0.0.1:9000"))["AWS_SECRET_ACCESS_KEY"] == "default-secret-1234"
+    assert "AWS_SECRET_ACCESS_KEY" not in delta_options(S3Access())
     aws_files.setenv("AWS_PROFILE", "ops")  # a named profile, in the config file's "profile NAME" section
     assert profile_keys() == {"AWS_ACCESS_KEY_ID": "AKOPS", "AWS_SECRET_ACCESS_KEY": "ops-secret-5678",
                               "AWS_SESSION_TOKEN": "ops-token-9999"}  # fmt: skip
     assert mask("failed with ops-secret-5678 and ops-token-9999") == "failed with *** and ***"
     aws_files.setenv("AWS_PROFILE", "sso")  # no static keys: delta-rs's own chain is left to find them
     assert profile_keys() == {}
-    assert "AWS_SECRET_ACCESS_KEY" not in delta_options(S3Access())
+    assert "AWS_SECRET_ACCESS_KEY" not in delta_options(S3Access("http://127.0.0.1:9000"))
 
 
 def test_keys_in_the_environment_are_left_to_delta_rs_to_read(aws_files):
     aws_files.setenv("AWS_ACCESS_KEY_ID", "AKENV")
     aws_files.setenv("AWS_SECRET_ACCESS_KEY", "env-secret-0000")
-    options = delta_options(S3Access())
+    options = delta_options(S3Access("http://127.0.0.1:9000"))
     assert "AWS_ACCESS_KEY_ID" not in options and "AWS_SECRET_ACCESS_KEY" not in options
-    assert options["AWS_REGION"] == "us-east-1" and "AWS_ENDPOINT_URL" not in options  # AWS itself
+    assert "AWS_ENDPOINT_URL" not in delta_options(S3Access())  # AWS itself
+    assert options["max_retries"] == "2" and options["connect_timeout"] == "3s"  # the project's own bounds

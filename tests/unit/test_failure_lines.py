@@ -74,3 +74,27 @@ def test_a_run_taken_over_is_not_told_to_resume_what_the_other_run_sends():
     assert isinstance(superseded, LockLost) and "--resume" not in line and "the other run" in line, line
     line = str(with_resume_hint(classify(RuntimeError(TRACEBACK)), report))
     assert "--resume cut-off sends its 2 missing splits" in line, line
+
+
+def test_the_stores_failures_in_a_task_keep_their_exit_codes():
+    """A store out of reach mid-read (ours, or pyarrow's own after its retries): exit 4; an
+    object overwritten since the plan: exit 3, each its one line."""
+    from kappa_ingest.errors import InputError
+    from kappa_ingest.s3.access import StoreUnavailable
+
+    def raised(line: str) -> str:
+        return TRACEBACK.replace(
+            'cimpl.KafkaException: KafkaError{code=_TIMED_OUT,val=-185,str="Transactional API operation'
+            ' (commit_transaction) timed out"}',
+            line,
+        )
+
+    ours = classify(RuntimeError(raised("kappa_ingest.s3.access.StoreUnavailable: input s3://b/k: the store at"
+                                        " http://h:9 did not answer (curlCode 7)")))  # fmt: skip
+    assert isinstance(ours, StoreUnavailable) and ours.exit_code == 4 and str(ours).startswith("input s3://b/k:")
+    arrow = classify(RuntimeError(raised("OSError: When reading from 'b/k': AWS Error NETWORK_CONNECTION during"
+                                         " GetObject operation: curlCode: 28, Timeout was reached")))  # fmt: skip
+    assert isinstance(arrow, StoreUnavailable) and "the object store failed while a task read its split" in str(arrow)
+    changed = classify(RuntimeError(raised("kappa_ingest.s3.objects.ObjectChanged: input s3://b/k was overwritten"
+                                           " after the run planned it")))  # fmt: skip
+    assert type(changed) is InputError and changed.exit_code == 3 and str(changed).startswith("input s3://b/k was")

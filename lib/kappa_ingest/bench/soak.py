@@ -113,7 +113,7 @@ def run_sink(
            "--metrics-dir", str(work / "metrics"), "--run-id", run_id, "--quiet"]  # fmt: skip
     usage = run_measured(cmd, env={**os.environ, **bench_store.environment(store)} if source else None)
     if usage.returncode != 0:
-        raise RuntimeError(f"the {sink} run exited {usage.returncode}: {usage.stderr[-1000:]}")
+        raise RuntimeError(f"the {row} run exited {usage.returncode}: {usage.stderr[-1000:]}")
     return json.loads((work / "metrics" / "runs" / run_id / "summary.json").read_text()), usage
 
 

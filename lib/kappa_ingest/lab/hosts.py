@@ -39,7 +39,7 @@ class Lab:
     state_dir: Path
     net: Net
     kafka: LocalKafka
-    proxies: dict[str, int]  # broker host -> the proxy's pid
+    proxies: dict[str, int]  # a broker's host (or the store's) -> its delaying proxy's pid
     spark: SparkCluster | None = None  # with workers: the master's and workers' hosts
 
     @property

@@ -14,9 +14,11 @@ from kappa_ingest.delivery.ledger import Entry
 from kappa_ingest.delivery.lock import Lock
 from kappa_ingest.delivery.resume import Resumption
 from kappa_ingest.errors import KafkaUnavailable, KappaError, first_line
+from kappa_ingest.kafka.credentials import mask
 from kappa_ingest.report import store
 from kappa_ingest.report.phases import RunClock
 from kappa_ingest.report.run import RunReport, render
+from kappa_ingest.s3.directory import Directory
 
 
 def new_report(cfg: IngestConfig, clock: RunClock, held: Lock | None = None) -> RunReport:
@@ -36,7 +38,7 @@ def failed_report(cfg: IngestConfig, clock: RunClock, e: BaseException, what: st
     error = str(e) if isinstance(e, KappaError) else f"{what}{type(e).__name__}: {first_line(e)}"
     report = new_report(cfg, clock)
     report.status, report.error = "failed", error
-    return report.finish(cfg.metrics)
+    return finish(report, cfg.metrics.quick())  # the store itself may be what failed: one attempt
 
 
 def add_selection(report: RunReport, s: Selection) -> None:
@@ -107,7 +109,7 @@ def record(cfg: IngestConfig, report: RunReport, releasing: threading.Thread | N
         recorded = False
     if releasing is not None:
         releasing.join()
-    path = report.finish(cfg.metrics)
+    path = finish(report, cfg.metrics)
     if recorded:
         try:
             store.append(cfg.metrics, {"runs": store.run_rows(report.summary())["runs"]})
@@ -116,8 +118,20 @@ def record(cfg: IngestConfig, report: RunReport, releasing: threading.Thread | N
     return path
 
 
+def finish(report: RunReport, where: Directory) -> str:
+    """Stamp the report's end and write its summary.json; where it is. A directory that
+    cannot be written is a warning: the run's own outcome (its error, its exit code) is
+    what the command ends with, not the report's."""
+    try:
+        return report.finish(where)
+    except (OSError, KappaError) as e:
+        print(f"kappa-ingest: warning: the run's report was not written to {where}: {mask(first_line(e))[:300]}",
+              file=sys.stderr)  # fmt: skip
+        return report.path(where)
+
+
 def _store_warning(cfg: IngestConfig, e: Exception) -> None:
-    print(f"kappa-ingest: warning: run not recorded in {cfg.metrics_dir}/delta: {first_line(e)[:200]}",
+    print(f"kappa-ingest: warning: run not recorded in {cfg.metrics_dir}/delta: {mask(first_line(e))[:200]}",
           file=sys.stderr)  # fmt: skip
 
 

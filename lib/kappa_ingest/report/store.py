@@ -6,7 +6,8 @@ table and run, no Spark job and no JVM, so recording a run takes a fraction of a
 and ``kappa-ingest report`` answers without starting Spark. The tables are ordinary Delta
 tables (reader version 1, writer version 2): Spark with delta-spark reads them too
 (``build_session(..., extra_conf=SPARK_READER_CONF)``, then
-``spark.read.format("delta").load(table_path(...))``), and the suite checks both readers.
+``spark.read.format("delta").load(table_path(...))`` for a local store: this project's
+Spark has no S3 filesystem), and the suite checks both readers.
 
 Each table has the explicit schema below; a table is created with it on first use, then
 rows are appended. Columns added by a newer version are merged into an older table's

@@ -2,23 +2,25 @@
 (``--metrics-dir s3://bucket/kappa-metrics``), so that a cluster's runs, from whichever
 host their drivers ran on, land in one place.
 
-What is kept there is small and written by the driver alone: ``summary.json`` files (one
-PUT each: a reader sees the old report or the new one, never half), the quarantine's and
-the data docs' files, and the Delta tables, which delta-rs writes itself
+What is kept there is small: ``summary.json`` files (one PUT each: a reader sees the old
+report or the new one, never half), the Data Docs, the quarantine's parts (each written by
+the task that found its rows) and the Delta tables, which delta-rs writes itself
 (:meth:`Directory.table` gives it the table's URI and the store's settings).
 
-delta-rs finds keys by its own chain (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` in
-the environment, a container's or an instance's role), which does not read the shared
-credentials files; a profile's keys (``AWS_PROFILE``, ``AWS_SHARED_CREDENTIALS_FILE``,
-``AWS_CONFIG_FILE``) are read here and handed to it in memory, remembered as secrets so
-that no error or report can print them. Commits use conditional PUTs (``If-None-Match``,
-which AWS S3 and S3Proxy honour), so two runs appending at once cannot overwrite each
-other's log entry.
+delta-rs finds keys by its own chain. On AWS itself that is the SDK's (the environment,
+profiles, SSO, a container's or instance's role); given an endpoint (an S3-compatible
+store) it reads only the environment and an instance's role, so there a profile's static
+keys (``AWS_PROFILE``, ``AWS_SHARED_CREDENTIALS_FILE``, ``AWS_CONFIG_FILE``) are read here
+and handed to it, remembered as secrets so that no error or report prints them (delta-rs
+itself sets them in the driver's environment). Commits use conditional PUTs
+(``If-None-Match``, which AWS S3 and S3Proxy honour), so two runs appending at once cannot
+overwrite each other's log entry.
 """
 
 from __future__ import annotations
 
 import configparser
+import contextlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -58,6 +60,10 @@ class Directory:
     def join(self, *parts: str) -> str:
         return "/".join([self.root, *parts])
 
+    def quick(self) -> Directory:
+        """The same directory, a store's requests tried once (a failed run's last report)."""
+        return self if self.access is None else replace(self, access=self.access.quick())
+
     def sub(self, *parts: str) -> Directory:
         return replace(self, root=self.join(*parts))
 
@@ -93,12 +99,22 @@ class Directory:
 
     @contextmanager
     def open_output(self, *parts: str) -> Iterator[Any]:
-        """A file to write in a store, streamed (one multipart upload, visible once closed)."""
+        """A file to write in a store, streamed (a multipart upload, visible once closed).
+        The store's refusals as the project's errors; the block's own errors as they are."""
         if self.access is None:
             raise ValueError("open_output writes into a store; a local file is written with write_text")
         try:
-            with self.access.filesystem().open_output_stream(self._key(*parts)) as f:
-                yield f
+            f = self.access.filesystem().open_output_stream(self._key(*parts))
+        except OSError as e:
+            raise self._error(e, *parts) from e
+        try:
+            yield f
+        except BaseException:
+            with contextlib.suppress(OSError):
+                f.close()
+            raise
+        try:
+            f.close()
         except OSError as e:
             raise self._error(e, *parts) from e
 
@@ -169,12 +185,15 @@ class Directory:
 def delta_options(access: S3Access) -> dict[str, str]:
     """delta-rs's settings for the store ``access`` reaches, keys included where only a
     profile holds them."""
-    options = {"AWS_REGION": access.region, "conditional_put": "etag"}
+    options = {"AWS_REGION": access.region, "conditional_put": "etag",
+               # the same bounds as the project's own requests (object_store's: 10 retries over 180 s)
+               "connect_timeout": f"{access.connect_timeout_s:g}s", "timeout": f"{access.request_timeout_s:g}s",
+               "max_retries": str(access.attempts - 1), "retry_timeout": "60s"}  # fmt: skip
     if access.endpoint:
         options["AWS_ENDPOINT_URL"] = access.endpoint
         options["AWS_ALLOW_HTTP"] = "true" if access.endpoint.startswith("http:") else "false"
-    if not os.environ.get("AWS_ACCESS_KEY_ID"):
-        options.update(profile_keys())
+        if not os.environ.get("AWS_ACCESS_KEY_ID"):  # (on AWS itself, delta-rs's chain reads profiles too)
+            options.update(profile_keys())
     return options
 
 

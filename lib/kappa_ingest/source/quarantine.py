@@ -10,10 +10,12 @@ again writes the same object again rather than a second one.
 
 from __future__ import annotations
 
+import contextlib
 import io
 from collections import Counter
 from collections.abc import Callable, Iterator
 
+import polars as pl
 import pyarrow as pa
 
 from kappa_ingest.s3.directory import Directory
@@ -46,21 +48,21 @@ def _write_to_store(
     source: Source, where: Directory, rejects: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 ) -> dict[str, int]:
     def write_part(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import polars as pl
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
         assert ctx is not None
-        with where.open_output(f"part-{ctx.partitionId():05d}.json") as out:
+        with contextlib.ExitStack() as stack:
+            out = None  # opened at the first reject: a partition without any writes no object
             for batch in rejects(batches):
+                if out is None:
+                    out = stack.enter_context(where.open_output(f"part-{ctx.partitionId():05d}.json"))
                 buf = io.BytesIO()
                 pl.from_arrow(batch).write_ndjson(buf)  # type: ignore[union-attr]
                 out.write(buf.getvalue())
         yield pa.RecordBatch.from_pydict({"written": [1]})
 
     source.df.mapInArrow(write_part, "written long").collect()
-    import polars as pl
-
     counts: Counter[str] = Counter()
     for name in where.files():
         data = where.read_bytes(name)

@@ -5,7 +5,8 @@ Spark names its own errors with error conditions (``PATH_NOT_FOUND``,
 that decides. A task's own error reaches the driver as text (a Python worker's traceback
 inside a Java exception); the names of kappa-ingest's task errors (``DeliveryFailed``,
 ``TransactionFailed``, ``Fenced``, ``RunSuperseded``, ``HeaderMismatch``, ``RecordTooLarge``,
-and the :mod:`kappa_ingest.errors` a task raises itself) and of Kafka's are matched there.
+the object store's ``StoreUnavailable`` and ``ObjectChanged``, and the
+:mod:`kappa_ingest.errors` a task raises itself) and of Kafka's and the store's are matched there.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import re
 
 from kappa_ingest.errors import InputError, KafkaUnavailable, KappaError, LockLost
+from kappa_ingest.s3.access import StoreUnavailable
 from kappa_ingest.source.splits import canonical_file
 
 # What a failed Spark job's message means, for the one line people get.
@@ -21,6 +23,11 @@ _CAUSES = [
     (re.compile(r"(?:kappa_ingest\.errors\.)?KafkaUnavailable: (.*)"), KafkaUnavailable, "{0}"),
     (re.compile(r"(?:kappa_ingest\.errors\.)?InputError: (.*)"), InputError, "{0}"),
     (re.compile(r"(?:kappa_ingest\.errors\.)?LockLost: (.*)"), LockLost, "{0}"),
+    (re.compile(r"(?:kappa_ingest\.s3\.access\.)?StoreUnavailable: (.*)"), StoreUnavailable, "{0}"),
+    (re.compile(r"(?:kappa_ingest\.s3\.objects\.)?ObjectChanged: (.*)"), InputError, "{0}"),
+    # pyarrow's S3 client failing a read after its retries (the object opened, then the store went away).
+    (re.compile(r"(?:OSError|ArrowIOError): (.*AWS Error .*)"), StoreUnavailable,
+     "the object store failed while a task read its split: {0}; check the store (and --s3-endpoint)"),
     (re.compile(r"RunSuperseded: (.*)"), LockLost, "{0}"),
     (re.compile(r"TransactionFailed: (.*)"), KafkaUnavailable, "{0}"),
     (re.compile(r"Fenced: (.*)"), KafkaUnavailable, "{0}"),
@@ -99,7 +106,7 @@ def classify(e: BaseException) -> KappaError:
         return e
     text = str(e)
     ours = re.search(r"(RunSuperseded|TransactionFailed|DeliveryFailed|Fenced|HeaderMismatch|RecordTooLarge|"
-                     r"KafkaUnavailable|InputError|LockLost): ", text)  # fmt: skip
+                     r"KafkaUnavailable|InputError|LockLost|StoreUnavailable|ObjectChanged): ", text)  # fmt: skip
     if not ours:  # a Python task's own error wins over the job failure Spark wraps it in
         named = _by_condition(e)
         if named is not None:
