@@ -506,7 +506,7 @@ def test_a_store_20_ms_away_cut_off_for_15_s_mid_read_ends_every_row_once(
     succeeds (or, had the retries run out, exits 4 and --resume completes it): every row
     once, read back read_committed."""
     lab = cluster_lab
-    files, each = 4, 15_000  # 3.4 MB an object: two GETs each, spread over the send by the rate
+    files, each = 4, 10_000  # 2.3 MB an object: two GETs each, spread over the send by the rate
     expected: Counter = Counter()
     for i in range(files):
         path = datagen.generate("wide30", each, tmp_path / f"part-{i}.csv", seed=60 + i)

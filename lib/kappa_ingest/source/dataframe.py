@@ -189,6 +189,9 @@ def read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None = None, path
         open_cost = plan.split_bytes
     for key, value in splits.spark_conf(plan.split_bytes, open_cost).items():
         spark.conf.set(key, value)
+    etags = {f.path: f.version for f in plan.files if f.version}
+    if etags:  # the driver's reads of the objects (their headers) hold them to the plan too
+        opening.use(opening.Store(opening.store().access, etags))
     layouts = file_layouts(spark, cfg, paths)
     headers = group_headers(layouts)
     if cfg.strict_header and len(headers) > 1:
@@ -211,9 +214,7 @@ def read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None = None, path
         if in_store:  # no Spark scan: the tasks read the objects' splits themselves
             files = paths
             splits_read = _store_tasks(plan, paths, open_cost)
-            etags = {f.path: f.version for f in plan.files if f.version}
-            store = opening.Store(opening.store().access, etags)
-            line_parser = replace(line_parser, reads_splits=True, store=store)
+            line_parser = replace(line_parser, reads_splits=True, store=opening.store())
             lines = split_reader.frame(spark, plan, files, splits_read)[0]
         else:
             lines = spark.read.text(paths).select(
