@@ -4,6 +4,7 @@ kappa-ingest ingest --input PATH --topic TOPIC [option ...]   # local Spark
 kappa-ingest reprocess --from-topic T --runs ID --to-topic T2  # replay history into a new topic
 kappa-ingest kafka start|stop|status [--dir DIR]              # the embedded local Kafka
 kappa-ingest s3 start|stop|status [--dir DIR]                 # a local S3 server (S3Proxy)
+kappa-ingest s3 put FILE s3://BUCKET/KEY                       # a file into a store (the bucket made if missing)
 kappa-ingest cluster start|stop|status [--dir DIR]            # a Spark standalone cluster on 127.0.0.1
 kappa-ingest lab up|down|status|link [--brokers N] [HOST --rtt-ms MS --rate R --cut --restore]  # hosts of their own (root)
 kappa-ingest pack --out kappa-venv.tar.gz                      # the venv for executors (--archives)
@@ -53,10 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="plaintext",
         help="plaintext (default), or SASL_SSL with SCRAM-SHA-512 users, a fresh CA and ACLs",
     )
-    s3 = sub.add_parser("s3", help="a local S3 server (S3Proxy) to try s3:// inputs with")
-    s3.add_argument("action", choices=["start", "stop", "status"])
+    s3 = sub.add_parser("s3", help="a local S3 server (S3Proxy) to try s3:// inputs with; put a file in a store")
+    s3.add_argument("action", choices=["start", "stop", "status", "put"])
+    s3.add_argument("files", nargs="*", metavar="FILE URI", help="put: a local file and the s3://BUCKET/KEY it becomes")
     s3.add_argument("--dir", default=".s3", help="state and data directory (default .s3)")
     s3.add_argument("--port", type=int, help="its port (default: a free one)")
+    s3.add_argument("--s3-endpoint", metavar="URL", help="put: the store's URL (default AWS_ENDPOINT_URL, else AWS)")
     c = sub.add_parser("cluster", help="a Spark standalone master and workers on 127.0.0.1")
     c.add_argument("action", choices=["start", "stop", "status"])
     c.add_argument("--dir", default=".spark-cluster", help="state and logs directory (default .spark-cluster)")
@@ -308,6 +311,8 @@ def _s3(args: argparse.Namespace) -> int:
         print(f"local S3 running at {s.endpoint} (data and state in {s.state_dir})")
         print(f"use it: export AWS_ENDPOINT_URL={s.endpoint} AWS_ACCESS_KEY_ID={server.ACCESS_KEY}"
               f" AWS_SECRET_ACCESS_KEY=$(cat {s.secret_file}) AWS_REGION={server.REGION}")  # fmt: skip
+    elif args.action == "put":
+        return _s3_put(args)
     elif args.action == "stop":
         print("stopped" if server.stop(args.dir) else f"no local S3 running from {args.dir}")
     else:
@@ -316,6 +321,22 @@ def _s3(args: argparse.Namespace) -> int:
             print(f"no local S3 running from {args.dir}")
             return 1
         print(f"local S3 running at {s.endpoint} (pid {s.pid})")
+    return 0
+
+
+def _s3_put(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from kappa_ingest.s3.access import S3Access, is_s3
+    from kappa_ingest.s3.objects import put
+
+    if len(args.files) != 2 or not is_s3(args.files[1]):
+        raise UsageError("s3 put: give a local file and the object it becomes: s3 put FILE s3://BUCKET/KEY")
+    local = Path(args.files[0])
+    if not local.is_file():
+        raise UsageError(f"s3 put: {local}: no such file")
+    stored = put(local, args.files[1], S3Access.resolve(args.s3_endpoint))
+    print(f"put {local} as {stored.uri} ({stored.size:,} bytes, ETag {stored.etag})")
     return 0
 
 

@@ -272,9 +272,14 @@ def test_a_resumed_run_refuses_an_object_overwritten_since_its_plan(spark, s3, t
     assert "overwritten, ETag" in dataframe.splits.changed_what(planned, now)
 
 
-def test_the_local_store_command_starts_reports_and_stops_a_server(tmp_path):
-    run_cli = lambda *a: subprocess.run([CLI, "s3", *a, "--dir", str(tmp_path / "s3")], capture_output=True,  # noqa: E731
-                                        text=True, timeout=120)  # fmt: skip
+def test_the_local_store_command_starts_reports_puts_and_stops_a_server(tmp_path):
+    """The docs' lines for a newcomer: start, put a file (its bucket made), status, stop."""
+    import os
+
+    from pyarrow import fs
+
+    run_cli = lambda *a, env=None: subprocess.run([CLI, "s3", *a, "--dir", str(tmp_path / "s3")],  # noqa: E731
+                                                  capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
     started = run_cli("start")
     try:
         assert started.returncode == 0, started.stderr
@@ -282,6 +287,19 @@ def test_the_local_store_command_starts_reports_and_stops_a_server(tmp_path):
         assert (tmp_path / "s3" / "secret-access-key").stat().st_mode & 0o777 == 0o600
         status = run_cli("status")
         assert status.returncode == 0 and endpoint in status.stdout
+        secret = (tmp_path / "s3" / "secret-access-key").read_text().strip()
+        data = random_lines(random.Random(5), 50)
+        (tmp_path / "in.csv").write_bytes(data)
+        env = {**os.environ, "AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "kappa-local",
+               "AWS_SECRET_ACCESS_KEY": secret}  # fmt: skip
+        put = run_cli("put", str(tmp_path / "in.csv"), "s3://demo/in.csv", env=env)
+        assert put.returncode == 0 and "as s3://demo/in.csv" in put.stdout, put.stderr
+        store = fs.S3FileSystem(access_key="kappa-local", secret_key=secret, scheme="http", region="us-east-1",
+                                endpoint_override=endpoint.removeprefix("http://"))  # fmt: skip
+        with store.open_input_stream("demo/in.csv", compression=None) as f:
+            assert f.read() == data
+        bad = run_cli("put", str(tmp_path / "in.csv"), "s3://demo/", env=env)
+        assert bad.returncode == 2 and "s3://BUCKET/KEY" in bad.stderr
     finally:
         stopped = run_cli("stop")
     assert stopped.returncode == 0 and stopped.stdout.strip() == "stopped"
@@ -342,11 +360,12 @@ def test_an_incremental_run_over_a_prefix_sends_each_new_object_once_and_refuses
 def test_a_metrics_dir_in_the_store_holds_every_runs_report_and_report_and_the_notebook_read_it(
     spark, kafka, s3, tmp_path, monkeypatch
 ):
-    """``--metrics-dir s3://...``: two runs (the first with a quarantine and a quality gate)
-    leave their summary.json, quarantine, Data Docs and Delta rows in the store and nothing
-    on local disk; ``report --last`` and ``--html`` and the notebook read them from there.
-    The quarantine is checked against the csv module's reading of the input, the Delta rows
-    against the consumer's count, and the suite's secret is in no object the runs wrote."""
+    """``--metrics-dir s3://...``: two runs of objects (the first with a quarantine and a
+    quality gate, the second's object in Latin-1) leave their summary.json, quarantine, Data
+    Docs and Delta rows in the store and nothing on local disk; ``report --last`` and
+    ``--html`` and the notebook read them from there. The quarantine is checked against the
+    csv module's reading of the input, the records and the Delta rows against the
+    consumer's, and the suite's secret is in no object the runs wrote."""
     import csv
     import os
 
@@ -373,14 +392,18 @@ def test_a_metrics_dir_in_the_store_holds_every_runs_report_and_report_and_the_n
     )
     first = tmp_path / "first"
     first.mkdir()
-    cfg = config.validate({"inputs": [str(local)], "topic": "store-reports", "bootstrap_servers": kafka.bootstrap_servers,
+    uri = s3_put(s3, "reports/t.csv", local)
+    cfg = config.validate({"inputs": [uri], "topic": "store-reports", "bootstrap_servers": kafka.bootstrap_servers,
                            "metrics_dir": where, "s3_endpoint": s3.endpoint, "expectations": str(suite),
                            "run_id": "in-the-store"})  # fmt: skip
     ingest(cfg, spark, echo=False)
-    second = datagen.generate("debs2012", 500, tmp_path / "second.csv", seed=42)
-    ingest(config.validate({"inputs": [str(second)], "topic": "store-reports-2", "metrics_dir": where,
-                            "bootstrap_servers": kafka.bootstrap_servers, "s3_endpoint": s3.endpoint,
-                            "run_id": "second"}), spark, echo=False)  # fmt: skip
+    second = tmp_path / "second.csv"  # Latin-1: a byte of its own per accented letter
+    second.write_bytes("id,name\n1,Zoë\n2,Ångström\n3,plain\n".encode("latin-1"))
+    ingest(config.validate({"inputs": [s3_put(s3, "reports/second.csv", second)], "topic": "store-reports-2",
+                            "metrics_dir": where, "bootstrap_servers": kafka.bootstrap_servers, "encoding": "latin-1",
+                            "s3_endpoint": s3.endpoint, "run_id": "second"}), spark, echo=False)  # fmt: skip
+    latin = consume_all(kafka.bootstrap_servers, "store-reports-2")
+    assert sorted(r.value["data"]["name"] for r in latin) == sorted(["plain", "Zoë", "Ångström"])
     assert not (Path.cwd() / "s3:").exists() and not any(tmp_path.rglob("summary.json"))
 
     def text(key: str) -> str:
@@ -391,11 +414,10 @@ def test_a_metrics_dir_in_the_store_holds_every_runs_report_and_report_and_the_n
     assert summary["status"] == "succeeded", summary["error"]
     sent = consume_all(kafka.bootstrap_servers, "store-reports")
     assert summary["rows_sent"] == len(sent) == 2_000 - len(ragged) and len(ragged) >= 4
+    assert rows(sent) == expected_rows(local)  # record by record, as the csv module reads the file
     parts = bucket.get_file_info(fs.FileSelector("reports/kappa/runs/in-the-store/quarantine"))
     quarantined = [json.loads(line) for p in parts for line in text(p.path.removeprefix("reports/kappa/")).splitlines()]
-    assert sorted(q["line"] for q in quarantined) == ragged and {q["source_file"] for q in quarantined} == {
-        f"file:{local}"
-    }
+    assert sorted(q["line"] for q in quarantined) == ragged and {q["source_file"] for q in quarantined} == {uri}
     assert summary["quarantine"]["path"] == f"{where}/runs/in-the-store/quarantine"
     assert summary["quarantine"]["reasons"] == dict(Counter(q["reason"] for q in quarantined))
     docs = summary["quality"]["data_docs"]

@@ -80,12 +80,12 @@ class S3Access:
         named within seconds rather than after the retries."""
         return replace(self, attempts=1, request_timeout_s=10.0)
 
-    def filesystem(self):  # type: ignore[no-untyped-def]
-        return _filesystem(self)
+    def filesystem(self, create_buckets: bool = False):  # type: ignore[no-untyped-def]
+        return _filesystem(self, create_buckets)
 
 
 @cache
-def _filesystem(access: S3Access):  # type: ignore[no-untyped-def]
+def _filesystem(access: S3Access, create_buckets: bool = False):  # type: ignore[no-untyped-def]
     """One filesystem per process and settings (built where used, never pickled: pickling
     pyarrow's drops its retry strategy, and would carry any explicit keys in the clear)."""
     if access.endpoint:  # no instance role serves another store: the SDK's probe for one only costs seconds
@@ -101,6 +101,7 @@ def _filesystem(access: S3Access):  # type: ignore[no-untyped-def]
         connect_timeout=access.connect_timeout_s,
         request_timeout=access.request_timeout_s,
         retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=access.attempts),
+        allow_bucket_creation=create_buckets,
     )
 
 

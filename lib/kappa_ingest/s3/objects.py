@@ -9,9 +9,10 @@ overwritten since is refused, named, not read as a mix of two versions.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from kappa_ingest.errors import InputError
+from kappa_ingest.errors import InputError, UsageError
 from kappa_ingest.s3.access import S3Access, canonical, split_uri, store_error
 
 
@@ -90,3 +91,23 @@ def read_ranges(f: Any, ranges: list[tuple[int, int]], gap: int = 1 << 20) -> di
             out[at] = block[at - lo : at - lo + length]
         i = j
     return out
+
+
+def put(path: Path, uri: str, access: S3Access) -> StoreObject:
+    """The local file ``path`` as the object ``uri``, streamed (its bucket made if missing:
+    a newcomer's first object in a local store); the object as stored."""
+    from pyarrow import fs
+
+    bucket, key = split_uri(uri)
+    if not key or key.endswith("/"):
+        raise UsageError(f"{uri}: name the object, s3://BUCKET/KEY")
+    filesystem = access.filesystem(create_buckets=True)
+    try:
+        if filesystem.get_file_info(bucket).type == fs.FileType.NotFound:
+            filesystem.create_dir(bucket)
+        with open(path, "rb") as f, filesystem.open_output_stream(f"{bucket}/{key}", compression=None) as out:
+            while chunk := f.read(8 << 20):
+                out.write(chunk)
+    except OSError as e:
+        raise store_error(e, uri, access, "object", "the object's URI") from e
+    return head(uri, access)
