@@ -204,19 +204,14 @@ def s3_filesystem(store):
 
 def lab_s3_put(lab, store, key: str, data: Path) -> str:
     """A file as the object ``landing/key`` of the lab's store, put from the lab's driver host
-    (by a process there: pyarrow's I/O threads, started here, would stay on this host's
-    network); its URI."""
+    by ``kappa-ingest s3 put`` (the suite's credentials file in the environment); its URI."""
     from kappa_ingest.lab import hosts
 
-    put = ("import sys; from pyarrow import fs\n"
-           "s = fs.S3FileSystem(access_key='kappa-local', secret_key=sys.stdin.readline().strip(), region='us-east-1',"
-           " scheme='http', endpoint_override=sys.argv[1], allow_bucket_creation=True)\n"
-           "s.create_dir('landing')\n"
-           "with s.open_output_stream('landing/' + sys.argv[2], compression=None) as out:\n"
-           "    out.write(open(sys.argv[3], 'rb').read())\n")  # fmt: skip
-    subprocess.run([*lab.net.exec(hosts.DRIVER), sys.executable, "-c", put, store.endpoint.removeprefix("http://"), key,
-                    str(data)], input=S3_SECRET + "\n", text=True, check=True, timeout=60)  # fmt: skip
-    return f"s3://landing/{key}"
+    cli = str(Path(sys.executable).parent / "kappa-ingest")
+    uri = f"s3://landing/{key}"
+    subprocess.run([*lab.net.exec(hosts.DRIVER), cli, "s3", "put", str(data), uri, "--s3-endpoint", store.endpoint],
+                   capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
+    return uri
 
 
 def s3_put(store, key: str, data: bytes | Path) -> str:

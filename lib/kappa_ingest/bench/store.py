@@ -4,11 +4,11 @@ user's AWS chain finds one."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from urllib.parse import urlparse
 
 from kappa_ingest.s3 import server
 from kappa_ingest.s3.server import LocalS3
@@ -41,28 +41,11 @@ def uri(path: Path) -> str:
 
 
 def put(store: LocalS3, path: Path, on: Sequence[str] = ()) -> str:
-    """``path`` as an object of the bench bucket, through the S3 API (so it has an ETag); its
-    URI. ``on``: the prefix that runs a command on the lab host the store is reached from
-    (a process there puts it: pyarrow's I/O threads, once started, stay on this host's network)."""
-    if on:
-        subprocess.run([*on, sys.executable, "-m", __name__, store.endpoint, str(path)], input=store.secret_key(),
-                       text=True, check=True, timeout=600)  # fmt: skip
-        return uri(path)
-    _put(store.endpoint, store.secret_key(), path)
+    """``path`` as an object of the bench bucket, by ``kappa-ingest s3 put`` with the store's
+    credentials file; its URI. ``on``: the prefix that runs a command on the lab host the
+    store is reached from."""
+    cli = str(Path(sys.executable).parent / "kappa-ingest")
+    subprocess.run([*on, cli, "s3", "put", str(path), uri(path), "--s3-endpoint", store.endpoint],
+                   env={**os.environ, **environment(store)}, capture_output=True, text=True, check=True,
+                   timeout=600)  # fmt: skip
     return uri(path)
-
-
-def _put(endpoint: str, secret: str, path: Path) -> None:
-    from pyarrow import fs
-
-    url = urlparse(endpoint)
-    bucket = fs.S3FileSystem(access_key=server.ACCESS_KEY, secret_key=secret, scheme=url.scheme,
-                             endpoint_override=url.netloc, region=server.REGION, allow_bucket_creation=True)  # fmt: skip
-    bucket.create_dir(BUCKET)
-    with open(path, "rb") as f, bucket.open_output_stream(f"{BUCKET}/{path.name}", compression=None) as out:
-        while chunk := f.read(8 << 20):
-            out.write(chunk)
-
-
-if __name__ == "__main__":  # put's process on another host: ENDPOINT PATH, the secret on stdin
-    _put(sys.argv[1], sys.stdin.read().strip(), Path(sys.argv[2]))
