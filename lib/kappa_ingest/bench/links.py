@@ -157,15 +157,34 @@ def _shape(lab: Lab, rtt_ms: float, rate: str | None) -> None:
 
 def _measure(lab: Lab, admin: Admin, name: str, data: Path, rows: int, work: Path, link: tuple[str, float, str | None],
              repeat: int) -> LinkRun:  # fmt: skip
-    label, rtt_ms, rate = link
-    topic = f"links-{rtt_ms:g}-{list(CONTESTANTS).index(name)}-{repeat}-{os.getpid()}".replace(".", "_")
+    topic = f"links-{link[1]:g}-{list(CONTESTANTS).index(name)}-{repeat}-{os.getpid()}".replace(".", "_")
     c = CONTESTANTS[name]
     if c.partitions is not None:
         admin.ensure_topic(topic, c.partitions, 1)
     if c.rows is not None and c.rows < rows:
         data, rows = _head(data, c.rows), c.rows
-    command = [*lab.net.exec(DRIVER), *c.command(data, topic, lab.bootstrap_servers, work)]
-    usage = run_measured(command, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+    command = c.command(data, topic, lab.bootstrap_servers, work)
+    return _measured_run(lab, admin, name, command, {}, topic, rows, work, link, repeat)
+
+
+def _measure_from_store(lab: Lab, admin: Admin, store: LocalS3, data: Path, rows: int, work: Path, rtt_ms: float,
+                        repeat: int) -> LinkRun:  # fmt: skip
+    """The default run reading its input from the store on its own host, ``rtt_ms`` away
+    (labelled "unshaped" at 0 ms: the row its ratio is taken against)."""
+    lab.delay(hosts.STORE, rtt_ms)
+    topic = f"links-store-{rtt_ms:g}-{repeat}-{os.getpid()}".replace(".", "_")
+    command = _kappa("exactly-once", ("--s3-endpoint", store.endpoint))(bench_store.uri(data), topic,
+                                                                        lab.bootstrap_servers, work)  # fmt: skip
+    link = (f"store {rtt_ms:g} ms away" if rtt_ms else "unshaped", rtt_ms, None)
+    return _measured_run(lab, admin, FROM_STORE, command, bench_store.environment(store), topic, rows, work, link,
+                         repeat)  # fmt: skip
+
+
+def _measured_run(lab: Lab, admin: Admin, name: str, command: list[str], env: dict[str, str], topic: str, rows: int,
+                  work: Path, link: tuple[str, float, str | None], repeat: int) -> LinkRun:  # fmt: skip
+    """``command`` run on the driver host: its rates, beside the broker's count of its records."""
+    label, rtt_ms, rate = link
+    usage = run_measured([*lab.net.exec(DRIVER), *command], env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", **env})
     if usage.returncode != 0:
         raise RuntimeError(f"{name} over {label} exited {usage.returncode}: {usage.stderr.strip()[-600:]}")
     sent, sending_s = _timing(name, usage, work, topic, rows)
@@ -177,28 +196,6 @@ def _measure(lab: Lab, admin: Admin, name: str, data: Path, rows: int, work: Pat
     return LinkRun(label, rtt_ms, rate, name, repeat, sent, records, round(sending_s, 3), round(usage.wall_s, 3),
                    round(sent / sending_s, 1), round(sent / usage.wall_s, 1), round(per_record, 1),
                    round(capacity) if capacity else None)  # fmt: skip
-
-
-def _measure_from_store(lab: Lab, admin: Admin, store: LocalS3, data: Path, rows: int, work: Path, rtt_ms: float,
-                        repeat: int) -> LinkRun:  # fmt: skip
-    """The default run reading its input from the store on its own host, ``rtt_ms`` away
-    (labelled "unshaped" at 0 ms: the row its ratio is taken against)."""
-    lab.delay(hosts.STORE, rtt_ms)
-    label = f"store {rtt_ms:g} ms away" if rtt_ms else "unshaped"
-    topic = f"links-store-{rtt_ms:g}-{repeat}-{os.getpid()}".replace(".", "_")
-    command = [*lab.net.exec(DRIVER),
-               *_kappa("exactly-once", ("--s3-endpoint", store.endpoint))(bench_store.uri(data), topic,
-                                                                            lab.bootstrap_servers, work)]  # fmt: skip
-    usage = run_measured(command, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", **bench_store.environment(store)})
-    if usage.returncode != 0:
-        raise RuntimeError(f"{FROM_STORE} at {label} exited {usage.returncode}: {usage.stderr.strip()[-600:]}")
-    sent, sending_s = _timing(FROM_STORE, usage, work, topic, rows)
-    records = sum(admin.end_offsets(topic).values())
-    if records < sent:
-        raise RuntimeError(f"{FROM_STORE} at {label}: the broker holds {records} records of the {sent} rows sent")
-    return LinkRun(label, rtt_ms, None, FROM_STORE, repeat, sent, records, round(sending_s, 3), round(usage.wall_s, 3),
-                   round(sent / sending_s, 1), round(sent / usage.wall_s, 1),
-                   round(_wire_bytes(lab, topic) / max(1, records), 1), None)  # fmt: skip
 
 
 def _cut(lab: Lab, admin: Admin, data: Path, rows: int, expected: tuple[list[str], np.ndarray], work: Path,
