@@ -96,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--s3-endpoint", metavar="URL", help="an S3-compatible store's URL, for an s3:// --metrics-dir")
     r.add_argument("--html", metavar="FILE", help="with --run-id: write a self-contained HTML page with the figures")
     b = sub.add_parser(
-        "bench", help="benchmarks: the Hesse-style sweep (--sweep), scaling (--scaling), links (--links)"
+        "bench",
+        help="benchmarks: the Hesse-style sweep (--sweep), scaling (--scaling), links (--links), S3 listing (--listing)",
     )
     mode = b.add_mutually_exclusive_group(required=True)
     mode.add_argument(
@@ -104,8 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mode.add_argument("--scaling", action="store_true", help="rows/s against partitions and input size")
     mode.add_argument("--links", action="store_true", help="over delayed, shaped and cut links in a lab (root)")
+    mode.add_argument("--listing", action="store_true", help="list a prefix of many objects in a local S3 server")
+    b.add_argument(
+        "--objects", type=int, default=10_000, help="with --listing: objects under the prefix (default 10000)"
+    )
     b.add_argument("--rtt-ms", type=float, action="append", help="with --links: round trips (default 2, 20, 100)")
-    b.add_argument("--repeats", type=int, default=1, help="with --links: runs per link and contestant (default 1)")
+    b.add_argument("--repeats", type=int, default=1, help="with --links, --listing: rounds (default 1)")
     b.add_argument("--no-cuts", action="store_true", help="with --links: leave out the runs whose link is cut")
     b.add_argument("--rows", type=int, help="input rows (default: 300000 a sweep cell, 1000000 with --links)")
     b.add_argument("--out", default="bench-results")
@@ -464,6 +469,12 @@ def _bench(args: argparse.Namespace) -> int:
 
         run_links(Path(args.out), Path(args.data), args.rows or 1_000_000, tuple(args.rtt_ms or RTTS_MS), repeats=args.repeats,
                   cuts_s=() if args.no_cuts else CUTS_S, command=" ".join(["kappa-ingest bench", *sys.argv[2:]]))  # fmt: skip
+    elif args.listing:
+        from kappa_ingest.bench.listing import run_listing
+
+        results = run_listing(Path(args.out), Path(args.data), args.objects, args.repeats,
+                              " ".join(["kappa-ingest bench", *sys.argv[2:]]))  # fmt: skip
+        return 0 if results["met"] else 1
     else:
         from kappa_ingest.bench.scaling import run_scaling
 

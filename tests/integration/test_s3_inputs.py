@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
 import subprocess
 import sys
@@ -19,8 +20,8 @@ from helpers import S3_SECRET, consume_all, expected_rows, random_lines, rows, r
 from kappa_ingest import datagen
 from kappa_ingest.delivery import ledger
 from kappa_ingest.errors import InputError, UsageError
-from kappa_ingest.s3 import objects
-from kappa_ingest.s3.access import S3Access
+from kappa_ingest.s3 import listing, objects, signed_list
+from kappa_ingest.s3.access import S3Access, StoreUnavailable
 from kappa_ingest.source import opening, split_reader
 from kappa_ingest.source.inputs import resolve_inputs
 
@@ -147,7 +148,39 @@ def test_an_object_changed_after_it_was_planned_is_refused_by_its_task(spark, ka
     assert rows(consume_all(kafka.bootstrap_servers, topic)) == Counter()
 
 
-def test_what_an_s3_input_names_is_refused_as_a_local_one_is(s3):
+@pytest.fixture(params=["signed", "pyarrow"])
+def listed_by(request, monkeypatch):
+    """Listings as the driver makes them with plain keys (its own signed ListObjectsV2,
+    ETags from the pages) and as with keys only the AWS SDK finds (pyarrow, a HEAD each)."""
+    if request.param == "pyarrow":
+        monkeypatch.setattr(signed_list, "static_keys", dict)
+    return request.param
+
+
+def test_a_listing_names_each_object_with_its_etag_by_the_same_rules_either_way(s3, listed_by):
+    """A prefix takes the .csv/.csv.gz objects directly under it; a glob matches segment by
+    segment (its prefix as long as the glob allows); keys with a space, ``+``, ``%``, ``=`` and ``&``
+    survive the page's URL encoding; more objects than a page holds are all found.
+    Each object's size, time and ETag are those its own HEAD gives."""
+    access = S3Access(s3.endpoint)
+    odd = ["list/a b+c%d=e&f.csv", "list/z.csv.gz"]
+    for key in [*odd, "list/sub/deep.csv", "list/notes.txt", "list/sub/x/deeper.csv"]:
+        s3_put(s3, key, b"id\n1\n")
+    everything = [f"s3://landing/{k}" for k in sorted(odd)]
+    assert [o.uri for o in listing.list_objects("s3://landing/list/", access)] == everything
+    assert [o.uri for o in listing.list_objects("s3a://landing/list/*/*.csv", access)] == [
+        "s3://landing/list/sub/deep.csv"
+    ]
+    assert [o.uri for o in listing.list_objects("s3://landing/list/su*/*/*.csv", access)] == [
+        "s3://landing/list/sub/x/deeper.csv"
+    ]
+    assert listing.list_objects("s3://landing/list/", access) == [objects.head(u, access) for u in everything]
+    if listed_by == "signed":  # pages: one more object than a page of 1,000 holds
+        many = [s3_put(s3, f"pages/{i:04d}.csv", b"id\n1\n") for i in range(1001)]
+        assert [o.uri for o in listing.list_objects("s3://landing/pages/", access)] == many
+
+
+def test_what_an_s3_input_names_is_refused_as_a_local_one_is(s3, listed_by):
     """A missing key or bucket, a listing that finds nothing, an empty object: exit 3, named."""
     opening.use(opening.Store(S3Access(s3.endpoint)))
     s3_put(s3, "refused/empty.csv", b"")
@@ -186,6 +219,21 @@ def test_a_store_out_of_reach_or_refusing_the_keys_exits_4_in_a_line_and_the_sec
     assert "access denied" in line and s3.endpoint in line, line
     written = "".join(p.read_text(errors="replace") for p in (tmp_path / "m").rglob("*") if p.is_file())
     assert wrong not in out.stdout + out.stderr + written
+
+
+def test_a_listing_the_store_refuses_or_nobody_answers_is_exit_4_naming_the_endpoint(s3, listed_by, monkeypatch):
+    from kappa_ingest.kafka.broker import free_port
+
+    dead = S3Access(f"http://127.0.0.1:{free_port()}").quick()
+    with pytest.raises(StoreUnavailable, match=rf"store at {dead.endpoint} did not answer"):
+        listing.list_objects("s3://landing/list/", dead)
+    wrong = "wrong-secret-" + os.urandom(4).hex()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "kappa-local")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", wrong)
+    with pytest.raises(StoreUnavailable, match="access denied") as refused:
+        # (settings no other test uses: pyarrow's filesystem, cached per settings, reads keys when built)
+        listing.list_objects("s3://landing/list/", S3Access(s3.endpoint, connect_timeout_s=2.5))
+    assert refused.value.exit_code == 4 and wrong not in str(refused.value)
 
 
 def test_options_only_sparks_reader_has_are_refused_for_objects_before_spark_starts():

@@ -3,11 +3,9 @@ listed; and the keys delta-rs is given for a store, found as the AWS chain finds
 
 from __future__ import annotations
 
-import pytest
-
 from kappa_ingest.kafka.credentials import mask
-from kappa_ingest.s3.access import S3Access
-from kappa_ingest.s3.directory import Directory, delta_options, profile_keys
+from kappa_ingest.s3.access import S3Access, profile_keys
+from kappa_ingest.s3.directory import Directory, delta_options
 
 
 def test_a_local_directory_writes_whole_files_and_lists_its_runs(tmp_path):
@@ -31,25 +29,6 @@ def test_an_s3_directory_is_named_canonically_and_reached_at_its_endpoint():
     assert uri == "s3://ops/kappa-metrics/delta/runs"
     assert options["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9000" and options["AWS_ALLOW_HTTP"] == "true"
     assert options["conditional_put"] == "etag"
-
-
-@pytest.fixture
-def aws_files(tmp_path, monkeypatch):
-    for name in (
-        "AWS_ACCESS_KEY_ID",
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN",
-        "AWS_PROFILE",
-        "AWS_DEFAULT_PROFILE",
-    ):
-        monkeypatch.delenv(name, raising=False)
-    credentials, config = tmp_path / "credentials", tmp_path / "config"
-    credentials.write_text("[default]\naws_access_key_id = AKDEFAULT\naws_secret_access_key = default-secret-1234\n")
-    config.write_text("[profile ops]\naws_access_key_id = AKOPS\naws_secret_access_key = ops-secret-5678\n"
-                      "aws_session_token = ops-token-9999\n[profile sso]\nsso_session = corp\n")  # fmt: skip
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
-    return monkeypatch
 
 
 def test_delta_rs_is_given_the_profiles_keys_which_are_then_masked(aws_files):

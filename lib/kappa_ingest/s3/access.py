@@ -16,9 +16,11 @@ apache/arrow#49643). With an endpoint, requests are path-style (``/bucket/key``)
 
 from __future__ import annotations
 
+import configparser
 import os
 from dataclasses import dataclass, replace
 from functools import cache
+from pathlib import Path
 from urllib.parse import urlparse
 
 from kappa_ingest.errors import InputError, KappaError, UsageError
@@ -112,6 +114,49 @@ def _remember_secrets() -> None:
     for name in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         if os.environ.get(name):
             remember(os.environ[name])
+
+
+def profile_keys() -> dict[str, str]:
+    """The static keys of the profile the AWS chain would use (``AWS_PROFILE``, else
+    ``default``), from the shared credentials file, else the config file; none if it holds
+    none (a role or SSO profile: delta-rs's own chain is left to find keys)."""
+    from kappa_ingest.kafka.credentials import remember
+
+    profile = os.environ.get("AWS_PROFILE") or os.environ.get("AWS_DEFAULT_PROFILE") or "default"
+    home = Path.home() / ".aws"
+    places = (
+        (os.environ.get("AWS_SHARED_CREDENTIALS_FILE") or home / "credentials", profile),
+        (
+            os.environ.get("AWS_CONFIG_FILE") or home / "config",
+            profile if profile == "default" else f"profile {profile}",
+        ),
+    )
+    for path, section in places:
+        parser = configparser.ConfigParser(interpolation=None)
+        try:
+            parser.read(path)
+        except configparser.Error:
+            continue
+        if parser.has_option(section, "aws_access_key_id") and parser.has_option(section, "aws_secret_access_key"):
+            keys = {"AWS_ACCESS_KEY_ID": parser.get(section, "aws_access_key_id"),
+                    "AWS_SECRET_ACCESS_KEY": parser.get(section, "aws_secret_access_key")}  # fmt: skip
+            if parser.has_option(section, "aws_session_token"):
+                keys["AWS_SESSION_TOKEN"] = parser.get(section, "aws_session_token")
+            for name in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+                if name in keys:
+                    remember(keys[name])
+            return keys
+    return {}
+
+
+def static_keys() -> dict[str, str]:
+    """The keys the AWS chain finds first when they are plain values: the environment's, else
+    the profile's (:func:`profile_keys`); none when only a role, SSO or an instance holds them."""
+    if os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"):
+        _remember_secrets()
+        return {name: os.environ[name] for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+                if os.environ.get(name)}  # fmt: skip
+    return profile_keys()
 
 
 def store_error(e: OSError, uri: str, access: S3Access, role: str = "input", option: str = "--input") -> KappaError:

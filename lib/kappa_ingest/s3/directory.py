@@ -19,7 +19,6 @@ overwrite each other's log entry.
 
 from __future__ import annotations
 
-import configparser
 import contextlib
 import os
 from collections.abc import Iterator
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from kappa_ingest.errors import KappaError
-from kappa_ingest.s3.access import S3Access, canonical, is_s3, store_error
+from kappa_ingest.s3.access import S3Access, canonical, is_s3, profile_keys, store_error
 
 ROLE, OPTION = "metrics dir", "--metrics-dir"
 
@@ -195,39 +194,6 @@ def delta_options(access: S3Access) -> dict[str, str]:
         if not os.environ.get("AWS_ACCESS_KEY_ID"):  # (on AWS itself, delta-rs's chain reads profiles too)
             options.update(profile_keys())
     return options
-
-
-def profile_keys() -> dict[str, str]:
-    """The static keys of the profile the AWS chain would use (``AWS_PROFILE``, else
-    ``default``), from the shared credentials file, else the config file; none if it holds
-    none (a role or SSO profile: delta-rs's own chain is left to find keys)."""
-    from kappa_ingest.kafka.credentials import remember
-
-    profile = os.environ.get("AWS_PROFILE") or os.environ.get("AWS_DEFAULT_PROFILE") or "default"
-    home = Path.home() / ".aws"
-    places = (
-        (os.environ.get("AWS_SHARED_CREDENTIALS_FILE") or home / "credentials", profile),
-        (
-            os.environ.get("AWS_CONFIG_FILE") or home / "config",
-            profile if profile == "default" else f"profile {profile}",
-        ),
-    )
-    for path, section in places:
-        parser = configparser.ConfigParser(interpolation=None)
-        try:
-            parser.read(path)
-        except configparser.Error:
-            continue
-        if parser.has_option(section, "aws_access_key_id") and parser.has_option(section, "aws_secret_access_key"):
-            keys = {"AWS_ACCESS_KEY_ID": parser.get(section, "aws_access_key_id"),
-                    "AWS_SECRET_ACCESS_KEY": parser.get(section, "aws_secret_access_key")}  # fmt: skip
-            if parser.has_option(section, "aws_session_token"):
-                keys["AWS_SESSION_TOKEN"] = parser.get(section, "aws_session_token")
-            for name in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
-                if name in keys:
-                    remember(keys[name])
-            return keys
-    return {}
 
 
 MetricsDir = str | Path | Directory  # what --metrics-dir gives, or the directory made of it

@@ -54,14 +54,16 @@ def head(uri: str, access: S3Access) -> StoreObject:
     """The object's size, modification time and ETag, from one HEAD."""
     with open_object(uri, access) as f:
         meta, size = f.metadata(), f.size()
-    return StoreObject(canonical(uri), size, _modified_ms(meta.get("Last-Modified", b"").decode()), _etag(meta))
+    return StoreObject(canonical(uri), size, modified_ms(meta.get("Last-Modified", b"").decode()), _etag(meta))
 
 
 def _etag(meta: dict) -> str:
     return meta.get("ETag", b"").decode().strip('"')
 
 
-def _modified_ms(value: str) -> int:
+def modified_ms(value: str) -> int:
+    """An object's time, to the second: a HEAD's Last-Modified has no finer unit and a
+    listing's may, and the ledger compares the two (an object named alone, then by its prefix)."""
     from datetime import datetime
     from email.utils import parsedate_to_datetime
 
@@ -71,7 +73,7 @@ def _modified_ms(value: str) -> int:
         when = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         when = parsedate_to_datetime(value)
-    return int(when.timestamp() * 1000)
+    return int(when.timestamp()) * 1000
 
 
 def read_ranges(f: Any, ranges: list[tuple[int, int]], gap: int = 1 << 20) -> dict[int, bytes]:
