@@ -82,11 +82,10 @@ def drawn_lanes(run: dict) -> dict[str, list[tuple[float, float]]]:
 
 
 def overlaps(run: dict) -> list[tuple]:
-    """Bars drawn over each other in one lane of the timeline. 50 ms are allowed: a task
-    launched as its core freed can seem to start before the last one's end (its duration
-    ends after its result is sent), and an executor has no more lanes than cores."""
+    """Bars drawn over each other in one lane of the timeline (a millisecond of grace: Spark's
+    times are rounded to it)."""
     return [
-        (k, a, b) for k, bars in drawn_lanes(run).items() for a, b in itertools.pairwise(bars) if a[1] > b[0] + 0.05
+        (k, a, b) for k, bars in drawn_lanes(run).items() for a, b in itertools.pairwise(bars) if a[1] > b[0] + 0.001
     ]
 
 

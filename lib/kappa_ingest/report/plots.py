@@ -8,6 +8,7 @@ Every rate axis starts at zero: a bar from 117,500 makes 15% look like a factor 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -68,6 +69,21 @@ def slots(tasks: Rows, cores: dict[Any, int] | None = None) -> list[int]:
     return out
 
 
+def _held(tasks: Rows, slot: list[int], starts: list[float]) -> list[float]:
+    """How long each task held its slot: its duration, but never past the launch of the next
+    task in its lane. Spark ends a task's duration when the driver has handled its result,
+    and frees the core (launching the next task on it) before that, by as long as a busy
+    driver takes: the overlap is the driver's bookkeeping, not two tasks on one core."""
+    widths = [t["duration_s"] for t in tasks]
+    by_lane: dict[tuple[Any, int], list[int]] = {}
+    for i in sorted(range(len(tasks)), key=starts.__getitem__):
+        by_lane.setdefault((tasks[i]["executor_id"], slot[i]), []).append(i)
+    for order in by_lane.values():
+        for i, j in itertools.pairwise(order):
+            widths[i] = max(0.0, min(widths[i], starts[j] - starts[i]))
+    return widths
+
+
 def _sending(run: RunTables) -> tuple[float, float] | None:
     """The sending stage(s)' start and end on the run's clock."""
     stages = [s for s in run["stages"] if s.get("sends") and s.get("submitted_at") and s.get("completed_at")]
@@ -119,16 +135,17 @@ def task_timeline(run: RunTables) -> Figure:
     colours = plt.get_cmap("tab10")
     fig, ax = plt.subplots(figsize=(6.2, 0.42 * len(lanes) + 1.9))
     starts = [since(t["launched_at"]) for t in tasks]
-    span = max(s + t["duration_s"] for s, t in zip(starts, tasks, strict=True)) - min(starts) if tasks else 1.0
-    for t, s, start in zip(tasks, slot, starts, strict=True):
+    widths = _held(tasks, slot, starts)
+    span = max(s + w for s, w in zip(starts, widths, strict=True)) - min(starts) if tasks else 1.0
+    for t, s, start, width in zip(tasks, slot, starts, widths, strict=True):
         y, failed = lanes.index((t["executor_id"], s)), _failed(t)
-        ax.barh(y, t["duration_s"], left=start, height=0.7, color=colours(stages.index(t["stage_id"]) % 10),
+        ax.barh(y, width, left=start, height=0.7, color=colours(stages.index(t["stage_id"]) % 10),
                 edgecolor="#b00000" if failed else "white", hatch="////" if failed else None,
                 alpha=0.55 if failed else 1.0)  # fmt: skip
-        wide = t["duration_s"] >= 0.2 * span  # room for the rows beside the partition
+        wide = width >= 0.2 * span  # room for the rows beside the partition
         label = f"p{t['partition']}" + (f" try {t['attempt'] + 1}" if t.get("attempt") else "")
         label += f", {t['rows']:,} rows" if wide and not t.get("attempt") and not failed else ""
-        ax.text(start + t["duration_s"] / 2, y, label, ha="center", va="center", fontsize=7, clip_on=True,
+        ax.text(start + width / 2, y, label, ha="center", va="center", fontsize=7, clip_on=True,
                 color="black" if failed else "white")  # fmt: skip
     ax.set_yticks(range(len(lanes)), [f"executor {e} · slot {s + 1}" for e, s in lanes], fontsize=8)
     ax.invert_yaxis()
