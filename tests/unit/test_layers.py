@@ -28,6 +28,7 @@ LAYERS = (
     ("preflight", "reprocess"),
     ("pipeline",),
     ("ingest",),
+    ("watch",),
     ("setup_jars",),
     ("lab",),
     ("bench",),

@@ -26,12 +26,13 @@ SUFFIXES = (".csv", ".csv.gz")
 HEADS_AT_ONCE = 16
 
 
-def list_objects(item: str, access: S3Access) -> list[StoreObject]:
-    """The objects ``item`` names, in key order, with their ETags."""
+def list_objects(item: str, access: S3Access, allow_empty: bool = False) -> list[StoreObject]:
+    """The objects ``item`` names, in key order, with their ETags; ``allow_empty``: a prefix
+    or glob that finds nothing is no objects, not an error (a landing prefix watched)."""
     bucket, key = split_uri(item)
     try:
         found = (
-            _listed(item, bucket, key, access)
+            _listed(item, bucket, key, access, allow_empty)
             if glob.has_magic(key) or key.endswith("/") or not key
             else [head(canonical(item), access)]
         )
@@ -43,7 +44,7 @@ def list_objects(item: str, access: S3Access) -> list[StoreObject]:
     return found
 
 
-def _listed(item: str, bucket: str, key: str, access: S3Access) -> list[StoreObject]:
+def _listed(item: str, bucket: str, key: str, access: S3Access, allow_empty: bool) -> list[StoreObject]:
     if glob.has_magic(key):
         prefix = key[: _first_magic(key)]
         base = key[: prefix.rfind("/") + 1]  # the prefix before the first wildcard's segment
@@ -60,7 +61,7 @@ def _listed(item: str, bucket: str, key: str, access: S3Access) -> list[StoreObj
         found = [o for page in pages for o in page if wanted(split_uri(o.uri)[1])]
     else:
         found = _listed_with_heads(bucket, base, deep, wanted, access)
-    if not found:
+    if not found and not allow_empty:
         raise InputError(nothing)
     return sorted(found, key=lambda o: o.uri)
 

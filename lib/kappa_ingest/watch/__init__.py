@@ -1,0 +1,5 @@
+"""Watching a landing directory: files streamed into a topic seconds after they land.
+
+- ``landing``  which files of a directory, glob or ``s3://`` prefix are ready to send
+                (writers' scratch names passed over, each file still for ``--min-file-age``).
+"""
