@@ -20,6 +20,8 @@ INSTALL_REQUIRES = [
     "matplotlib>=3.8",  # benchmark and report figures
     "psutil>=5.9",  # the benchmark's CPU and memory readings
     "tqdm>=4.60",  # the live progress bar
+    "watchdog==7.1.0",  # `watch`: inotify on a landing directory
+    "prometheus-client==0.26.0",  # `watch --metrics-port`
 ]
 
 setup(

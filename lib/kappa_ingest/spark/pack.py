@@ -25,7 +25,8 @@ SITE = "lib/python3*/site-packages/"
 # the Kafka clients, and pandas, which pyspark's worker may import.
 DRIVER_ONLY = ("deltalake", "matplotlib", "PIL", "pillow.libs", "fontTools", "great_expectations", "scipy",
                "scipy.libs", "altair", "IPython", "ipykernel", "jedi", "parso", "debugpy", "jupyter_client",
-               "jupyter_core", "nbclient", "nbformat", "zmq", "pyzmq.libs", "pip", "setuptools")  # fmt: skip
+               "jupyter_core", "nbclient", "nbformat", "zmq", "pyzmq.libs", "pip", "setuptools", "watchdog",
+               "prometheus_client")  # fmt: skip
 # Paths (relative to the venv) executors never need.
 EXCLUDE = (
     "*/__pycache__", "*.pyc",
