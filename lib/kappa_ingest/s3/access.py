@@ -160,27 +160,45 @@ def static_keys() -> dict[str, str]:
 
 
 def store_error(e: OSError, uri: str, access: S3Access, role: str = "input", option: str = "--input") -> KappaError:
-    """The store's answer as the project's error: what the input (or ``role``, given by
-    ``option``) names is missing (exit 3), or the store is out of reach or refuses the
-    credentials (exit 4)."""
+    """The store's answer, as pyarrow raises it, as the project's error (see :func:`store_answer`)."""
     from kappa_ingest.kafka.credentials import mask
 
     text = mask(str(e))
     if isinstance(e, FileNotFoundError) or "NO_SUCH_KEY" in text:
+        kind = "no-object"
+    elif "NO_SUCH_BUCKET" in text:
+        kind = "no-bucket"
+    elif "ACCESS_DENIED" in text or "INVALID_ACCESS_KEY_ID" in text or "SIGNATURE_DOES_NOT_MATCH" in text:
+        kind = "denied"
+    elif "NETWORK_CONNECTION" in text or "curlCode" in text:
+        kind = "unreachable"
+    else:
+        kind = "failed"
+    return store_answer(kind, _reason(text), uri, access, role, option)
+
+
+def store_answer(
+    kind: str, reason: str, uri: str, access: S3Access, role: str = "input", option: str = "--input"
+) -> KappaError:
+    """What the input (or ``role``, given by ``option``) names is missing (``kind``
+    "no-object", "no-bucket": exit 3), or the store refuses the credentials ("denied"), is
+    out of reach ("unreachable") or fails otherwise ("failed"): exit 4. ``reason``: the
+    store's or the connection's own words."""
+    if kind == "no-object":
         return InputError(f"{role} {uri}: no such object in the store ({access.where()}); check {option}")
-    if "NO_SUCH_BUCKET" in text:
+    if kind == "no-bucket":
         return InputError(f"{role} {uri}: no such bucket at {access.where()}; check {option} (and --s3-endpoint)")
-    if "ACCESS_DENIED" in text or "INVALID_ACCESS_KEY_ID" in text or "SIGNATURE_DOES_NOT_MATCH" in text:
+    if kind == "denied":
         return StoreUnavailable(
             f"{role} {uri}: access denied by the store at {access.where()}; check the credentials"
             " (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE) and what they may read"
         )
-    if "NETWORK_CONNECTION" in text or "curlCode" in text:
+    if kind == "unreachable":
         return StoreUnavailable(
-            f"{role} {uri}: the store at {access.where()} did not answer ({_reason(text)}); check --s3-endpoint"
+            f"{role} {uri}: the store at {access.where()} did not answer ({reason}); check --s3-endpoint"
             " (or AWS_ENDPOINT_URL) and that the store is up"
         )
-    return StoreUnavailable(f"{role} {uri}: the store at {access.where()} failed: {_reason(text)}")
+    return StoreUnavailable(f"{role} {uri}: the store at {access.where()} failed: {reason}")
 
 
 def _reason(text: str) -> str:

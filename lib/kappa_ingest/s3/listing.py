@@ -26,13 +26,15 @@ SUFFIXES = (".csv", ".csv.gz")
 HEADS_AT_ONCE = 16
 
 
-def list_objects(item: str, access: S3Access, allow_empty: bool = False) -> list[StoreObject]:
+def list_objects(item: str, access: S3Access, allow_empty: bool = False, signed: bool = True) -> list[StoreObject]:
     """The objects ``item`` names, in key order, with their ETags; ``allow_empty``: a prefix
-    or glob that finds nothing is no objects, not an error (a landing prefix watched)."""
+    or glob that finds nothing is no objects, not an error (a landing prefix watched);
+    ``signed=False``: through pyarrow with a HEAD each even where plain keys are at hand
+    (``kappa-ingest bench --listing`` compares the two)."""
     bucket, key = split_uri(item)
     try:
         found = (
-            _listed(item, bucket, key, access, allow_empty)
+            _listed(item, bucket, key, access, allow_empty, signed)
             if glob.has_magic(key) or key.endswith("/") or not key
             else [head(canonical(item), access)]
         )
@@ -44,7 +46,7 @@ def list_objects(item: str, access: S3Access, allow_empty: bool = False) -> list
     return found
 
 
-def _listed(item: str, bucket: str, key: str, access: S3Access, allow_empty: bool) -> list[StoreObject]:
+def _listed(item: str, bucket: str, key: str, access: S3Access, allow_empty: bool, signed: bool) -> list[StoreObject]:
     if glob.has_magic(key):
         prefix = key[: _first_magic(key)]
         base = key[: prefix.rfind("/") + 1]  # the prefix before the first wildcard's segment
@@ -56,7 +58,7 @@ def _listed(item: str, bucket: str, key: str, access: S3Access, allow_empty: boo
         deep = False
         wanted = lambda k: k.endswith(SUFFIXES)  # noqa: E731
         nothing = f"input {item}: no .csv or .csv.gz objects under this prefix"
-    pages = signed_list.pages(bucket, prefix, access, "" if deep else "/")
+    pages = signed_list.pages(bucket, prefix, access, "" if deep else "/") if signed else None
     if pages is not None:
         found = [o for page in pages for o in page if wanted(split_uri(o.uri)[1])]
     else:

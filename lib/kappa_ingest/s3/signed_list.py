@@ -16,10 +16,9 @@ import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from urllib.parse import quote, urlparse
+from urllib.parse import quote, unquote_plus, urlparse
 
-from kappa_ingest.errors import InputError, KappaError
-from kappa_ingest.s3.access import S3Access, StoreUnavailable, static_keys
+from kappa_ingest.s3.access import S3Access, static_keys, store_answer
 from kappa_ingest.s3.objects import StoreObject, modified_ms
 
 NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
@@ -54,8 +53,6 @@ def _pages(
 
 
 def _object(bucket: str, contents: ET.Element) -> StoreObject:
-    from urllib.parse import unquote_plus
-
     key = unquote_plus(contents.findtext(f"{NS}Key") or "")  # encoding-type=url: keys with any byte survive XML
     return StoreObject(
         f"s3://{bucket}/{key}",
@@ -71,6 +68,7 @@ def _get(bucket: str, query: dict[str, str], access: S3Access, keys: dict[str, s
     ``connect_timeout_s``, each read by ``request_timeout_s``, as pyarrow's requests are."""
     scheme, host, path = _where(bucket, access)
     qs = "&".join(f"{_enc(k)}={_enc(v)}" for k, v in sorted(query.items()))
+    uri = f"s3://{bucket}/{query['prefix']}"
     for attempt in range(1, access.attempts + 1):
         kind = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
         connection = kind(host, timeout=access.connect_timeout_s)
@@ -85,13 +83,10 @@ def _get(bucket: str, query: dict[str, str], access: S3Access, keys: dict[str, s
                 return body
             code = _code(body)
             if (answer.status < 500 and code != "SlowDown") or attempt == access.attempts:
-                raise _error(answer.status, code, bucket, access)
+                raise store_answer(_kind(answer.status, code), f"HTTP {answer.status} {code}".rstrip(), uri, access)
         except (OSError, http.client.HTTPException) as e:
             if attempt == access.attempts:
-                raise StoreUnavailable(
-                    f"input s3://{bucket}/{query['prefix']}: the store at {access.where()} did not answer"
-                    f" ({type(e).__name__}: {e}); check --s3-endpoint (or AWS_ENDPOINT_URL) and that the store is up"
-                ) from e
+                raise store_answer("unreachable", f"{type(e).__name__}: {e}", uri, access) from e
         finally:
             connection.close()
         time.sleep(min(0.05 * 2**attempt, 2.0))
@@ -146,16 +141,10 @@ def _code(body: bytes) -> str:
         return ""
 
 
-def _error(status: int, code: str, bucket: str, access: S3Access) -> KappaError:
+def _kind(status: int, code: str) -> str:
+    """An S3 error answer as :func:`~kappa_ingest.s3.access.store_answer`'s kind."""
     if code == "NoSuchBucket":
-        return InputError(
-            f"input s3://{bucket}/: no such bucket at {access.where()}; check --input (and --s3-endpoint)"
-        )
-    if code in DENIED or status == 403:
-        return StoreUnavailable(
-            f"input s3://{bucket}/: access denied by the store at {access.where()}; check the credentials"
-            " (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE) and what they may read"
-        )
-    return StoreUnavailable(
-        f"input s3://{bucket}/: the store at {access.where()} failed: HTTP {status} {code}".rstrip()
-    )
+        return "no-bucket"
+    if code == "NoSuchKey":
+        return "no-object"
+    return "denied" if code in DENIED or status == 403 else "failed"

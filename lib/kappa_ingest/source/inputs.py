@@ -25,9 +25,8 @@ from urllib.parse import urlparse
 
 from kappa_ingest.errors import InputError
 from kappa_ingest.s3.access import is_s3
-from kappa_ingest.s3.listing import list_objects
+from kappa_ingest.s3.listing import SUFFIXES, list_objects
 
-SUFFIXES = (".csv", ".csv.gz")
 HEAD_BYTES = 64 << 10  # how much of a file the text checks look at
 GZIP_MAGIC = b"\x1f\x8b"
 # Signatures of files that are not CSV text, for the message (gzip is told apart: it has a fix).

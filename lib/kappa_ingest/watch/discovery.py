@@ -75,10 +75,6 @@ class Discovery:
             if self.clock() >= deadline:
                 return []
 
-    def waiting(self) -> list[tuple[str, float]]:
-        """The files seen and not yet ready, with how long each has been still."""
-        return self.settling.waiting(self.clock())
-
 
 def _watched(where: str) -> tuple[str, bool]:
     """The directory to be notified of, and whether below it too (a glob across directories)."""

@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kappa_ingest.s3.access import S3Access, is_s3
-from kappa_ingest.s3.listing import list_objects
+from kappa_ingest.s3.listing import SUFFIXES, list_objects
 
-SUFFIXES = (".csv", ".csv.gz")
 SCRATCH_PREFIXES = (".", "_")
 SCRATCH_SUFFIXES = ("._COPYING_", ".tmp", ".filepart", ".part", ".crdownload")
 
