@@ -291,8 +291,9 @@ def lab(lab_one_broker):
 # share, then each of those by its tests, so that it stops after them; the fault and lab
 # tests (which kill, pause and cut real processes) after the rest. Of the tests on the
 # cluster lab, the one that cuts a worker off (and leaves it to find its way back to the
-# master) last.
+# master) last; the one that ships the packed venv first (packing while its lab comes up).
 _LAST_ON_THE_CLUSTER_LAB = "test_a_worker_cut_off_from_the_driver_while_its_executor_sends_delivers_every_row_once"
+_FIRST_ON_THE_CLUSTER_LAB = "test_the_cluster_recipe_across_hosts_of_their_own"
 
 
 def _place(item) -> tuple:
@@ -312,7 +313,7 @@ def _place(item) -> tuple:
         group = 4
     else:
         group = 5
-    return group, item.name == _LAST_ON_THE_CLUSTER_LAB
+    return group, item.name == _LAST_ON_THE_CLUSTER_LAB, item.name != _FIRST_ON_THE_CLUSTER_LAB
 
 
 def _half(item) -> int:

@@ -182,13 +182,16 @@ def split_by_rule(read_line, start: int, end: int, skip: bool) -> list[bytes]:
     return out
 
 
-def cluster_recipe(master_url: str, driver_host: str, archive: Path) -> list[str]:
+def cluster_recipe(master_url: str, driver_host: str, archive: Path | None) -> list[str]:
     """spark-submit.sh as the README's cluster recipe has it, two one-core executors, up to
-    the job's own settings and script."""
+    the job's own settings and script. Without ``archive`` the executors run this venv's
+    Python, on the disk the lab's hosts share (unpacking the venv costs each executor
+    ~15 CPU-s: the recipe's own test ships it, the fault tests need not)."""
     root = Path(__file__).resolve().parents[1]
+    python = ["--archives", f"{archive}#venv", "--conf", "spark.pyspark.python=./venv/bin/python"] if archive else [
+        "--conf", f"spark.pyspark.python={sys.executable}"]  # fmt: skip
     return [str(root / "spark-submit.sh"), "--master", master_url, "--conf", f"spark.driver.host={driver_host}",
-            "--total-executor-cores", "2", "--executor-cores", "1", "--executor-memory", "512m",
-            "--archives", f"{archive}#venv", "--conf", "spark.pyspark.python=./venv/bin/python"]  # fmt: skip
+            "--total-executor-cores", "2", "--executor-cores", "1", "--executor-memory", "512m", *python]  # fmt: skip
 
 
 # The suite's S3 secret (conftest puts it in the environment before any JVM starts).

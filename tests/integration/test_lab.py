@@ -314,16 +314,17 @@ def _executor_pids(lab: hosts.Lab, host: str) -> list[int]:
     return out
 
 
-def _submit(lab: hosts.Lab, archive: Path, log: Path, *job: str, conf: tuple[str, ...] = ()) -> subprocess.Popen:
+def _submit(lab: hosts.Lab, log: Path, *job: str, conf: tuple[str, ...] = ()) -> subprocess.Popen:
     """The README's cluster recipe from the driver host: spark-submit.sh to the lab's master,
-    two one-core executors, the job's arguments ``job`` (and Spark settings ``conf``).
+    two one-core executors running the venv from the shared disk (the archive is the recipe
+    test's), the job's arguments ``job`` (and Spark settings ``conf``).
     Executors are given up 12 s after their last heartbeat (Spark's default: 120 s)."""
     assert lab.spark is not None
     drv = lab.net.hosts[hosts.DRIVER]
     root = Path(__file__).resolve().parents[2]
     with open(log, "wb") as out:
         return lab.run(
-            hosts.DRIVER, *cluster_recipe(lab.spark.master_url, drv, archive),
+            hosts.DRIVER, *cluster_recipe(lab.spark.master_url, drv, None),
             "--conf", "spark.executor.heartbeatInterval=2s", "--conf", "spark.network.timeout=12s",
             "--conf", "spark.network.timeoutInterval=4s", *(a for c in conf for a in ("--conf", c)),
             str(root / "jobs" / "ingest_csv.py"), "--bootstrap-servers", lab.bootstrap_servers, *job,
@@ -345,9 +346,7 @@ def cluster_lab(lab_cluster):
         lab_cluster.net.restore_between(a, b)
 
 
-def test_a_worker_cut_off_from_the_driver_while_its_executor_sends_delivers_every_row_once(
-    packed_venv, cluster_lab, tmp_path
-):
+def test_a_worker_cut_off_from_the_driver_while_its_executor_sends_delivers_every_row_once(cluster_lab, tmp_path):
     """A standalone cluster in the lab; every unit is held at its first records (a fault
     point), w2's let go at once. Once w1's first unit has sent its first records and is held,
     w1 is cut off from the driver and the master, not from the brokers: Spark loses its
@@ -361,7 +360,7 @@ def test_a_worker_cut_off_from_the_driver_while_its_executor_sends_delivers_ever
     held.mkdir()
     point = failpoints.MID_SEND
     zombie: list[int] = []
-    proc = _submit(lab, packed_venv.path(), log, "--input", str(path), "--topic", "worker-cut", "--partitions", "4",
+    proc = _submit(lab, log, "--input", str(path), "--topic", "worker-cut", "--partitions", "4",
                    "--target-rate", "6000", "--run-id", "worker-cut", "--metrics-dir", str(metrics), "--quiet",
                    conf=(f"spark.executorEnv.{failpoints.ENV}={point}:{held}",))  # fmt: skip
     stop = threading.Event()
@@ -409,9 +408,7 @@ def test_a_worker_cut_off_from_the_driver_while_its_executor_sends_delivers_ever
     faults.assert_delivered(records, expected_rows(path), [report])
 
 
-def test_a_driver_cut_off_from_the_brokers_past_its_lease_is_taken_over_while_its_executors_send(
-    packed_venv, cluster_lab, tmp_path
-):
+def test_a_driver_cut_off_from_the_brokers_past_its_lease_is_taken_over_while_its_executors_send(cluster_lab, tmp_path):
     """A scheduled run (--incremental, a lease of 8 s) on a standalone cluster in the lab.
     Mid-send its driver is cut off from the broker, not from its workers: the executors go
     on sending, the lock goes unrenewed. Past the lease a second run, from a host of its
@@ -441,7 +438,7 @@ def test_a_driver_cut_off_from_the_brokers_past_its_lease_is_taken_over_while_it
                                         isolation="read_uncommitted")  # fmt: skip
         return any(r.kind == ledger.SUPERSEDED and r.key == b'{"superseded":"cut-off"}' for r in found)
 
-    proc = _submit(lab, packed_venv.path(), log, *common, "--partitions", "2", "--target-rate", "1000",
+    proc = _submit(lab, log, *common, "--partitions", "2", "--target-rate", "1000",
                    "--run-id", "cut-off")  # fmt: skip
     second = None
     try:
@@ -495,9 +492,7 @@ def _retransmitted(lab: hosts.Lab, host: str) -> int:
     return int(values[names.index("RetransSegs")])
 
 
-def test_a_store_20_ms_away_cut_off_for_15_s_mid_read_ends_every_row_once(
-    packed_venv, cluster_lab, lab_store, tmp_path
-):
+def test_a_store_20_ms_away_cut_off_for_15_s_mid_read_ends_every_row_once(cluster_lab, lab_store, tmp_path):
     """The cluster recipe reading four objects from the store's own host, 20 ms of round
     trip away (its delaying proxy), each task its splits with ranged GETs of 2 MB as it
     sends. Mid-send, the store's link is cut for 15 s, less than a read's idle limit (20 s):
@@ -515,7 +510,7 @@ def test_a_store_20_ms_away_cut_off_for_15_s_mid_read_ends_every_row_once(
         path.unlink()
     lab.delay(hosts.STORE, 20)  # returns once the proxy applies it
     log, metrics = tmp_path / "run.log", tmp_path / "m"
-    proc = _submit(lab, packed_venv.path(), log, "--input", "s3://landing/cut/", "--s3-endpoint", lab_store.endpoint,
+    proc = _submit(lab, log, "--input", "s3://landing/cut/", "--s3-endpoint", lab_store.endpoint,
                    "--topic", "store-cut", "--partitions", "4", "--target-rate", "2000", "--run-id", "store-cut",
                    "--metrics-dir", str(metrics), "--quiet")  # fmt: skip
     workers = ("w1", "w2")
