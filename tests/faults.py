@@ -24,13 +24,18 @@ from kappa_ingest.delivery import ledger
 
 
 def cli(
-    *args: str, log: Path, env: dict | None = None, hostname: str | None = None, on: list[str] | None = None
+    *args: str,
+    log: Path,
+    env: dict | None = None,
+    hostname: str | None = None,
+    on: list[str] | None = None,
+    command: str = "ingest",
 ) -> subprocess.Popen:
-    """``kappa-ingest ingest ARGS`` as its own process (group), output to ``log``; with
-    ``hostname``, on a host of its own (a UTS namespace: another hostname, same network);
-    with ``on``, a lab host's ``ip netns exec NS`` (a network of its own)."""
+    """``kappa-ingest ingest ARGS`` (or another ``command``) as its own process (group),
+    output to ``log``; with ``hostname``, on a host of its own (a UTS namespace: another
+    hostname, same network); with ``on``, a lab host's ``ip netns exec NS`` (a network of its own)."""
     out = open(log, "wb")
-    command = [*(on or []), sys.executable, "-m", "kappa_ingest.cli", "ingest", *args]
+    command = [*(on or []), sys.executable, "-m", "kappa_ingest.cli", command, *args]
     if hostname is not None:
         command = ["unshare", "--uts", "sh", "-c", f'hostname {hostname} && exec "$@"', "sh", *command]
     return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,

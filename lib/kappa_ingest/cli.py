@@ -1,6 +1,7 @@
 """``kappa-ingest``: the command line. Errors become exit codes here, and only here.
 
 kappa-ingest ingest --input PATH --topic TOPIC [option ...]   # local Spark
+kappa-ingest watch --input DIR --topic TOPIC [option ...]     # each file landing there, into the topic
 kappa-ingest reprocess --from-topic T --runs ID --to-topic T2  # replay history into a new topic
 kappa-ingest kafka start|stop|status [--dir DIR]              # the embedded local Kafka
 kappa-ingest s3 start|stop|status [--dir DIR]                 # a local S3 server (S3Proxy)
@@ -32,14 +33,20 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     from kappa_ingest.config import add_ingest_arguments, add_reprocess_arguments
+    from kappa_ingest.watch.settings import add_watch_arguments
 
     p = _Parser(prog="kappa-ingest", description="CSV files into a Kafka topic with Spark, measured.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     ing = sub.add_parser("ingest", help="ingest CSV files into a topic (local Spark)")
     add_ingest_arguments(ing)
+    w = sub.add_parser(
+        "watch", help="stream each file landing in a directory or s3:// prefix into a topic, every row once"
+    )
+    add_ingest_arguments(w)
+    add_watch_arguments(w)
     rep = sub.add_parser("reprocess", help="replay a topic's history (from the ledger) into a new topic version")
     add_reprocess_arguments(rep)
-    for local in (ing, rep):  # spark-submit.sh takes spark-submit's own --conf
+    for local in (ing, w, rep):  # spark-submit.sh takes spark-submit's own --conf
         local.add_argument("--spark-conf", action="append", metavar="KEY=VALUE",
                            help="a Spark setting for the local session, as spark-submit --conf; repeatable")  # fmt: skip
     k = sub.add_parser("kafka", help="the embedded local Kafka broker")
@@ -134,103 +141,71 @@ def run_reprocess(args: argparse.Namespace) -> int:
     return run_ingest(args, config.validate(values), replay)
 
 
-# Long: what happens before Spark starts is an order of steps, each with why it is there.
 def run_ingest(args: argparse.Namespace, cfg: Any = None, replay: Any = None) -> int:
     """Shared by ``kappa-ingest ingest`` and ``jobs/ingest_csv.py``: check what can be
-    checked before Spark starts (inputs, Kafka), start an embedded broker beside Spark if
-    the run needs one, then run the job; Spark and the broker are stopped before recording."""
+    checked before Spark starts (inputs, Kafka, the lock, what is left to send), start an
+    embedded broker beside Spark if the run needs one, then run the job; Spark and the
+    broker are stopped before recording."""
     import threading
 
     from kappa_ingest import config
-    from kappa_ingest.delivery import lock
-    from kappa_ingest.kafka.endpoint import KafkaEndpoint, endpoint_for
-    from kappa_ingest.preflight import preflight
+    from kappa_ingest.pipeline.resources import RunResources
     from kappa_ingest.report.phases import RunClock
-    from kappa_ingest.spark.session import build_session, launched_by_spark_submit, quick_jit, stop_session
+    from kappa_ingest.spark.session import quick_jit
 
     clock = RunClock.from_process_start()
     cfg = cfg or config.load(args)
     importing = threading.Thread(target=_import_pipeline, name="imports", daemon=True)
-    kafka: KafkaEndpoint | None = None
-    resumption = selection = held = None
-    try:
-        input_bytes = preflight(cfg)
-        if cfg.expectations:  # a malformed suite is refused before Spark starts
-            from kappa_ingest import quality
-
-            quality.load(cfg.expectations)
-        if cfg.resume:  # fenced and read before Spark starts: with nothing left, Spark never does
-            from kappa_ingest.ingest import prepare_resume
-            from kappa_ingest.report.recording import nothing_to_send
-
-            held = lock.hold(cfg, cfg.bootstrap_servers)
-            resumption = prepare_resume(cfg)
-            if resumption.nothing_left:
-                held.release()
-                nothing_to_send(cfg, resumption, clock, held=held)
-                return 0
-        if not launched_by_spark_submit():  # else the master is known only once the session is up
-            kafka = endpoint_for(cfg.bootstrap_servers, cfg.spark_master or "local[*]", cfg.dry_run)
-            # One run at a time: a second one exits before Spark starts. An embedded broker
-            # still starting beside Spark is waited for only where the run needs Kafka now.
-            if held is None and not cfg.dry_run and (cfg.bootstrap_servers or cfg.incremental):
-                held = lock.hold(cfg, kafka.servers())
-            if cfg.incremental:  # chosen before Spark starts: with nothing new, it never does
-                from kappa_ingest.ingest import prepare_incremental
-                from kappa_ingest.report.recording import nothing_new
-
-                selection = prepare_incremental(cfg, kafka.servers())
-                if selection.nothing_left:
-                    servers = kafka.servers()
-                    if held is not None:
-                        held.release()
-                    kafka.close()
-                    nothing_new(cfg, selection, servers, clock, held=held)
-                    return 0
-        # The pipeline's imports (Arrow, polars, the Delta writer: ~0.8 s) run while the JVM starts.
-        importing.start()
-        quick = quick_jit(input_bytes)
-        spark = build_session(f"kappa-ingest {cfg.run_id}", cfg.spark_master, {**_sorting_memory(cfg), **_spark_conf(args)},
-                              quick_jit=quick)  # fmt: skip
-    except BaseException as e:
-        # ingest() writes the report from here on; before it, this does.
-        if kafka is not None:
-            kafka.close()
-        if held is not None:
-            held.release()
-        # Imported here: at the top it would load the pipeline's libraries before the JVM starts.
-        from kappa_ingest.report import recording
-
-        recording.failed_report(cfg, clock, e, what="Spark did not start: ")
-        raise
-
-    released = threading.Event()
-
-    def release() -> None:
-        """Stop Spark and the run's own broker side by side; once."""
-        if released.is_set():
-            return
-        released.set()
-        stopping = threading.Thread(target=kafka.close, name="stop-kafka") if kafka is not None else None
-        if stopping is not None:
-            stopping.start()
+    with RunResources(cfg) as resources:
         try:
-            stop_session(spark)
-        finally:
-            if stopping is not None:
-                stopping.join()
+            input_bytes, work = _before_spark(cfg, resources)
+            if work is not None and work.nothing_left:  # Spark never starts
+                from kappa_ingest.report.recording import nothing_left
 
-    importing.join()
-    from kappa_ingest.ingest import ingest  # imported by now
+                servers = resources.servers() if cfg.incremental else cfg.bootstrap_servers
+                resources.close()
+                nothing_left(cfg, work, servers, clock, held=resources.held)
+                return 0
+            # The pipeline's imports (Arrow, polars, the Delta writer: ~0.8 s) run while the JVM starts.
+            importing.start()
+            resources.start_spark(f"kappa-ingest {cfg.run_id}", {**_sorting_memory(cfg), **_spark_conf(args)},
+                                  quick_jit(input_bytes))  # fmt: skip
+        except BaseException as e:
+            # The run writes its report from here on; before it, this does.
+            resources.close()
+            # Imported here: at the top it would load the pipeline's libraries before the JVM starts.
+            from kappa_ingest.report import recording
 
-    try:
-        ingest(cfg, spark, clock=clock, kafka=kafka, release=release, resumption=resumption, selection=selection,
-               held=held, replay=replay)  # fmt: skip
-    finally:
-        release()
-        if held is not None:
-            held.release()
+            recording.failed_report(cfg, clock, e, what="Spark did not start: ")
+            raise
+        importing.join()
+        from kappa_ingest.ingest import run  # imported by now
+
+        run(cfg, resources, clock, work, replay=replay, release_early=True)
     return 0
+
+
+def _before_spark(cfg: Any, resources: Any) -> tuple[int, Any]:
+    """The input's size; and, where it can be known before Spark starts, the run's work
+    (with the lock taken): a second run exits 6, and one with nothing left never starts Spark."""
+    from kappa_ingest.preflight import preflight
+    from kappa_ingest.spark.session import launched_by_spark_submit
+
+    input_bytes = preflight(cfg)
+    if cfg.expectations:  # a malformed suite is refused before Spark starts
+        from kappa_ingest import quality
+
+        quality.load(cfg.expectations)
+    if not cfg.resume and launched_by_spark_submit():  # the master is known only once the session is up
+        return input_bytes, None
+    resources.open_kafka(cfg.spark_master or "local[*]")  # an embedded broker starts beside Spark
+    # Waited for only where the run needs Kafka now; else the run takes the lock once Spark is up.
+    if not (cfg.bootstrap_servers or cfg.incremental):
+        return input_bytes, None
+    from kappa_ingest.delivery.work import prepare
+
+    resources.hold()
+    return input_bytes, prepare(cfg, resources.servers)
 
 
 def _sorting_memory(cfg: Any) -> dict[str, str]:
@@ -513,7 +488,8 @@ def guarded(fn, *args) -> int:  # type: ignore[no-untyped-def]
 
 def exit_on_sigterm() -> None:
     """A scheduler's SIGTERM unwinds like Ctrl-C, so an embedded broker is stopped and the
-    report written (Python's default would exit without running ``finally``)."""
+    report written (Python's default would exit without running ``finally``). A watch puts
+    its own handler in once it runs: it ends its batch and exits 0."""
     import signal
 
     def handler(signum: int, frame: object) -> None:
@@ -541,6 +517,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_ingest(args)
         if args.command == "reprocess":
             return run_reprocess(args)
+        if args.command == "watch":
+            from kappa_ingest.watch.command import run_watch
+
+            return run_watch(args, _spark_conf(args))
         if args.command == "kafka":
             return _kafka(args)
         if args.command == "lab":

@@ -1,8 +1,8 @@
 """The ingest job: CSV files → JSON records → a Kafka topic, measured and reconciled.
 
-    held       = lock.hold(cfg, ...)                  # one run at a time per topic
-    resumption = prepare_resume(cfg)                  # --resume: fence, read the ledger
-    selection  = prepare_incremental(cfg, ...)        # --incremental: what the ledger lacks
+    resources  = RunResources(cfg, spark)             # Kafka, the topic's lock, Spark: one owner
+    held       = resources.hold()                     # one run at a time per topic
+    work       = prepare(cfg, ...)                    # --resume / --incremental: what the ledger lacks
     source     = _read(...)                           # the planned units; lines to parse
     source     = quality.gate(...)                    # --expectations, before anything is sent
     sent       = _send(...)                           # convert + produce, per partition
@@ -11,6 +11,8 @@
     _quarantine(...)                                  # the rejected rows, with their reasons
     _finish(...)                                      # summary.json, the Delta tables, printed
 
+``ingest`` is one run in a session the caller has; ``run`` the same with resources someone
+else holds: the command line's one run, or each batch of a watch (``kappa_ingest.watch``).
 Whatever happens, ``summary.json`` is written with the run's status (first before sending,
 with the run's plan, so that a killed run can be resumed), and the run's clock
 (``phases``) says where the time went from the command's start.
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable
 
 from confluent_kafka import KafkaException
 from pyspark.sql import SparkSession
@@ -28,21 +29,21 @@ from pyspark.sql import SparkSession
 from kappa_ingest import quality, reprocess
 from kappa_ingest.config import IngestConfig
 from kappa_ingest.delivery import guarantees as delivery
-from kappa_ingest.delivery import incremental, lock
 from kappa_ingest.delivery.incremental import Selection
 from kappa_ingest.delivery.ledger import Entry
 from kappa_ingest.delivery.lock import Lock
 from kappa_ingest.delivery.resume import Resumption
 from kappa_ingest.delivery.task_delivery import for_tasks
+from kappa_ingest.delivery.work import Work, prepare
 from kappa_ingest.errors import (
     KafkaUnavailable,
     KappaError,
     LockLost,
     first_line,
 )
-from kappa_ingest.kafka.endpoint import KafkaEndpoint, endpoint_for
-from kappa_ingest.kafka.settings import connection_conf
+from kappa_ingest.kafka.endpoint import KafkaEndpoint
 from kappa_ingest.pipeline import accounting, reconciling, sending
+from kappa_ingest.pipeline.resources import RunResources
 from kappa_ingest.pipeline.sending import Sent
 from kappa_ingest.report import recording
 from kappa_ingest.report.phases import RunClock
@@ -65,85 +66,64 @@ def ingest(
     echo: bool = True,
     *,
     clock: RunClock | None = None,
-    kafka: KafkaEndpoint | None = None,
-    release: Callable[[], None] | None = None,
-    resumption: Resumption | None = None,
-    selection: Selection | None = None,
-    held: Lock | None = None,
     replay: Replay | None = None,
 ) -> RunReport:
-    """Run one ingest; returns its report (also recorded, written to summary.json and printed).
+    """One run in the caller's session (a notebook's, the tests', the bench's): its Kafka
+    and the topic's lock taken here and let go at its end. See :func:`run`."""
+    with RunResources(cfg, spark) as resources:
+        return run(cfg, resources, clock or RunClock(), echo=echo, replay=replay)
 
-    ``clock`` has the command's start (default: now); ``kafka`` the run's Kafka (default:
-    from ``cfg``, started here if need be); ``release`` is called once the run needs Spark
-    and Kafka no more, before recording (the CLI stops both there, so that the user does
-    not wait for them after the report); ``resumption`` is ``resume.prepare``'s answer for a
-    ``--resume`` run (made here if not given), ``selection`` ``incremental.prepare``'s for an
-    ``--incremental`` one (likewise); ``held`` the topic's lock (taken here if not given, and
-    then released at the end); ``replay`` what a ``reprocess`` run replays (``reprocess.prepare``). Raises a KappaError subclass (carrying the contract's exit
-    code) on failure, after the report has been written with ``status: failed``.
+
+def run(
+    cfg: IngestConfig,
+    resources: RunResources,
+    clock: RunClock,
+    work: Work | None = None,
+    *,
+    echo: bool = True,
+    replay: Replay | None = None,
+    release_early: bool = False,
+) -> RunReport:
+    """Run the pipeline once with ``resources`` (its Spark started); returns the run's report
+    (also recorded, written to summary.json and printed if ``echo``).
+
+    ``clock`` has the command's start; ``work`` what the run sends (:func:`delivery.work.prepare`;
+    chosen here, with the lock taken, if not given); ``replay`` what a ``reprocess`` run
+    replays. ``release_early``: let go of the resources once the run needs them no more,
+    before recording (the command line: nobody waits for Spark to stop after the report; a
+    watch keeps them for its next batch). Raises a KappaError subclass (carrying the
+    contract's exit code) on failure, after the report has been written with ``status: failed``.
     """
-    clock = clock or RunClock()
     clock.end("startup")
     opening.for_run(cfg.s3_endpoint)
-    owns_kafka = kafka is None
-    owns_lock = held is None and not cfg.dry_run
-    if owns_lock:
+    if work is None:
         try:
-            kafka = kafka or endpoint_for(cfg.bootstrap_servers, spark.sparkContext.master, cfg.dry_run)
-            held = lock.hold(cfg, kafka.servers())
+            resources.hold()
+            work = prepare(cfg, resources.servers)
         except BaseException as e:
-            if owns_kafka and kafka is not None:
-                kafka.close()
             recording.failed_report(cfg, clock, e)
             raise
-    try:
-        return _ingest(cfg, spark, echo, clock, kafka, owns_kafka, release, resumption, selection, held, replay)
-    finally:
-        if owns_lock and held is not None:
-            held.release()
+    if work.nothing_left:
+        servers = resources.servers() if cfg.incremental else cfg.bootstrap_servers or ""
+        if release_early:
+            resources.close()
+        return recording.nothing_left(cfg, work, servers, clock, echo, resources.held)
+    return _pipeline(cfg, resources, clock, work, echo, replay, release_early)
 
 
 # Long: the pipeline itself; each step is a named call, and the try/finally must span them all.
-def _ingest(
+def _pipeline(
     cfg: IngestConfig,
-    spark: SparkSession,
-    echo: bool,
+    resources: RunResources,
     clock: RunClock,
-    kafka: KafkaEndpoint | None,
-    owns_kafka: bool,
-    release: Callable[[], None] | None,
-    resumption: Resumption | None,
-    selection: Selection | None,
-    held: Lock | None,
-    replay: Replay | None = None,
+    work: Work,
+    echo: bool,
+    replay: Replay | None,
+    release_early: bool,
 ) -> RunReport:
-    if cfg.resume and resumption is None:
-        try:
-            resumption = prepare_resume(cfg)
-        except BaseException as e:
-            recording.failed_report(cfg, clock, e)
-            raise
-    if resumption is not None and resumption.nothing_left:
-        if held is not None:
-            held.release()
-        return recording.nothing_to_send(cfg, resumption, clock, echo, held)
-    if cfg.incremental and selection is None:
-        try:
-            kafka = kafka or endpoint_for(cfg.bootstrap_servers, spark.sparkContext.master, cfg.dry_run)
-            selection = prepare_incremental(cfg, kafka.servers())
-        except BaseException as e:
-            if owns_kafka and kafka is not None:
-                kafka.close()
-            recording.failed_report(cfg, clock, e)
-            raise
-    if selection is not None and selection.nothing_left:
-        servers = kafka.servers() if kafka else ""
-        if held is not None:
-            held.release()
-        if owns_kafka and kafka is not None:
-            kafka.close()
-        return recording.nothing_new(cfg, selection, servers, clock, echo, held)
+    spark = resources.spark
+    assert spark is not None, "a run's Spark starts before it runs"
+    held = resources.held
     report = recording.new_report(cfg, clock, held)
     report.spark_master = spark.sparkContext.master
     if replay is not None:
@@ -151,16 +131,16 @@ def _ingest(
     new_entries: list[Entry] = []
     unreconciled: KappaError | None = None
     try:
-        kafka = kafka or endpoint_for(cfg.bootstrap_servers, spark.sparkContext.master, cfg.dry_run)
+        kafka = resources.open_kafka()
         delivery.check_spark(cfg.delivery, spark.sparkContext.getConf().get("spark.speculation", "false"))
-        earlier = resumption or selection  # what was delivered before, and the files to read
+        earlier = work.earlier  # what was delivered before, and the files to read
         source, group = _read(cfg, spark, report, earlier, held)
-        skip = frozenset(earlier.delivered) if earlier else frozenset()
+        skip = work.skip
         if cfg.expectations:
             source = quality.gate(cfg, source, skip, report, cfg.metrics.sub("runs", cfg.run_id), echo)
         source, sent, outcome = _send(cfg, spark, source, kafka, report, skip, earlier, echo)
         new_entries = _account(cfg, spark, report, source, sent, outcome, group, earlier)
-        _settle(cfg, report, source, sent, outcome, held, resumption, replay, new_entries)
+        _settle(cfg, report, source, sent, outcome, held, work.resumption, replay, new_entries)
         _quarantine(cfg, report, source, skip)
         report.check_counts()
         report.status = "succeeded" if report.consistent else "failed"
@@ -179,7 +159,7 @@ def _ingest(
         report.status, report.error = "failed", f"{type(e).__name__}: {first_line(e)}"
         raise
     finally:
-        _finish(cfg, report, held, release, kafka if owns_kafka else None, new_entries, echo)
+        _finish(cfg, report, resources, release_early, new_entries, echo)
     if unreconciled is not None:
         raise unreconciled
     return report
@@ -311,47 +291,28 @@ def _quarantine(cfg: IngestConfig, report: RunReport, source: csv_source.Source,
 
 
 def _finish(
-    cfg: IngestConfig,
-    report: RunReport,
-    held: Lock | None,
-    release: Callable[[], None] | None,
-    kafka: KafkaEndpoint | None,
-    entries: list[Entry],
-    echo: bool,
+    cfg: IngestConfig, report: RunReport, resources: RunResources, release_early: bool, entries: list[Entry], echo: bool
 ) -> None:
-    """Whatever happened: the lock let go, Spark and Kafka stopped while the run is
-    recorded, and the report printed."""
+    """Whatever happened: the run recorded and its report printed; with ``release_early``
+    the lock let go first and Spark and Kafka stopped while the run is recorded."""
     report.clock.end("reconcile")  # a failed run's last phase takes its time up to here
-    if held is not None:
-        held.release()  # while Kafka is still there: an embedded broker stops next
-        report.delivery["lock"] = held.summary()
-    releasing = threading.Thread(target=_release, args=(release, kafka), name="release")
-    releasing.start()  # Spark and Kafka stop while the store is written
+    if release_early:
+        resources.release_lock()  # while Kafka is still there: an embedded broker stops next
+    if resources.held is not None:
+        report.delivery["lock"] = resources.held.summary()
+    releasing = None
+    if release_early:
+        releasing = threading.Thread(target=_release, args=(resources,), name="release")
+        releasing.start()  # Spark and Kafka stop while the store is written
     path = recording.record(cfg, report, releasing, entries)
     if echo:
         print(render(report.summary()))
         print(f"report: {path}")
 
 
-def prepare_resume(cfg: IngestConfig) -> Resumption:
-    """Fence and read the ledger for a --resume run (its Kafka is the original run's)."""
-    from kappa_ingest.delivery import resume
-
-    assert cfg.bootstrap_servers, "a resumed run's Kafka comes from the run it resumes"
-    return resume.prepare(cfg, connection_conf(cfg.producer_settings(), cfg.bootstrap_servers))
-
-
-def prepare_incremental(cfg: IngestConfig, servers: str) -> Selection:
-    """Read the ledger for an --incremental run and choose what it sends."""
-    return incremental.prepare(cfg, connection_conf(cfg.producer_settings(), servers))
-
-
-def _release(release: Callable[[], None] | None, kafka: KafkaEndpoint | None) -> None:
+def _release(resources: RunResources) -> None:
     """Let go of Spark and Kafka before recording; a failure here is a warning, not a lost report."""
-    for step in (release, kafka.close if kafka is not None else None):
-        if step is None:
-            continue
-        try:
-            step()
-        except Exception as e:  # noqa: BLE001 - the run is over; its report must still be written
-            print(f"kappa-ingest: warning: stopping Spark or Kafka: {first_line(e)[:200]}", file=sys.stderr)
+    try:
+        resources.stop_spark_and_kafka()
+    except Exception as e:  # noqa: BLE001 - the run is over; its report must still be written
+        print(f"kappa-ingest: warning: stopping Spark or Kafka: {first_line(e)[:200]}", file=sys.stderr)

@@ -175,7 +175,7 @@ _YAML_ALIASES = {
     "master": "spark_master",
     "lock_lease": "lock_lease_s",
 }
-_NOT_IN_YAML = {"config_file", "lineage", "topic_config", "from_topic", "runs", "since", "until"}
+_NOT_IN_YAML = {"config_file", "lineage", "topic_config", "from_topic", "runs", "since", "until", "watch_id"}
 
 
 def _read_yaml(path: Any) -> dict[str, Any]:

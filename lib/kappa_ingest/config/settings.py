@@ -85,6 +85,7 @@ class IngestConfig:
     replay_speed: float | None = None  # event-time pacing, X times real time; None: unpaced
     topic_config: dict[str, str] = field(default_factory=dict)  # configs of a topic the run creates
     s3_endpoint: str | None = None  # an S3-compatible store's URL (default: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL)
+    watch_id: str | None = None  # a watch's batch: the watch (which holds the topic's lock for its batches)
 
     @property
     def metrics(self) -> Directory:

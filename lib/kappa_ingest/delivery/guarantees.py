@@ -158,6 +158,9 @@ class TaskDelivery:
     scope: str = ""  # scope_prefix(): the transactional ids' prefix
     any_run: bool = False  # --incremental and --resume: any run's entry counts as delivered (counts_as_delivered)
     shuffled: bool = False  # a task holds one part of many units: one transaction per task, not per unit
+    holder: str = (
+        ""  # the run holding the topic's lock (a watch, for its batches): its tasks stop once it is superseded
+    )
 
     @property
     def transactional(self) -> bool:

@@ -17,10 +17,11 @@ the at-least-once duplicate), never the other way round.
 
 A record's key names the unit in its topic, ``[topic, file, start, length, part, parts]``
 as JSON, so compaction keeps the latest delivery of each; its value is the entry below.
-The ledger holds three kinds of record, each with its kind in a ``kind`` header:
+The ledger holds these kinds of record, each with its kind in a ``kind`` header:
 ``entry`` (a unit delivered), ``claim`` (the topic's lock, ``lock.py``: key
-``{"lock": TOPIC, "run": RUN}``) and ``superseded`` (key ``{"superseded": RUN}``, written
-by a run that took RUN over: its tasks stop at it). Records written before the header are
+``{"lock": TOPIC, "run": RUN}``), ``superseded`` (key ``{"superseded": RUN}``, written
+by a run that took RUN over: its tasks stop at it), and a watch's ``watch`` and ``passed``
+(``kappa_ingest.watch.delivered``: when it first started, the files it passed over). Records written before the header are
 told apart by their key's JSON (an array, or an object and its first field); a kind this
 version does not know is skipped, and a record that says it is an entry but is not one
 fails the read, naming its offset, rather than being misread.
@@ -111,6 +112,9 @@ def latest(entries: list[Entry]) -> dict[tuple[str, Unit], Entry]:
 
 
 ENTRY, CLAIM, SUPERSEDED = "entry", "claim", "superseded"  # the kinds of ledger record
+# A watch's: when it first started on a landing (key {"watch": TOPIC, "landing": WHERE}),
+# and each file it found there then and passed over (key {"passed": TOPIC, "file": PATH}).
+WATCH, PASSED = "watch", "passed"
 KIND_HEADER = "kind"
 
 
@@ -190,6 +194,14 @@ def entry_of(r: Record) -> Entry | None:
             f"the delivery ledger's record at offset {r.offset} says it is an entry but is not one ({e}): a writer"
             " this version of kappa-ingest does not know wrote to the ledger"
         ) from e
+
+
+def records_from(
+    conf: dict[str, Any], ledger_topic: str, start: dict[int, int] | None, timeout_s: float = READ_TIMEOUT_S
+) -> tuple[list[Record], dict[int, int]]:
+    """The committed records from offsets ``start`` (None: the first) to the end as it was
+    when asked, and that end: a reader that keeps the end reads on from there next time."""
+    return _records(conf, ledger_topic, timeout_s, start, "read_committed")
 
 
 def read_records(

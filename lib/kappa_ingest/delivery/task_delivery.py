@@ -64,6 +64,7 @@ def for_tasks(
         scope=guarantees.scope_prefix(cfg.topic, cfg.lineage, cfg.incremental),
         any_run=cfg.incremental or bool(cfg.resume),
         shuffled=source.shuffled,
+        holder=cfg.watch_id or cfg.run_id,
     )
 
 

@@ -13,6 +13,7 @@ from kappa_ingest.delivery.incremental import Selection
 from kappa_ingest.delivery.ledger import Entry
 from kappa_ingest.delivery.lock import Lock
 from kappa_ingest.delivery.resume import Resumption
+from kappa_ingest.delivery.work import Work
 from kappa_ingest.errors import KafkaUnavailable, KappaError, first_line
 from kappa_ingest.kafka.credentials import mask
 from kappa_ingest.report import store
@@ -50,8 +51,18 @@ def add_resumption(report: RunReport, r: Resumption) -> None:
     report.delivery.update(resumed_from=r.resumed_from, splits_skipped=len(r.delivered), rows_skipped=r.rows_skipped)
 
 
-def nothing_new(
-    cfg: IngestConfig, s: Selection, servers: str, clock: RunClock, echo: bool = True, held: Lock | None = None
+def nothing_left(
+    cfg: IngestConfig, work: Work, servers: str, clock: RunClock, echo: bool = True, held: Lock | None = None
+) -> RunReport:
+    """A run whose work is all delivered already: its report, without Spark (``servers``: its Kafka)."""
+    if work.resumption is not None:
+        return _nothing_to_send(cfg, work.resumption, clock, echo, held)
+    assert work.selection is not None
+    return _nothing_new(cfg, work.selection, servers, clock, echo, held)
+
+
+def _nothing_new(
+    cfg: IngestConfig, s: Selection, servers: str, clock: RunClock, echo: bool, held: Lock | None
 ) -> RunReport:
     """An incremental run with nothing new to send: its report, without Spark."""
     clock.end("sending")
@@ -69,9 +80,7 @@ def nothing_new(
     return report
 
 
-def nothing_to_send(
-    cfg: IngestConfig, r: Resumption, clock: RunClock, echo: bool = True, held: Lock | None = None
-) -> RunReport:
+def _nothing_to_send(cfg: IngestConfig, r: Resumption, clock: RunClock, echo: bool, held: Lock | None) -> RunReport:
     """A resumed run whose every unit is delivered: its report, without Spark."""
     clock.end("sending")
     report = new_report(cfg, clock, held)

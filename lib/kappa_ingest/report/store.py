@@ -22,6 +22,7 @@ schema on its next append. Failed runs are recorded too, with their status and e
 | broker_rate | one-second broker sample | see BROKER_RATE |
 | bench | contestant run of `make bench` | see BENCH |
 | ledger | unit of input a run delivered (the ledger topic's readable copy) | see LEDGER |
+| watch_files | file a watch sent (each of its batches is a run) | see WATCH_FILES |
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ RUNS = _schema(
     *((p, D) for p in PHASES),
     ("delivery_mode", S), ("transactions_committed", L), ("transactions_aborted", L), ("resumed_from", S),
     ("splits_skipped", L), ("rows_skipped", L), ("checks_held", L), ("checks_total", L), ("checks_json", S),
+    ("watch_id", S),
 )  # fmt: skip
 TASKS = _schema(
     ("run_id", S), ("task_id", L), ("stage_id", INT), ("partition", INT), ("attempt", INT), ("status", S),
@@ -95,8 +97,14 @@ QUALITY = _schema(
     ("run_id", S), ("suite", S), ("gate", S), ("index", INT), ("type", S), ("column", S), ("kwargs", S),
     ("success", B), ("observed", S), ("unexpected_count", L), ("element_count", L), ("quarantines", B),
 )  # fmt: skip
+# A watch's files, each once in the topic: which batch (a run of its own) sent it, and its
+# latency from landing (its modification time, or the watch's start if later) to commit.
+WATCH_FILES = _schema(
+    ("watch_id", S), ("run_id", S), ("file", S), ("bytes", L), ("rows", L), ("landed_at", TS), ("committed_at", TS),
+    ("latency_s", D),
+)  # fmt: skip
 TABLES = {"runs": RUNS, "tasks": TASKS, "executors": EXECUTORS, "stages": STAGES, "broker_rate": BROKER_RATE,
-          "bench": BENCH, "ledger": LEDGER, "quality": QUALITY}  # fmt: skip
+          "bench": BENCH, "ledger": LEDGER, "quality": QUALITY, "watch_files": WATCH_FILES}  # fmt: skip
 RUN_TABLES = ("runs", "tasks", "executors", "stages", "broker_rate", "quality")
 
 
@@ -140,7 +148,8 @@ def run_rows(summary: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
            "retry_duplicates": (summary.get("duplicates") or {}).get("count", 0),
            "checks_ok": all(c["ok"] for c in checks) if checks else None, "checks_held": sum(c["ok"] for c in checks),
            "checks_total": len(checks), "checks_json": json.dumps(checks, default=str), "settings": settings,
-           "config_json": json.dumps(summary.get("config"), default=str)}  # fmt: skip
+           "config_json": json.dumps(summary.get("config"), default=str),
+           "watch_id": (summary.get("config") or {}).get("watch_id")}  # fmt: skip
     return {
         "runs": [run],
         "tasks": [{**t, "run_id": rid} for t in summary.get("tasks", [])],

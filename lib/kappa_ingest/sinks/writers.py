@@ -162,11 +162,10 @@ class Writer:
         producer = open_transactional(self.make, txid, self.d, self.stats)
         try:
             self.tail.catch_up()
-            by = self.tail.superseded.get(self.d.run_id)
+            holder = self.d.holder or self.d.run_id
+            by = self.tail.superseded.get(holder)
             if by is not None:
-                raise RunSuperseded(
-                    f"run {self.d.run_id} was taken over by run {by} (it found this run dead); this run stops"
-                )
+                raise RunSuperseded(f"run {holder} was taken over by run {by} (it found this run dead); this run stops")
         except BaseException:
             producer.close()
             raise

@@ -28,6 +28,7 @@ class Discovery:
         self.settling = Settling(min_age_s)
         self._nudged = threading.Event()
         self._observer = None
+        self._woken = False
         self.listings = 0  # full listings made (what a notification saves is waiting, not listing)
 
     def __enter__(self) -> Discovery:
@@ -54,6 +55,11 @@ class Discovery:
             self._observer.join(timeout=5)
             self._observer = None
 
+    def wake(self) -> None:
+        """End a wait in :meth:`ready` now, and every later one at once (the watch is stopping)."""
+        self._woken = True
+        self._nudged.set()
+
     def ready(self, wait_s: float) -> list[Landed]:
         """The files ready, as soon as some are, waiting at most ``wait_s`` (then none). The
         landing is listed now, then again at a notification, when a file seen would have
@@ -68,9 +74,9 @@ class Discovery:
                 return ready
             due = [now + self.settling.min_age_s - still for _, still in self.settling.waiting(now)]
             wake = min([deadline, now + self.period_s, *due])
-            if self._observer is None:
-                time.sleep(max(0.0, wake - now))
-            elif self._nudged.wait(max(0.0, wake - now)):
+            if self._nudged.wait(max(0.0, wake - now)):
+                if self._woken:
+                    return []
                 continue
             if self.clock() >= deadline:
                 return []

@@ -1,0 +1,91 @@
+"""The things a run holds (its Kafka, the topic's lock, a Spark session it started) and
+their one owner: each taken once, when the run first needs it, and all let go once, in
+reverse: the lock while Kafka is still there to withdraw it from, then Spark and an
+embedded broker side by side.
+
+``ingest`` holds them for one run; a watch for every batch it runs, so that Spark, the
+Python workers and the lock's lease outlive the batches.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from kappa_ingest.delivery import lock
+from kappa_ingest.delivery.lock import Lock
+from kappa_ingest.kafka.endpoint import KafkaEndpoint, endpoint_for
+from kappa_ingest.spark.session import build_session, stop_session
+
+
+class RunResources:
+    """A run's (or a watch's) Kafka, lock and Spark, given or taken here; a context manager
+    that lets go of what it took. ``spark`` given: the caller's session, never stopped here."""
+
+    def __init__(self, cfg: Any, spark: SparkSession | None = None) -> None:
+        self.cfg = cfg
+        self.spark = spark
+        self.kafka: KafkaEndpoint | None = None
+        self.held: Lock | None = None
+        self._owns_spark = False
+        self._stopped = threading.Event()
+
+    def open_kafka(self, master: str | None = None) -> KafkaEndpoint:
+        """The run's Kafka; an embedded broker starts (in the background) the first time."""
+        if self.kafka is None:
+            master = master or (self.spark.sparkContext.master if self.spark else self.cfg.spark_master) or "local[*]"
+            self.kafka = endpoint_for(self.cfg.bootstrap_servers, master, self.cfg.dry_run)
+        return self.kafka
+
+    def servers(self) -> str:
+        """The bootstrap servers (waiting for an embedded broker still starting)."""
+        return self.open_kafka().servers()
+
+    def hold(self) -> Lock | None:
+        """The topic's lock, taken the first time (exit 6 if another run holds it); a dry run takes none."""
+        if self.held is None and not self.cfg.dry_run:
+            self.held = lock.hold(self.cfg, self.servers())
+        return self.held
+
+    def start_spark(self, app_name: str, extra_conf: dict[str, str], quick_jit: bool) -> SparkSession:
+        """A session of the run's own, stopped by :meth:`stop_spark_and_kafka`."""
+        assert self.spark is None, "the run has its session"
+        self.spark = build_session(app_name, self.cfg.spark_master, extra_conf, quick_jit=quick_jit)
+        self._owns_spark = True
+        return self.spark
+
+    def release_lock(self) -> None:
+        if self.held is not None:
+            self.held.release()
+
+    def stop_spark_and_kafka(self) -> None:
+        """Stop the session started here and the run's own broker side by side; once. (A run
+        calls it as soon as it needs neither, so that nobody waits for them after its report.)"""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        kafka, self.kafka = self.kafka, None
+        stopping = threading.Thread(target=kafka.close, name="stop-kafka") if kafka is not None else None
+        if stopping is not None:
+            stopping.start()
+        try:
+            if self._owns_spark and self.spark is not None:
+                stop_session(self.spark)
+        finally:
+            if stopping is not None:
+                stopping.join()
+
+    def close(self) -> None:
+        """Let go of everything, in reverse. Idempotent."""
+        try:
+            self.release_lock()
+        finally:
+            self.stop_spark_and_kafka()
+
+    def __enter__(self) -> RunResources:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

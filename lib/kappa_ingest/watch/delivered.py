@@ -1,0 +1,149 @@
+"""What the ledger says of a landing's files: the watch's only state.
+
+Read in full once when the watch starts, then on from where the last reading ended after
+each batch. A file is sent when the ledger holds an entry for each of its units, of the
+file as it is now (size, modification time, an object's ETag: ``Entry.matches``); a file
+all of whose units are in is kept as its identity alone (three numbers, not its entries),
+so that memory grows with the files sent, not with their units.
+
+The first start of a watch on a landing writes a ``watch`` record, and one ``passed``
+record for each file found there (unless ``--include-existing``): a restart (there is a
+``watch`` record) sends what landed while the watch was down, and passes over the same
+files the first start did. Nothing else is remembered between starts.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kappa_ingest.delivery import incremental, ledger
+from kappa_ingest.delivery.ledger import Entry
+from kappa_ingest.source.splits import InputFile, Unit, canonical_file, splittable
+from kappa_ingest.watch.landing import Landed
+
+Identity = tuple[int, int, str]  # size, modification time (ms), an object's ETag
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where one landed file stands: ``new`` (nothing of it sent), ``partial`` (some units
+    in, the rest to send with ``delivered`` skipped), ``sent``, ``changed`` (sent as
+    ``before``, different now), or ``passed`` (there at the first start, passed over)."""
+
+    file: InputFile
+    state: str
+    before: Identity | None = None
+
+
+def input_file(f: Landed, multiline: bool) -> InputFile:
+    """A landed file as the ledger names it."""
+    path = f.path if f.path.startswith("s3://") else canonical_file(f.path)
+    return InputFile(path, f.size, f.mtime_ms, splittable(path, multiline), f.version)
+
+
+def _key(kind: str, topic: str, name: str, value: str) -> bytes:
+    return json.dumps({kind: topic, name: value}, separators=(",", ":")).encode()
+
+
+class Delivered:
+    """The ledger's view of ``topic``'s files, kept up to date by :meth:`catch_up`."""
+
+    def __init__(self, conf: dict[str, Any], ledger_topic: str, topic: str, landing: str, multiline: bool) -> None:
+        self.conf, self.ledger_topic, self.topic, self.landing = conf, ledger_topic, topic, landing
+        self.multiline = multiline
+        self.position: dict[int, int] | None = None  # where the last reading ended
+        self.started_ms: int | None = None  # the watch's first start on this landing
+        self._sent: dict[str, Identity] = {}
+        self._open: dict[str, dict[Unit, Entry]] = {}  # files with entries, not (yet) all units in
+        self._passed: dict[str, Identity] = {}
+        self.records_read = 0
+        self._rows_settled: dict[str, int] = {}  # of the files the last reading found wholly in
+
+    def catch_up(self) -> None:
+        """Read what the ledger gained since the last reading."""
+        records, ends = ledger.records_from(self.conf, self.ledger_topic, self.position)
+        touched: set[str] = set()
+        self._rows_settled = {}
+        for r in records:
+            self._take(r, touched)
+        self.records_read += len(records)
+        self.position = ends
+        for path in touched:
+            self._settle(path)
+
+    def _take(self, r: ledger.Record, touched: set[str]) -> None:
+        if r.kind == ledger.ENTRY:
+            e = ledger.entry_of(r)
+            if e is not None and e.topic == self.topic:
+                self._open.setdefault(e.unit.file, {})[e.unit] = e
+                touched.add(e.unit.file)
+        elif r.kind in (ledger.WATCH, ledger.PASSED) and r.value is not None:
+            key = ledger.key_object(r)
+            value = json.loads(r.value)
+            if r.kind == ledger.WATCH and key == {"watch": self.topic, "landing": self.landing}:
+                self.started_ms = self.started_ms or int(value["since_ms"])
+            elif r.kind == ledger.PASSED and key.get("passed") == self.topic:
+                self._passed[key["file"]] = (value["size"], value["mtime_ms"], value.get("version", ""))
+
+    def _settle(self, path: str) -> None:
+        """A file whose every unit is in, as of one identity, kept as that identity alone."""
+        entries = self._open[path]
+        latest = max(entries.values(), key=lambda e: e.delivered_at_ms)
+        f = InputFile(path, latest.file_size, latest.file_mtime_ms, splittable(path, self.multiline),
+                      latest.file_version)  # fmt: skip
+        if incremental.classify([f], list(entries.values()), self.topic).done:
+            self._sent[path] = f.identity()
+            self._rows_settled[path] = sum(e.rows_sent for e in entries.values() if e.matches(*f.identity()))
+            del self._open[path]
+
+    def rows_of(self, path: str) -> int:
+        """The rows of a file the last :meth:`catch_up` found wholly in the topic (else 0)."""
+        return self._rows_settled.get(path, 0)
+
+    def standing(self, f: Landed) -> Standing:
+        """Where ``f`` stands, by the ledger as last read."""
+        file = input_file(f, self.multiline)
+        sent = self._sent.get(file.path)
+        if sent is not None:
+            return Standing(file, "sent" if sent == file.identity() else "changed", sent)
+        entries = self._open.get(file.path)
+        if entries:
+            b = incremental.classify([file], list(entries.values()), self.topic)
+            if b.done:
+                return Standing(file, "sent", file.identity())
+            if b.changed:
+                e = b.changed[0][1]
+                return Standing(file, "changed", (e.file_size, e.file_mtime_ms, e.file_version))
+            return Standing(file, "partial" if b.partial else "new")
+        if self._passed.get(file.path) == file.identity():
+            return Standing(file, "passed")
+        return Standing(file, "new")
+
+    def entries(self, paths: list[str]) -> list[Entry]:
+        """The entries of files not all of whose units are in (what a batch completing them skips)."""
+        return [e for p in paths for e in self._open.get(p, {}).values()]
+
+    def first_start(self, found: list[Landed], include_existing: bool, by: str) -> None:
+        """At a watch's first start on this landing (no ``watch`` record yet): pass over the
+        files there now (unless ``include_existing``), then record the start. The passed
+        records go first: a start killed between the two passes over them again."""
+        if self.started_ms is not None:
+            return
+        now = time.time_ns() // 1_000_000
+        if not include_existing:
+            passed = [input_file(f, self.multiline) for f in found]
+            ledger.write_records(self.conf, self.ledger_topic, [
+                (_key("passed", self.topic, "file", f.path),
+                 json.dumps({"size": f.size, "mtime_ms": f.mtime_ms, "version": f.version, "by": by}).encode())
+                for f in passed], kind=ledger.PASSED)  # fmt: skip
+            self._passed.update((f.path, f.identity()) for f in passed)
+        ledger.write_records(self.conf, self.ledger_topic, [
+            (_key("watch", self.topic, "landing", self.landing), json.dumps({"since_ms": now, "by": by}).encode())
+        ], kind=ledger.WATCH)  # fmt: skip
+        self.started_ms = now
+
+    def sizes(self) -> dict[str, int]:
+        return {"sent": len(self._sent), "open": len(self._open), "passed": len(self._passed)}

@@ -1,0 +1,87 @@
+"""A watch's driver killed (``kill -9`` of its process group: Python, the JVM, its workers)
+at each moment of a batch: with its next batch chosen, mid-send with a transaction open,
+and between the commit and the clean-up. Each next start takes the dead watch's lock over,
+and the last ends with every row once in the topic (a ``read_committed`` consumer) and the
+sent files moved, none sent again."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from faults import cli, sent_so_far, stop_group, topic_exists, wait_for
+from helpers import consume_all, expected_rows, held_back, rows
+from kappa_ingest import datagen, failpoints
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
+
+
+def _land(landing: Path, name: str, n: int, seed: int) -> Path:
+    scratch = landing.parent / f"{name}.writing"
+    datagen.generate("debs2012", n, scratch, seed=seed)
+    os.replace(scratch, landing / name)
+    return landing / name
+
+
+def _held_pid(held: Path, point: str) -> int:
+    [marker] = held.glob(f"*.{point}")
+    return int(marker.read_text())
+
+
+def test_a_watch_killed_at_each_moment_of_a_batch_loses_and_duplicates_nothing(kafka, tmp_path):
+    landing, done, metrics, held = (tmp_path / d for d in ("landing", "done", "metrics", "held"))
+    landing.mkdir()
+    held.mkdir()
+    topic = "watch-killed"
+    common = ["--input", str(landing), "--topic", topic, "--bootstrap-servers", kafka.bootstrap_servers,
+              "--metrics-dir", str(metrics), "--min-file-age", "0.3", "--master", "local[1]",
+              "--after-send", f"move:{done}", "--partitions", "2"]  # fmt: skip
+    first = None
+    for i, point in enumerate((failpoints.WATCH_CHOSEN, failpoints.MID_SEND, failpoints.WATCH_SENT)):
+        log = tmp_path / f"watch-{i}.log"
+        proc = cli(*common, "--run-id", f"killed-{i}", log=log, command="watch",
+                   env={failpoints.ENV: f"{point}:{held}"})  # fmt: skip
+        try:
+            if first is None:  # the first start passes over what is there: land after it
+                wait_for(lambda log=log: "watching " in log.read_text(), 180, "watching", proc, log)
+                first = _land(landing, "f1.csv", 3000, 1)
+            wait_for(lambda point=point: any(held.glob(f"*.{point}")), 180, f"held at {point}", proc, log)
+            assert _held_pid(held, point) > 0
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+        finally:
+            stop_group(proc)
+        for marker in held.iterdir():
+            marker.unlink()
+        # What each kill left: nothing sent (the batch chosen); a transaction open on the
+        # topic, holding read_committed readers back (mid-send); all of f1 in the topic and
+        # f1 still in the landing (after the commit, before the clean-up).
+        if point == failpoints.WATCH_CHOSEN:
+            assert not topic_exists(kafka.bootstrap_servers, topic) or sent_so_far(kafka.bootstrap_servers, topic) == 0
+        elif point == failpoints.MID_SEND:
+            wait_for(lambda: held_back(kafka.bootstrap_servers, topic), 10, "the open transaction seen by the broker")
+        else:
+            assert rows(consume_all(kafka.bootstrap_servers, topic)) == expected_rows(first) and first.exists()
+    assert first is not None
+    sent_f1 = expected_rows(done / "f1.csv") if (done / "f1.csv").exists() else expected_rows(first)
+    log = tmp_path / "watch-last.log"
+    proc = cli(*common, "--run-id", "last", log=log, command="watch")
+    try:
+        wait_for(lambda: (done / "f1.csv").exists(), 180, "f1 moved at the start", proc, log)
+        second = _land(landing, "f2.csv", 2000, 2)
+        f2_rows = expected_rows(second)
+        wait_for(lambda: (done / "f2.csv").exists(), 180, "f2 sent and moved", proc, log)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, log.read_text()[-3000:]
+    finally:
+        stop_group(proc)
+    assert rows(consume_all(kafka.bootstrap_servers, topic)) == sent_f1 + f2_rows
+    assert "1 file(s), 2,000 rows sent" in log.read_text()  # f1 was moved, not sent again
+    # The mid-send kill left a transaction open: the next start ended it (its lock's takeover).
+    [report] = [json.loads(p.read_text()) for p in (metrics / "runs").glob("killed-2-b*/summary.json")]
+    lock = report["delivery"]["lock"]
+    assert "killed-1" in lock["taken_over_from"] and lock.get("lingering_transactions_ended", 0) >= 1, lock
