@@ -9,7 +9,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
 DEMO_ROWS ?= 200000
 
-.PHONY: setup browser compiler netlab demo test faults unit integration lint format bench links sweep scaling soak clean
+.PHONY: setup browser compiler netlab demo test faults unit integration lint format bench links sweep scaling soak soak-watch clean
 
 setup: $(STAMP) $(VENV)/.jars
 
@@ -95,6 +95,12 @@ links: setup netlab
 SOAK_ARGS ?=
 soak: setup
 	$(BIN)/python jobs/soak.py $(SOAK_ARGS)
+
+# A watch over a landing directory for 30 minutes: files landing at random, a broker
+# restarted and an executor killed on the way; every row once, memory and latency flat.
+SOAK_WATCH_ARGS ?=
+soak-watch: setup
+	$(BIN)/python jobs/soak_watch.py $(SOAK_WATCH_ARGS)
 
 sweep: setup
 	$(BIN)/kappa-ingest bench --sweep $(BENCH_ARGS)
