@@ -228,7 +228,8 @@ def _account(
     if sent is not None and outcome.error is not None:
         accounting.after_failed_job(cfg, report, sent, spark.sparkContext, group)  # before the ledger is read
         inherited += accounting.committed_by_failed_tasks(cfg, sent, outcome.stats, inherited)
-    report.add_run(outcome.stats, spark_metrics.collect(spark, group), inherited)
+    per_task = sent is not None and sent.task_delivery.shuffled
+    report.add_run(outcome.stats, spark_metrics.collect(spark, group), inherited, per_task)
     report.add_headers(source.headers, outcome.stats, inherited)
     if elsewhere:  # found committed by another run of the scope while this one ran: not sent by it
         report.delivery["delivered_by_other_runs"] = {"units": len(elsewhere), "rows": sum(e.rows_sent for e in elsewhere),

@@ -210,6 +210,7 @@ def test_rows_committed_by_an_attempt_spark_saw_fail_count_as_sent_once():
     assert report.rows_sent == 14 and report.rows_read == 14 and report.consistent, report.checks
     assert report.delivery["transactions_aborted"] == 1
     assert report.delivery["committed_by_failed_attempts"] == {"units": 1, "rows": 5}
+    assert report.delivery["transactions_committed"] == 1  # the failed attempt's, not only the retry's (none)
     assert Counter(c["name"].split(" ")[0] for c in report.checks)["executors'"] == 1
 
 

@@ -35,6 +35,15 @@ def test_a_file_is_ready_once_its_size_and_time_have_held_for_the_minimum_age():
     assert settling.ready([overwritten], now=105.0) == []
 
 
+def test_a_file_last_modified_long_enough_ago_is_ready_at_first_sight():
+    settling = Settling(min_age_s=2.0)
+    renamed_in = Landed("/in/old.csv", 10, 1_000_000)  # written at t=1000 s, renamed in later
+    fresh = Landed("/in/new.csv", 10, 1_004_500)
+    assert settling.ready([renamed_in, fresh], now=50.0, wall_s=1005.0) == [renamed_in]
+    assert settling.waiting(50.0) == [("/in/new.csv", 0.0)]
+    assert settling.ready([renamed_in, fresh], now=52.0, wall_s=1007.0) == [fresh, renamed_in]
+
+
 def test_a_directory_lists_its_csv_files_but_not_scratch_names_or_subdirectories(tmp_path):
     for name in ("b.csv", "a.csv.gz", ".c.csv", "d.csv.tmp", "notes.txt"):
         (tmp_path / name).write_text("id\n1\n")

@@ -84,11 +84,18 @@ class RunReport:
         return self.clock.phases(end.timestamp())
 
     # Long: the join of the producers' counts with Spark's records, and its checks, in one place.
-    def add_run(self, stats: list[TaskStats], spark: SparkRunMetrics, inherited: list[Entry] | None = None) -> None:
+    def add_run(
+        self,
+        stats: list[TaskStats],
+        spark: SparkRunMetrics,
+        inherited: list[Entry] | None = None,
+        per_task: bool = False,
+    ) -> None:
         """Join the producers' per-task counts with Spark's task and stage records.
 
         ``inherited``: ledger entries of units that attempts Spark counted as failed had
-        committed before they died; their rows are in the topic, sent by this run."""
+        committed before they died; their rows are in the topic, sent by this run.
+        ``per_task``: a task's transaction holds all its units (shuffled input), not one."""
         inherited = inherited or []
         by_task = {s.task_id: s for s in stats}
         # Every attempt of the stages that sent: a stage run again (its shuffle input lost)
@@ -149,7 +156,11 @@ class RunReport:
             "count": 0,
             "by_file": {},
         }
-        self.delivery["transactions_committed"] = sum(s.transactions for s in stats)
+        # Units attempts Spark counted as failed had committed (in a failed run: before it
+        # failed) are transactions this run committed too: one per unit, or over shuffled
+        # input one per attempt (:func:`pipeline.accounting.inherited`).
+        by_failed = len({(e.task_id, e.attempt) if per_task else e.unit for e in inherited}) if eos_mode(self) else 0
+        self.delivery["transactions_committed"] = sum(s.transactions for s in stats) + by_failed
         self.delivery["commit_retries"] = sum(s.commit_retries for s in stats)
         self.delivery["init_retries"] = sum(s.init_retries for s in stats)
         self.delivery["retry_wait_s"] = round(sum(s.retry_wait_ms for s in stats) / 1000, 3)
@@ -157,7 +168,7 @@ class RunReport:
         # exactly-once adds to their work, beside the ledger's few records.
         self.delivery["transaction_s"] = round(sum(s.transaction_ms for s in stats) / 1000, 3)
         # A failed attempt's transaction is aborted, by the attempt or, fenced, by the next one.
-        eos = self.delivery.get("mode") == "exactly-once"
+        eos = eos_mode(self)
         self.delivery["transactions_aborted"] = len(failed) + sum(s.aborted for s in stats) if eos else 0
         if inherited:
             self.delivery["committed_by_failed_attempts"] = {"units": len(inherited), "rows": self.rows_inherited}
@@ -562,3 +573,7 @@ def render(s: dict[str, Any]) -> str:
             f"checks: {len(s['checks'])} of {len(s['checks'])} hold ({'; '.join(c['name'] for c in s['checks'])})"
         )
     return "\n".join(out)
+
+
+def eos_mode(report: RunReport) -> bool:
+    return report.delivery.get("mode") == "exactly-once"

@@ -98,7 +98,7 @@ QUALITY = _schema(
     ("success", B), ("observed", S), ("unexpected_count", L), ("element_count", L), ("quarantines", B),
 )  # fmt: skip
 # A watch's files, each once in the topic: which batch (a run of its own) sent it, and its
-# latency from landing (its modification time, or the watch's start if later) to commit.
+# latency from landing (found ready by the watch, or modified, the later) to commit.
 WATCH_FILES = _schema(
     ("watch_id", S), ("run_id", S), ("file", S), ("bytes", L), ("rows", L), ("landed_at", TS), ("committed_at", TS),
     ("latency_s", D),

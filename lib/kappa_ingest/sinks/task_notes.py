@@ -12,20 +12,23 @@ _notes: list[str] = []
 
 
 def note(message: str) -> None:
-    """Record a warning once per process (a Python worker serves many tasks)."""
+    """Record a warning once until a task takes it (a Python worker serves many tasks)."""
     if message not in _notes:
         _notes.append(message)
 
 
 def taken() -> list[str]:
-    """The notes of this process so far, the C loops' absence among them where it applies."""
+    """The notes of this process since a task last took them (a worker outlives runs: a
+    watch's batches, a notebook's runs), the C loops' absence among them where it applies."""
     from kappa_ingest import native
 
+    global _notes
+    mine, _notes = _notes, []
     ok, why = native.in_use()
     return (
-        _notes
+        mine
         if ok
-        else [f"C record loops unavailable ({why}): JSON by polars, the confluent sink by its Python API", *_notes]
+        else [f"C record loops unavailable ({why}): JSON by polars, the confluent sink by its Python API", *mine]
     )
 
 

@@ -68,7 +68,7 @@ class Discovery:
         while True:
             now = self.clock()
             self._nudged.clear()
-            ready = self.settling.ready(list_landed(self.where, self.access), now)
+            ready = self.settling.ready(list_landed(self.where, self.access), now, time.time())
             self.listings += 1
             if ready:
                 return ready

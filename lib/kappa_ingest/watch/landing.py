@@ -5,7 +5,8 @@ A file is a candidate when it is a ``.csv`` or ``.csv.gz`` whose name is not a w
 scratch name: hidden (``.x``), ``_x``, ``x._COPYING_`` (Hadoop's copy), ``x.tmp``,
 ``x.filepart`` (WinSCP), ``x.part``, ``x.crdownload``. It is ready once its size and
 modification time (an object's ETag too) have not changed for ``min_age_s``, counted on
-this process's own monotonic clock from when the watch first saw them so. Readiness only
+this process's own monotonic clock from when the watch first saw them so, or at once if its
+modification time is already that old (a file written elsewhere and renamed in). Readiness only
 spares work: a file that changes while a batch reads it is refused by the tasks' own
 check of size and time (``source.splits``), never sent as a mix of two versions.
 
@@ -78,14 +79,18 @@ class Settling:
         self.min_age_s = min_age_s
         self._still_since: dict[str, tuple[tuple[int, int, str], float]] = {}
 
-    def ready(self, listing: Iterable[Landed], now: float) -> list[Landed]:
+    def ready(self, listing: Iterable[Landed], now: float, wall_s: float | None = None) -> list[Landed]:
         """Of ``listing`` (everything there now), the files still long enough, in path
-        order. A file gone from the listing is forgotten (moved away, or sent and moved)."""
+        order. A file gone from the listing is forgotten (moved away, or sent and moved).
+        With ``wall_s`` (the time now), a file last modified ``min_age_s`` before it is still
+        at first sight: one written elsewhere and renamed in is sent without waiting."""
         seen: dict[str, tuple[tuple[int, int, str], float]] = {}
         out = []
         for f in listing:
             before = self._still_since.get(f.path)
             since = before[1] if before is not None and before[0] == f.identity() else now
+            if wall_s is not None and wall_s - f.mtime_ms / 1000 >= self.min_age_s:
+                since = min(since, now - self.min_age_s)
             seen[f.path] = (f.identity(), since)
             if now - since >= self.min_age_s:
                 out.append(f)

@@ -80,7 +80,6 @@ class Watch:
         self._batch: IngestConfig | None = None
         self._refused: dict[str, tuple[int, int, str]] = {}  # path -> the identity refused (seen again: not again)
         self._landed_ms: dict[str, int] = {}
-        self._started_ms = 0
         self.started = threading.Event()  # set once the landing's files at the start are known
         self.metrics_url: str | None = None
 
@@ -110,7 +109,6 @@ class Watch:
         access = S3Access.resolve(self.cfg.s3_endpoint) if is_s3(s.landing) else None
         delivered = Delivered(conf, self.cfg.ledger_topic, self.cfg.topic, s.landing, self.cfg.multiline)
         delivered.catch_up()
-        self._started_ms = time.time_ns() // 1_000_000
         found = list_landed(s.landing, access)
         delivered.first_start(found, s.include_existing, self.cfg.run_id)
         self._dispose_sent(delivered, found)  # a start after a crash between commit and clean-up
@@ -161,6 +159,7 @@ class Watch:
         ones refused (or, with ``--allow-overwrites``, sent again as a new version)."""
         s = self.settings
         todo: list[tuple[Landed, Standing]] = []
+        now_ms = time.time_ns() // 1_000_000
         for f in ready:
             if self._refused.get(f.path) == f.identity():
                 continue
@@ -172,10 +171,9 @@ class Watch:
                              f" ({_what_changed(st.before, f.identity())}); not sent again (--allow-overwrites sends"
                              " it as a new version)")  # fmt: skip
             elif st.state in ("new", "partial", "changed"):
-                self._landed_ms.setdefault(f.path, max(f.mtime_ms, self._started_ms))
+                self._landed_ms.setdefault(f.path, max(f.mtime_ms, now_ms))  # seen (a rename) or written, the later
                 todo.append((f, st))
         waiting = [f for f, _ in todo]
-        now_ms = time.time_ns() // 1_000_000
         self.metrics.backlog(len(waiting), sum(f.size for f in waiting),
                              max((now_ms - self._landed_ms[f.path]) / 1000 for f in waiting) if waiting else 0.0)  # fmt: skip
         if not todo:
