@@ -84,6 +84,7 @@ bench: setup netlab
 	@command -v kcat >/dev/null || echo "note: kcat not installed (apt-get install kcat); its row is skipped"
 	$(BIN)/python jobs/benchmark.py $(BENCH_ARGS)
 	$(BIN)/kappa-ingest bench --listing --repeats 3
+	$(BIN)/kappa-ingest bench --watch
 	@if [ "$$(id -u)" = 0 ]; then $(BIN)/kappa-ingest bench --links $(LINKS_ARGS); \
 	else echo "note: make links needs root (network namespaces): the links were not measured"; fi
 

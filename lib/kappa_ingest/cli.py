@@ -104,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--html", metavar="FILE", help="with --run-id: write a self-contained HTML page with the figures")
     b = sub.add_parser(
         "bench",
-        help="benchmarks: the Hesse-style sweep (--sweep), scaling (--scaling), links (--links), S3 listing (--listing)",
+        help="benchmarks: the Hesse-style sweep (--sweep), scaling (--scaling), links (--links), S3 listing (--listing),"
+        " a watch's latency (--watch)",
     )
     mode = b.add_mutually_exclusive_group(required=True)
     mode.add_argument(
@@ -113,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--scaling", action="store_true", help="rows/s against partitions and input size")
     mode.add_argument("--links", action="store_true", help="over delayed, shaped and cut links in a lab (root)")
     mode.add_argument("--listing", action="store_true", help="list a prefix of many objects in a local S3 server")
+    mode.add_argument("--watch", action="store_true", help="a watch's latency after a rename, and a backlog's drain")
     b.add_argument(
         "--objects", type=int, default=10_000, help="with --listing: objects under the prefix (default 10000)"
     )
@@ -450,6 +452,11 @@ def _bench(args: argparse.Namespace) -> int:
         results = run_listing(Path(args.out), Path(args.data), args.objects, args.repeats,
                               " ".join(["kappa-ingest bench", *sys.argv[2:]]))  # fmt: skip
         return 0 if results["met"] else 1
+    elif args.watch:
+        from kappa_ingest.bench.watch_latency import run_watch_bench
+
+        results = run_watch_bench(Path(args.out), command=" ".join(["kappa-ingest bench", *sys.argv[2:]]))
+        return 0 if all(results["met"].values()) else 1
     else:
         from kappa_ingest.bench.scaling import run_scaling
 
