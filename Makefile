@@ -85,6 +85,7 @@ bench: setup netlab
 	$(BIN)/python jobs/benchmark.py $(BENCH_ARGS)
 	$(BIN)/kappa-ingest bench --listing --repeats 3
 	$(BIN)/kappa-ingest bench --watch
+	$(BIN)/kappa-ingest bench --watch-start
 	@if [ "$$(id -u)" = 0 ]; then $(BIN)/kappa-ingest bench --links $(LINKS_ARGS); \
 	else echo "note: make links needs root (network namespaces): the links were not measured"; fi
 

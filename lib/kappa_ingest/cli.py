@@ -115,6 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--links", action="store_true", help="over delayed, shaped and cut links in a lab (root)")
     mode.add_argument("--listing", action="store_true", help="list a prefix of many objects in a local S3 server")
     mode.add_argument("--watch", action="store_true", help="a watch's latency after a rename, and a backlog's drain")
+    mode.add_argument("--watch-start", action="store_true", help="a watch's start over a ledger of many files")
+    b.add_argument(
+        "--entries", type=int, default=1_000_000, help="with --watch-start: ledger entries (default 1000000)"
+    )
     b.add_argument(
         "--objects", type=int, default=10_000, help="with --listing: objects under the prefix (default 10000)"
     )
@@ -452,6 +456,10 @@ def _bench(args: argparse.Namespace) -> int:
         results = run_listing(Path(args.out), Path(args.data), args.objects, args.repeats,
                               " ".join(["kappa-ingest bench", *sys.argv[2:]]))  # fmt: skip
         return 0 if results["met"] else 1
+    elif args.watch_start:
+        from kappa_ingest.bench.watch_start import run_watch_start
+
+        run_watch_start(Path(args.out), args.entries, " ".join(["kappa-ingest bench", *sys.argv[2:]]))
     elif args.watch:
         from kappa_ingest.bench.watch_latency import run_watch_bench
 

@@ -112,6 +112,9 @@ def test_a_good_run_through_the_cli_exits_0_and_its_clock_covers_the_command(tmp
     done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     assert done.returncode == 0, done.stderr
     assert "SUCCEEDED" in done.stdout and "executors" in done.stdout and "phases: start-up" in done.stdout
+    # Nothing on the terminal that is not the project's own: not the JVM's and Spark's start-up lines.
+    noise = ("WARNING: Using incubator modules", "Setting default log level", "To adjust logging level")
+    assert not [line for line in (stdout + stderr).splitlines() if line.startswith(noise)], stderr
     [summary] = summaries(tmp_path)
     assert summary["rows_sent"] == 2 and summary["broker"]["embedded"] is True
     assert all(c["ok"] for c in summary["checks"]) and summary["delivery"]["verified_by"] == "offsets"

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
+from pyarrow.fs import FileSelector
 
-from helpers import consume_all, expected_rows, rows
+from helpers import consume_all, expected_rows, rows, s3_filesystem, s3_put
 from kappa_ingest import config, datagen
 from kappa_ingest.pipeline.resources import RunResources
 from kappa_ingest.report.store import table_path
@@ -37,8 +38,8 @@ WAIT_S = 120  # a bound on every wait for the watch, never a measurement
 class Running:
     """A watch on the suite's session, on a thread of its own."""
 
-    def __init__(self, spark, kafka, landing: Path, metrics: Path, topic: str, run_id: str, **settings) -> None:
-        options = {k: settings.pop(k) for k in list(settings) if k in ("dead_letter_topic", "delivery")}
+    def __init__(self, spark, kafka, landing: Path | str, metrics: Path, topic: str, run_id: str, **settings) -> None:
+        options = {k: settings.pop(k) for k in list(settings) if k in ("dead_letter_topic", "delivery", "s3_endpoint")}
         self.cfg = config.validate({"inputs": [str(landing)], "topic": topic, "bootstrap_servers": kafka.bootstrap_servers,
                                     "metrics_dir": str(metrics), "quiet": True, "run_id": run_id, **options})  # fmt: skip
         self.resources = RunResources(self.cfg, spark)
@@ -243,7 +244,29 @@ def test_the_watch_command_refuses_a_second_watch_and_ends_cleanly_on_sigterm(ka
             proc.wait()
     text = log.read_text()
     assert "watch first-watch stopped: 1 file(s), 150 rows sent" in text
+    noise = ("WARNING: Using incubator modules", "Setting default log level", "To adjust logging level")
+    assert not [line for line in text.splitlines() if line.startswith(noise)], text[:2000]
     assert rows(consume_all(kafka.bootstrap_servers, topic)) == expected_rows(path)
     assert Counter(r.headers["source_file"] for r in consume_all(kafka.bootstrap_servers, topic)) == {
         f"file:{path}".encode(): 150
     }
+
+
+def test_objects_landing_under_a_prefix_are_sent_once_and_moved(spark, kafka, s3, tmp_path):
+    """An s3:// prefix is listed (no notifications): each object put there is sent once,
+    read by the tasks from the store, then moved under another prefix."""
+    metrics = tmp_path / "metrics"
+    prefix, done = "s3://landing/watch-in/", "s3://landing/watch-done"
+    w = Running(spark, kafka, prefix, metrics, "watch-s3", "watch-s3", s3_endpoint=s3.endpoint,
+                after_send=f"move:{done}")  # fmt: skip
+    w.until(w.watch.started.is_set, "the first listing")
+    files = [datagen.generate("debs2012", n, tmp_path / f"o{i}.csv", seed=i) for i, n in enumerate((150, 220))]
+    for f in files:
+        s3_put(s3, f"watch-in/{f.name}", f)
+    w.sent(2)
+    w.stop()
+    assert rows(consume_all(kafka.bootstrap_servers, "watch-s3")) == expected_rows(files[0]) + expected_rows(files[1])
+    fs = s3_filesystem(s3)
+    assert sorted(i.path for i in fs.get_file_info(FileSelector("landing/watch-done/"))) == [
+        "landing/watch-done/o0.csv", "landing/watch-done/o1.csv"]  # fmt: skip
+    assert fs.get_file_info(FileSelector("landing/watch-in/", allow_not_found=True)) == []

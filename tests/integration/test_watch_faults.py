@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,53 @@ def test_a_watch_killed_at_each_moment_of_a_batch_loses_and_duplicates_nothing(k
     [report] = [json.loads(p.read_text()) for p in (metrics / "runs").glob("killed-2-b*/summary.json")]
     lock = report["delivery"]["lock"]
     assert "killed-1" in lock["taken_over_from"] and lock.get("lingering_transactions_ended", 0) >= 1, lock
+
+
+def test_a_broker_down_mid_watch_is_ridden_out_and_every_row_sent_once(spark, tmp_path):
+    """The watch's only broker killed (``kill -9``) while a file waits: the batch fails
+    (Kafka unreachable), is retried while the broker is down, and once it is back the file
+    is sent, with no restart of the watch; every row once."""
+    from kappa_ingest import config
+    from kappa_ingest.kafka import broker as local_kafka
+    from kappa_ingest.pipeline.resources import RunResources
+    from kappa_ingest.watch.loop import Watch
+    from kappa_ingest.watch.settings import WatchSettings
+
+    cluster = local_kafka.start(tmp_path / "kafka", brokers=1)
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    cfg = config.validate({"inputs": [str(landing)], "topic": "watch-outage", "metrics_dir": str(tmp_path / "m"),
+                           "bootstrap_servers": cluster.bootstrap_servers, "run_id": "outage", "quiet": True})  # fmt: skip
+    resources = RunResources(cfg, spark)
+    watch = Watch(cfg, WatchSettings(str(landing), min_file_age_s=0.3, listing_period_s=1.0), resources, echo=False)
+    errors: list[BaseException] = []
+    thread = threading.Thread(target=lambda: _catching(watch.run, errors), daemon=True)
+    thread.start()
+    try:
+        wait_for(watch.started.is_set, 120, "the watch started")
+        first = _land(landing, "before.csv", 500, 1)
+        wait_for(lambda: watch.summary.files_sent == 1, 120, "the first file sent")
+        os.kill(cluster.brokers[0].pid, signal.SIGKILL)
+        second = _land(landing, "during.csv", 700, 2)
+        wait_for(lambda: any(b.status == "failed" for b in watch.summary.batches), 120, "a batch failed on the outage")
+        assert watch.summary.files_sent == 1 and thread.is_alive() and not errors
+        cluster = local_kafka.restart(cluster)
+        wait_for(lambda: watch.summary.files_sent == 2, 180, "the file sent once the broker was back")
+    finally:
+        watch.stop()
+        thread.join(120)
+        resources.close()
+        try:
+            got = rows(consume_all(cluster.bootstrap_servers, "watch-outage"))
+        finally:
+            cluster.stop()
+    assert not errors, errors
+    assert got == expected_rows(first) + expected_rows(second)
+    assert [b.status for b in watch.summary.batches][-1] == "succeeded"
+
+
+def _catching(fn, errors: list) -> None:
+    try:
+        fn()
+    except BaseException as e:  # noqa: BLE001 - the test thread asserts on it
+        errors.append(e)

@@ -196,12 +196,18 @@ def entry_of(r: Record) -> Entry | None:
         ) from e
 
 
-def records_from(
-    conf: dict[str, Any], ledger_topic: str, start: dict[int, int] | None, timeout_s: float = READ_TIMEOUT_S
-) -> tuple[list[Record], dict[int, int]]:
-    """The committed records from offsets ``start`` (None: the first) to the end as it was
-    when asked, and that end: a reader that keeps the end reads on from there next time."""
-    return _records(conf, ledger_topic, timeout_s, start, "read_committed")
+def read_on(
+    conf: dict[str, Any],
+    ledger_topic: str,
+    start: dict[int, int] | None,
+    take: Callable[[Record], None],
+    timeout_s: float = READ_TIMEOUT_S,
+    isolation: str = "read_committed",
+) -> dict[int, int]:
+    """Hand ``take`` each committed record (``read_uncommitted``: each record) from offsets
+    ``start`` (None: the first) to the end as it was when asked, one at a time (a ledger of
+    millions is never a list); return that end: a reader that keeps it reads on from there."""
+    return _read_on(conf, ledger_topic, timeout_s, start, isolation, take)
 
 
 def read_records(
@@ -236,6 +242,19 @@ def _consumer(conf: dict[str, Any], isolation: str) -> Any:
 def _records(
     conf: dict[str, Any], ledger_topic: str, timeout_s: float, start: dict[int, int] | None, isolation: str
 ) -> tuple[list[Record], dict[int, int]]:
+    out: list[Record] = []
+    ends = _read_on(conf, ledger_topic, timeout_s, start, isolation, out.append)
+    return out, ends
+
+
+def _read_on(
+    conf: dict[str, Any],
+    ledger_topic: str,
+    timeout_s: float,
+    start: dict[int, int] | None,
+    isolation: str,
+    take: Callable[[Record], None],
+) -> dict[int, int]:
     from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
     consumer = _consumer(conf, isolation)
@@ -245,15 +264,14 @@ def _records(
             # Not "no ledger": a ledger that cannot be read now would read as nothing delivered.
             raise KafkaUnavailable(f"reading the delivery ledger {ledger_topic!r} from Kafka: {md.error.str()}")
         if md is None or md.error is not None:  # no ledger yet: nothing delivered; whatever is, from its start
-            return [], {0: 0}  # (the ledger has one partition: ensure() refuses any other)
+            return {0: 0}  # (the ledger has one partition: ensure() refuses any other)
         parts = sorted(md.partitions)
         ends = high_watermarks(conf, ledger_topic, len(parts), timeout_s)
         first = {p: (start or {}).get(p, OFFSET_BEGINNING) for p in parts}
         todo = {p for p in parts if ends[p] > max(0, first[p])}
         consumer.assign([TopicPartition(ledger_topic, p, first[p]) for p in todo])
-        out: list[Record] = []
-        _consume(consumer, ledger_topic, ends, todo, time.monotonic() + timeout_s, out.append)
-        return out, ends
+        _consume(consumer, ledger_topic, ends, todo, time.monotonic() + timeout_s, take)
+        return ends
     except KafkaException as e:
         raise KafkaUnavailable(f"reading the delivery ledger {ledger_topic!r} from Kafka: {e.args[0].str()}") from e
     finally:

@@ -278,7 +278,9 @@ def acquire(
     claim = Claim(topic, run_id, lineage, host, pid, _started(pid), time.time_ns() // 1_000_000, boot, pidns,
                   int(lease_s * 1000), scope)  # fmt: skip
     offset, now = _write(conf, ledger_topic, claim.key(), claim.value())
-    records = ledger.read_records(conf, ledger_topic, isolation="read_uncommitted")
+    records: list[ledger.Record] = []  # the claims only: a ledger of a million entries is not held
+    ledger.read_on(conf, ledger_topic, None, lambda r: records.append(r) if r.kind == ledger.CLAIM else None,
+                   isolation="read_uncommitted")  # fmt: skip
     earlier = [c for c in claims([r for r in records if r.offset < offset], topic).values() if c.run_id != run_id]
     live = [c for c in earlier if c.alive(now)]
     if live:

@@ -103,6 +103,8 @@ def build_session(
     keys = ", ".join(extra_conf or {})
     refused = f"Spark refused to start{f' with the settings {keys}' if keys else ''}"
     try:
+        if not launched_by_spark_submit():
+            _quiet_gateway(builder)
         spark = builder.getOrCreate()
     except Py4JJavaError as e:
         java = e.java_exception
@@ -116,6 +118,50 @@ def build_session(
         raise UsageError(f"{refused}: its JVM exited at once (Spark's reason is printed above)") from e
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+# Lines the JVM and Spark print at every start that say nothing about the run: the JVM's
+# note of the vector API module Spark adds, and the shell's hint about log levels (the
+# gateway is started as "pyspark-shell"). Anything else on the JVM's stderr is passed on.
+_START_UP_NOISE = (b"WARNING: Using incubator modules: ", b'Setting default log level to "',
+                   b"To adjust logging level use sc.setLogLevel(")  # fmt: skip
+
+
+def _quiet_gateway(builder: SparkSession.Builder) -> None:
+    """Start the driver JVM (as ``getOrCreate`` would, with the builder's settings) with its
+    stderr read by a thread that drops the start-up noise and passes the rest on."""
+    import threading
+
+    from pyspark import SparkConf
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:  # a session's JVM is running (a notebook's second session)
+        return
+    conf = SparkConf()
+    for k, v in builder._options.items():
+        conf.set(k, v)
+    # Read from before the JVM starts: one that exits at once has said why by then.
+    read_end, write_end = os.pipe()
+
+    def relay() -> None:
+        out = sys.stderr.buffer
+        with os.fdopen(read_end, "rb") as stream:
+            for line in iter(stream.readline, b""):
+                if not line.startswith(_START_UP_NOISE):
+                    out.write(line)
+                    out.flush()
+
+    relaying = threading.Thread(target=relay, name="jvm-stderr", daemon=True)
+    relaying.start()
+    try:
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": write_end})
+    except BaseException:
+        os.close(write_end)
+        relaying.join(10)  # the JVM's own reason on the terminal before ours
+        raise
+    os.close(write_end)  # the JVM holds its own copy
+    SparkContext._gateway = gateway
+    SparkContext._jvm = gateway.jvm
 
 
 # What the context throws for a setting it cannot take (a size, a number, a master URL).

@@ -25,6 +25,7 @@ from kappa_ingest.source.splits import InputFile, Unit, canonical_file, splittab
 from kappa_ingest.watch.landing import Landed
 
 Identity = tuple[int, int, str]  # size, modification time (ms), an object's ETag
+FIRST_READ_TIMEOUT_S = 900.0  # the whole ledger, at a watch's start (a million entries: see docs)
 
 
 @dataclass(frozen=True)
@@ -63,23 +64,31 @@ class Delivered:
         self._rows_settled: dict[str, int] = {}  # of the files the last reading found wholly in
 
     def catch_up(self) -> None:
-        """Read what the ledger gained since the last reading."""
-        records, ends = ledger.records_from(self.conf, self.ledger_topic, self.position)
+        """Read what the ledger gained since the last reading (the first reading: all of it,
+        however long that takes while records keep coming)."""
         touched: set[str] = set()
         self._rows_settled = {}
-        for r in records:
-            self._take(r, touched)
-        self.records_read += len(records)
-        self.position = ends
+        timeout_s = ledger.READ_TIMEOUT_S if self.position is not None else FIRST_READ_TIMEOUT_S
+        self.position = ledger.read_on(self.conf, self.ledger_topic, self.position,
+                                       lambda r: self._take(r, touched), timeout_s)  # fmt: skip
         for path in touched:
-            self._settle(path)
+            if path in self._open:
+                self._settle(path)
 
     def _take(self, r: ledger.Record, touched: set[str]) -> None:
+        self.records_read += 1
         if r.kind == ledger.ENTRY:
             e = ledger.entry_of(r)
             if e is not None and e.topic == self.topic:
-                self._open.setdefault(e.unit.file, {})[e.unit] = e
-                touched.add(e.unit.file)
+                path = e.unit.file
+                if e.unit.parts == 1 and e.unit.start == 0 and e.unit.length == e.file_size:
+                    # A file in one unit (most of a landing's): in, as this version, at once.
+                    self._open.pop(path, None)
+                    self._sent[path] = (e.file_size, e.file_mtime_ms, e.file_version)
+                    self._rows_settled[path] = e.rows_sent
+                else:
+                    self._open.setdefault(path, {})[e.unit] = e
+                    touched.add(path)
         elif r.kind in (ledger.WATCH, ledger.PASSED) and r.value is not None:
             key = ledger.key_object(r)
             value = json.loads(r.value)

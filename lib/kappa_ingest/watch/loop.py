@@ -37,6 +37,7 @@ from kappa_ingest.pipeline.resources import RunResources
 from kappa_ingest.report import store
 from kappa_ingest.report.phases import RunClock
 from kappa_ingest.s3.access import S3Access, is_s3
+from kappa_ingest.source import opening
 from kappa_ingest.source.splits import InputFile
 from kappa_ingest.watch import disposal
 from kappa_ingest.watch.delivered import Delivered, Standing
@@ -81,6 +82,7 @@ class Watch:
         self._refused: dict[str, tuple[int, int, str]] = {}  # path -> the identity refused (seen again: not again)
         self._landed_ms: dict[str, int] = {}
         self.started = threading.Event()  # set once the landing's files at the start are known
+        self._live = echo and sys.stdout.isatty()  # a status line kept up to date
         self.metrics_url: str | None = None
 
     # -- stopping ---------------------------------------------------------------------------
@@ -104,6 +106,7 @@ class Watch:
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> WatchSummary:
         s = self.settings
+        opening.for_run(self.cfg.s3_endpoint)  # an s3:// landing's store: listed, and files moved, from here
         self.resources.hold()  # exit 6 if another run or watch sends to the topic
         conf = connection_conf(self.cfg.producer_settings(), self.resources.servers())
         access = S3Access.resolve(self.cfg.s3_endpoint) if is_s3(s.landing) else None
@@ -137,6 +140,8 @@ class Watch:
                 server[0].shutdown()
             if self.stopping:
                 self._abort_open()
+            if self._live:
+                sys.stdout.write("\r\x1b[K")
         return self.summary
 
     def _abort_open(self) -> None:
@@ -176,6 +181,7 @@ class Watch:
         waiting = [f for f, _ in todo]
         self.metrics.backlog(len(waiting), sum(f.size for f in waiting),
                              max((now_ms - self._landed_ms[f.path]) / 1000 for f in waiting) if waiting else 0.0)  # fmt: skip
+        self._status()
         if not todo:
             return None
         files = [st.file for _, st in todo]
@@ -332,7 +338,20 @@ class Watch:
 
     def _say(self, line: str) -> None:
         if self.echo:
+            if self._live:
+                sys.stdout.write("\r\x1b[K")  # the status line gives way, and comes back below
             print(line, file=sys.stderr if line.startswith("warning") else sys.stdout, flush=True)
+            self._status()
+
+    def _status(self) -> None:
+        """On a terminal, one line kept up to date: what was sent, what waits, how long."""
+        if not self._live:
+            return
+        m, s = self.metrics, self.summary
+        waiting, oldest = int(m.files_waiting._value.get()), m.oldest_waiting._value.get()
+        sys.stdout.write(f"\r\x1b[K{s.files_sent:,} file(s), {s.rows_sent:,} rows sent; {waiting} waiting"
+                         + (f" (oldest {oldest:.1f} s)" if waiting else "") + f"; {len(s.refused)} refused")  # fmt: skip
+        sys.stdout.flush()
 
 
 def _utc(ms: int) -> datetime:
