@@ -194,7 +194,7 @@ def _latencies(result: WatchSoak, metrics: Path) -> None:
     if not lat:
         return
     third = max(1, len(lat) // 3)
-    q = statistics.quantiles(lat, n=100) if len(lat) > 1 else [lat[0]] * 99
+    q = statistics.quantiles(lat, n=100, method="inclusive") if len(lat) > 1 else [lat[0]] * 99
     result.latency_s = {"p50": round(q[49], 2), "p99": round(q[98], 2), "first_third_median": round(
         statistics.median(lat[:third]), 2), "last_third_median": round(statistics.median(lat[-third:]), 2)}  # fmt: skip
     result.latency_flat = result.latency_s["last_third_median"] <= 1.5 * result.latency_s["first_third_median"]

@@ -182,11 +182,17 @@ def read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None = None, path
     plan = pinned or make_plan(spark, cfg, paths)
     read_bytes = sum(f.size for f in plan.files if f.path in {splits.canonical_file(p) for p in paths})
     open_cost = 0 if cfg.partitions else splits.OPEN_COST_BYTES
-    if cfg.incremental or _split_per_task(cfg):
-        # No two splits in one task: where a task's rows are sorted but not shuffled (each
-        # task's transaction, one unit), and for an incremental run, whose split size is
-        # fixed (64 MiB) and would otherwise pack a landing directory's files into one task.
+    if _split_per_task(cfg):
+        # No two splits in one task where a task's rows are sorted but not shuffled (each
+        # task's transaction, one unit).
         open_cost = plan.split_bytes
+    elif cfg.incremental:
+        # The split size is fixed (64 MiB), which would pack a landing directory's small
+        # files into one task: each file costs enough that they spread over about two tasks
+        # a core (a task of many files has a transaction per file all the same; a task per
+        # file cost a 1,000-file backlog 3x its sending time in task start-ups).
+        tasks = 2 * max(1, spark.sparkContext.defaultParallelism)
+        open_cost = max(splits.OPEN_COST_BYTES, plan.split_bytes // max(1, -(-len(paths) // tasks)))
     for key, value in splits.spark_conf(plan.split_bytes, open_cost).items():
         spark.conf.set(key, value)
     etags = {f.path: f.version for f in plan.files if f.version}
