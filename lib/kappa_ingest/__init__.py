@@ -1,8 +1,12 @@
 """kappa-ingest: CSV files into a Kafka topic with Apache Spark, as fast as the hardware
 allows, every row exactly once, and a report of exactly how fast it went.
 
-The pipeline is ``ingest.ingest`` (``jobs/ingest_csv.py`` and ``kappa-ingest ingest`` call
-it); read it first. Its steps, each living in the folder named:
+The pipeline is ``ingest.run``: one run with the resources someone holds
+(``pipeline.resources.RunResources``: Kafka, the topic's lock, Spark) and the work
+``delivery.work.prepare`` chose. ``kappa-ingest ingest`` runs it once (``cli.run_ingest``),
+``kappa-ingest watch`` once per batch of landed files (``watch.loop``), and
+``ingest.ingest`` in a session the caller has (notebooks, tests). Read ``ingest.py``
+first. Its steps, each living in the folder named:
 
 1. ``config``            one frozen IngestConfig from ``conf/ingest.yaml`` + the command line
 2. ``delivery.lock``     one run at a time per topic; ``delivery.resume`` / ``.incremental``:
@@ -16,7 +20,8 @@ it); read it first. Its steps, each living in the folder named:
 6. ``report``            Spark's records joined with the producers' counts, checked, printed,
                          stored (summary.json and Delta tables)
 
-``reprocess`` replays a topic's history from the ledger through the same pipeline.
+``reprocess`` replays a topic's history from the ledger through the same pipeline;
+``watch`` streams a landing directory through it, the ledger its only state.
 
 The layers, bottom to top; a module imports only its own folder and lower lines
 (``tests/unit/test_layers.py`` holds the package to it):
@@ -30,8 +35,9 @@ The layers, bottom to top; a module imports only its own folder and lower lines
 - ``sinks/``     the three ways to produce, the per-partition runner, the writers
 - ``spark/``     sessions, clusters, packing, Spark's own metrics, failure causes
 - ``report/``    the run report, its views and figures, the Delta store, the rate sampler
-- ``quality``, ``config``, ``preflight``, ``reprocess``, ``ingest``, ``setup_jars``: the
+- ``quality``, ``config``, ``preflight``, ``reprocess``, ``pipeline/``, ``ingest``, ``setup_jars``: the
   pipelines and what they are configured by
+- ``watch/``     a landing directory watched: discovery, the ledger's view, disposal, the loop
 - ``bench/``     ``make bench`` and its peers; ``cli`` on top
 """
 

@@ -4,4 +4,5 @@ module (:mod:`kappa_ingest.ingest` calls them in order):
 - ``sending``      topics, limits and task delivery set up, the plan written, the send
 - ``accounting``   units delivered and missing, the driver's ledger entries
 - ``reconciling``  what the topic holds, against what was sent
+- ``resources``    a run's Kafka, lock and Spark, with one owner (a watch holds them for all its batches)
 """
