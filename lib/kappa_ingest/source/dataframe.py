@@ -102,6 +102,9 @@ class ReadOptions(Protocol):
     def order_by_event_time(self) -> bool: ...
     @property
     def incremental(self) -> bool: ...
+
+    @property
+    def watch_id(self) -> str | None: ...
     @property
     def replay_speed(self) -> float | None: ...
 
@@ -186,11 +189,14 @@ def read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None = None, path
         # No two splits in one task where a task's rows are sorted but not shuffled (each
         # task's transaction, one unit).
         open_cost = plan.split_bytes
+    elif cfg.incremental and not cfg.watch_id:
+        # The split size is fixed (64 MiB), which would pack a landing directory's files
+        # into one task: a task per split instead.
+        open_cost = plan.split_bytes
     elif cfg.incremental:
-        # The split size is fixed (64 MiB), which would pack a landing directory's small
-        # files into one task: each file costs enough that they spread over about two tasks
-        # a core (a task of many files has a transaction per file all the same; a task per
-        # file cost a 1,000-file backlog 3x its sending time in task start-ups).
+        # A watch's batch: its small files spread over about two tasks a core (a task of
+        # many files has a transaction per file all the same; a task per file cost a
+        # 1,000-file backlog 2.3x its drain time in task start-ups: docs/watch.md).
         tasks = 2 * max(1, spark.sparkContext.defaultParallelism)
         open_cost = max(splits.OPEN_COST_BYTES, plan.split_bytes // max(1, -(-len(paths) // tasks)))
     for key, value in splits.spark_conf(plan.split_bytes, open_cost).items():
