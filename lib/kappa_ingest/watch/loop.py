@@ -82,6 +82,7 @@ class Watch:
         self._refused: dict[str, tuple[int, int, str]] = {}  # path -> the identity refused (seen again: not again)
         self._landed_ms: dict[str, int] = {}
         self.started = threading.Event()  # set once the landing's files at the start are known
+        self._waiting: list[Landed] = []  # seen, not yet sent (as of the last listing and batch)
         self._live = echo and sys.stdout.isatty()  # a status line kept up to date
         self.metrics_url: str | None = None
 
@@ -178,10 +179,8 @@ class Watch:
             elif st.state in ("new", "partial", "changed"):
                 self._landed_ms.setdefault(f.path, max(f.mtime_ms, now_ms))  # seen (a rename) or written, the later
                 todo.append((f, st))
-        waiting = [f for f, _ in todo]
-        self.metrics.backlog(len(waiting), sum(f.size for f in waiting),
-                             max((now_ms - self._landed_ms[f.path]) / 1000 for f in waiting) if waiting else 0.0)  # fmt: skip
-        self._status()
+        self._waiting = [f for f, _ in todo]
+        self._backlog(now_ms)
         if not todo:
             return None
         files = [st.file for _, st in todo]
@@ -242,6 +241,13 @@ class Watch:
             self._ended(result, delivered, files)
             return
 
+    def _backlog(self, now_ms: int) -> None:
+        """The files seen and not yet sent, into the metrics and the status line."""
+        waiting = self._waiting
+        oldest = max((now_ms - self._landed_ms.get(f.path, now_ms)) / 1000 for f in waiting) if waiting else 0.0
+        self.metrics.backlog(len(waiting), sum(f.size for f in waiting), oldest)
+        self._status()
+
     def _rechosen(self, files: list[Landed], delivered: Delivered) -> Work:
         """The batch's files as the ledger now has them (a failed attempt may have committed some units)."""
         ins: list[InputFile] = [delivered.standing(f).file for f in files]
@@ -271,6 +277,8 @@ class Watch:
                          "rows": delivered.rows_of(f.path), "landed_at": _utc(landed_ms), "committed_at": _utc(now_ms),
                          "latency_s": latency})  # fmt: skip
             self._dispose(f)
+        self._waiting = [f for f in self._waiting if f.path not in result.latency_s]
+        self._backlog(now_ms)
         if rows:
             try:
                 store.append(self.cfg.metrics, {"watch_files": rows})
