@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -186,7 +187,5 @@ def run_watch_bench(out_root: Path, files: int = 50, rows: int = 10_000, backlog
     (folder / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))
     print(f"bench --watch: {folder}")
-    import shutil
-
     shutil.rmtree(work, ignore_errors=True)
     return results

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -77,8 +78,6 @@ def run_watch_start(out_root: Path, entries: int, command: str) -> dict:
         results = {"command": command, "entries": entries, "fill_s": round(fill_s, 1), **json.loads(done.stdout)}
     finally:
         cluster.stop()
-        import shutil
-
         shutil.rmtree(work, ignore_errors=True)
     folder = out_root / f"watch-start-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
     folder.mkdir(parents=True, exist_ok=True)

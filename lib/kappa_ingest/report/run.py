@@ -159,7 +159,8 @@ class RunReport:
         # Units attempts Spark counted as failed had committed (in a failed run: before it
         # failed) are transactions this run committed too: one per unit, or over shuffled
         # input one per attempt (:func:`pipeline.accounting.inherited`).
-        by_failed = len({(e.task_id, e.attempt) if per_task else e.unit for e in inherited}) if eos_mode(self) else 0
+        eos = self.delivery.get("mode") == "exactly-once"
+        by_failed = len({(e.task_id, e.attempt) if per_task else e.unit for e in inherited}) if eos else 0
         self.delivery["transactions_committed"] = sum(s.transactions for s in stats) + by_failed
         self.delivery["commit_retries"] = sum(s.commit_retries for s in stats)
         self.delivery["init_retries"] = sum(s.init_retries for s in stats)
@@ -168,7 +169,6 @@ class RunReport:
         # exactly-once adds to their work, beside the ledger's few records.
         self.delivery["transaction_s"] = round(sum(s.transaction_ms for s in stats) / 1000, 3)
         # A failed attempt's transaction is aborted, by the attempt or, fenced, by the next one.
-        eos = eos_mode(self)
         self.delivery["transactions_aborted"] = len(failed) + sum(s.aborted for s in stats) if eos else 0
         if inherited:
             self.delivery["committed_by_failed_attempts"] = {"units": len(inherited), "rows": self.rows_inherited}
@@ -573,7 +573,3 @@ def render(s: dict[str, Any]) -> str:
             f"checks: {len(s['checks'])} of {len(s['checks'])} hold ({'; '.join(c['name'] for c in s['checks'])})"
         )
     return "\n".join(out)
-
-
-def eos_mode(report: RunReport) -> bool:
-    return report.delivery.get("mode") == "exactly-once"

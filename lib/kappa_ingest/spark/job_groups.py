@@ -12,10 +12,15 @@ from pyspark import SparkContext
 from kappa_ingest.config import IngestConfig
 
 
+def group_of(run_id: str) -> str:
+    """The job group a run's Spark jobs run in (cancelling it stops the run's sending)."""
+    return f"kappa-ingest-{run_id}"
+
+
 def job_group(cfg: IngestConfig) -> str:
     """Put the driver's next Spark jobs in the run's job group (the report joins its jobs'
     tasks with the producers' counts); returns its id."""
-    group = f"kappa-ingest-{cfg.run_id}"
+    group = group_of(cfg.run_id)
     SparkContext.getOrCreate().setJobGroup(group, f"kappa-ingest {cfg.run_id}: {cfg.sink} -> {cfg.topic}")
     return group
 

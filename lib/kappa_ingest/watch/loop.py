@@ -39,6 +39,7 @@ from kappa_ingest.report.phases import RunClock
 from kappa_ingest.s3.access import S3Access, is_s3
 from kappa_ingest.source import opening
 from kappa_ingest.source.splits import InputFile
+from kappa_ingest.spark.job_groups import group_of
 from kappa_ingest.watch import disposal
 from kappa_ingest.watch.delivered import Delivered, Standing
 from kappa_ingest.watch.discovery import Discovery
@@ -97,8 +98,8 @@ class Watch:
             self._discovery.wake()
         batch, spark = self._batch, self.resources.spark
         if batch is not None and spark is not None:  # on a thread: Py4J is not for a signal handler
-            group = f"kappa-ingest-{batch.run_id}"
-            threading.Thread(target=spark.sparkContext.cancelJobGroup, args=(group,), daemon=True).start()
+            threading.Thread(target=spark.sparkContext.cancelJobGroup, args=(group_of(batch.run_id),),
+                             daemon=True).start()  # fmt: skip
 
     @property
     def stopping(self) -> bool:
@@ -183,14 +184,11 @@ class Watch:
         self._backlog(now_ms)
         if not todo:
             return None
-        files = [st.file for _, st in todo]
-        backlog = incremental.classify(files, delivered.entries([f.path for f in files]), self.cfg.topic)
-        selection = incremental.select(backlog, "resend", s.max_files, s.max_bytes)
-        if not selection.paths:
+        work = self._work([st.file for _, st in todo], delivered, s.max_files, s.max_bytes)
+        if work.selection is None or not work.selection.paths:
             return None
-        selection = replace(selection, ledger_end=dict(delivered.position or {0: 0}))
         by_path = {st.file.path: f for f, st in todo}
-        return Work(selection=selection), [by_path[p] for p in selection.paths]
+        return work, [by_path[p] for p in work.selection.paths]
 
     def _send(self, number: int, chosen: tuple[Work, list[Landed]], delivered: Delivered) -> None:
         """Run one batch, again after a Kafka outage (until ``--outage-limit``), without a
@@ -250,9 +248,12 @@ class Watch:
 
     def _rechosen(self, files: list[Landed], delivered: Delivered) -> Work:
         """The batch's files as the ledger now has them (a failed attempt may have committed some units)."""
-        ins: list[InputFile] = [delivered.standing(f).file for f in files]
-        backlog = incremental.classify(ins, delivered.entries([f.path for f in ins]), self.cfg.topic)
-        selection = incremental.select(backlog, "resend", None, None)
+        return self._work([delivered.standing(f).file for f in files], delivered, None, None)
+
+    def _work(self, files: list[InputFile], delivered: Delivered, max_files: int | None, max_bytes: int | None) -> Work:
+        """What of ``files`` a batch sends (their units the ledger lacks), read on from the ledger's end as last read."""
+        backlog = incremental.classify(files, delivered.entries([f.path for f in files]), self.cfg.topic)
+        selection = incremental.select(backlog, "resend", max_files, max_bytes)
         return Work(selection=replace(selection, ledger_end=dict(delivered.position or {0: 0})))
 
     def _ended(self, result: BatchResult, delivered: Delivered, files: list[Landed]) -> None:
@@ -369,7 +370,7 @@ def _utc(ms: int) -> datetime:
 def _named_file(e: KappaError, files: list[Landed]) -> Landed | None:
     """The batch's file an input error is about (every such error begins ``input PATH:``)."""
     text = str(e)
-    return next((f for f in files if text.startswith(f"input {f.path}:") or f"input {f.path}:" in text), None)
+    return next((f for f in files if f"input {f.path}:" in text), None)
 
 
 def _what_changed(before: Any, now: tuple[int, int, str]) -> str:
