@@ -93,8 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="gzip level (default 1; 0 stores, fastest to pack and unpack)")  # fmt: skip
     r = sub.add_parser("report", help="past runs from the Delta metrics store")
     which = r.add_mutually_exclusive_group()
-    which.add_argument("--run-id", help="one run: its totals, phases, rates and executors")
-    which.add_argument("--last", type=int, default=10, metavar="N", help="the last N runs, a line each (default 10)")
+    which.add_argument("--run-id", help="one run: its totals, phases, rates and executors (a watch's id: its batches)")
+    which.add_argument(
+        "--last",
+        type=int,
+        default=10,
+        metavar="N",
+        help="the last N runs, a line each, a watch's batches as one (default 10)",
+    )
     which.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"),
                        help="two runs side by side: rows, phases, rates, checks and the settings that differ")  # fmt: skip
     r.add_argument(
@@ -420,7 +426,14 @@ def _report(args: argparse.Namespace) -> int:
     where.check()
     if not metrics_store.exists(where):
         raise UsageError(f"no metrics store at {args.metrics_dir}/delta; give --metrics-dir of your runs")
-    if args.run_id:
+    watch = metrics_store.watch(where, args.run_id) if args.run_id else None
+    if watch is not None:  # a watch's id: its batches as a timeline
+        print(f"watch {watch.watch_id}: {report_text.watch_headline(watch)}")
+        print(report_text.watch_timeline(watch))
+        if args.html:
+            Path(args.html).write_text(report_html.render_watch_html(watch))
+            print(f"wrote {args.html}")
+    elif args.run_id:
         run = metrics_store.run(where, args.run_id)
         print(report_text.compare(run["runs"]))
         if run["executors"]:
@@ -433,8 +446,8 @@ def _report(args: argparse.Namespace) -> int:
         runs = [metrics_store.run(where, rid, tables=("runs",))["runs"][0] for rid in args.compare]
         print(report_text.compare(runs))
     else:
-        runs = metrics_store.last_runs(where, args.last)
-        print(report_text.last_lines(runs) if runs else f"no runs in {args.metrics_dir}/delta")
+        entries = metrics_store.last_entries(where, args.last)
+        print(report_text.last_lines(entries) if entries else f"no runs in {args.metrics_dir}/delta")
     return 0
 
 

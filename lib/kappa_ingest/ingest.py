@@ -138,7 +138,7 @@ def _pipeline(
         skip = work.skip
         if cfg.expectations:
             source = quality.gate(cfg, source, skip, report, cfg.metrics.sub("runs", cfg.run_id), echo)
-        source, sent, outcome = _send(cfg, spark, source, kafka, report, skip, earlier, echo)
+        source, sent, outcome = _send(cfg, spark, source, kafka, report, skip, earlier, echo, resources.workers_warm)
         new_entries = _account(cfg, spark, report, source, sent, outcome, group, earlier)
         _settle(cfg, report, source, sent, outcome, held, work.resumption, replay, new_entries)
         _quarantine(cfg, report, source, skip)
@@ -193,9 +193,10 @@ def _send(
     skip: frozenset,
     earlier: Resumption | Selection | None,
     echo: bool,
+    workers_warm: bool,
 ) -> tuple[csv_source.Source, Sent | None, SendOutcome]:
     """Send (a dry run: convert, and discard), with the Python workers warmed meanwhile."""
-    warming = warmup.start(spark, cfg.sink)  # overlaps setting up Kafka
+    warming = warmup.start(spark, cfg.sink, needed=not workers_warm)  # overlaps setting up Kafka
     rate = sending.rate_per_task(cfg, spark, source)
     if cfg.dry_run:
         warming.join()
@@ -301,6 +302,9 @@ def _finish(
         resources.release_lock()  # while Kafka is still there: an embedded broker stops next
     if resources.held is not None:
         report.delivery["lock"] = resources.held.summary()
+    if resources.recorder is not None:  # a watch's batch: its next one starts while this is written
+        resources.recorder.submit(recording.record, cfg, report, None, entries)
+        return
     releasing = None
     if release_early:
         releasing = threading.Thread(target=_release, args=(resources,), name="release")

@@ -132,6 +132,38 @@ def test_files_that_land_are_sent_once_and_a_restart_sends_what_landed_meanwhile
     assert all(f["committed_at"] >= f["landed_at"] and f["latency_s"] >= 0 for f in files)
     runs = DeltaTable(table_path(metrics, "runs")).to_pyarrow_table().to_pylist()
     assert {r["run_id"]: r["watch_id"] for r in runs}[batch] == "watch-once-2"
+    _shown_as_timelines(metrics, w.watch.summary, again.watch.summary)
+
+
+def _shown_as_timelines(metrics: Path, *summaries) -> None:
+    """``report --last``, the notebook's watch cell and the watch's page show each watch as its
+    batches, from the store the watches wrote."""
+    import nbformat
+
+    import page_view
+    from kappa_ingest.report import html, plots
+    from kappa_ingest.report import store as metrics_store
+    from kappa_ingest.report import text as report_text
+
+    entries = metrics_store.last_entries(str(metrics), 5)
+    assert [e.watch_id for e in entries] == [s.watch_id for s in reversed(summaries)]
+    for view, summary in zip(reversed(entries), summaries, strict=True):
+        assert [b.run_id for b in view.batches] == [b.run_id for b in summary.batches]
+        assert len(view.files) == summary.files_sent and view.rows == summary.rows_sent
+    text = report_text.last_lines(entries)
+    assert text.count("succeeded") == sum(len(s.batches) for s in summaries) and "watch-once-1  " in text
+    nb = nbformat.read(Path(__file__).parents[2] / "notebooks" / "ingest_rates.ipynb", as_version=4)
+    cell = next(c.source for c in nb.cells if c.get("id") == "cell-watch")
+    shown: list = []
+    exec(cell, {"metrics_store": metrics_store, "report_text": report_text, "plots": plots, "show": shown.append,
+                "METRICS_DIR": str(metrics)})  # fmt: skip
+    assert len(shown) == 1 and len(shown[0].axes[0].collections[-1].get_offsets()) == summaries[-1].files_sent
+    page = page_view.ARTIFACTS / "report-watch-once-1.html"
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(html.render_watch_html(entries[-1]))
+    seen = page_view.view(page, page.with_suffix(".png"))
+    assert seen.scroll_width <= seen.inner_width and [i["loaded"] for i in seen.images] == [True]
+    assert seen.headline[0].startswith(f"FILES SENT {summaries[0].files_sent}")
 
 
 def test_existing_files_are_sent_with_include_existing(spark, kafka, tmp_path):
@@ -192,6 +224,29 @@ def test_sent_files_are_moved_and_a_binary_one_goes_to_the_error_dir_with_its_re
     assert w2.watch.summary.files_sent == 1
 
 
+def test_halt_on_error_stops_the_watch_at_a_file_that_cannot_be_sent_and_leaves_it_there(spark, kafka, tmp_path):
+    from kappa_ingest.errors import InputError
+
+    landing, metrics = _dirs(tmp_path)
+    topic = "watch-halt"
+    w = Running(
+        spark, kafka, landing, metrics, topic, "watch-halt-1", halt_on_error=True, error_dir=str(tmp_path / "e")
+    )
+    w.until(w.watch.started.is_set, "the first start's listing")
+    (landing / "empty.csv").write_bytes(b"")
+    w.thread.join(WAIT_S)
+    assert not w.thread.is_alive(), "the watch went on past a file it cannot send"
+    w.resources.close()
+    assert isinstance(w.error, InputError) and "empty.csv" in str(w.error) and "--halt-on-error" in str(w.error)
+    assert (landing / "empty.csv").exists() and not (tmp_path / "e").exists()  # left where it was
+    good = land(landing, "good.csv", 60, 1)
+    (landing / "empty.csv").unlink()
+    again = Running(spark, kafka, landing, metrics, topic, "watch-halt-2")  # the lock was let go
+    again.sent(1)
+    again.stop()
+    assert rows(consume_all(kafka.bootstrap_servers, topic)) == expected_rows(good)
+
+
 def test_the_prometheus_endpoint_counts_files_and_rows(spark, kafka, tmp_path):
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -232,6 +287,9 @@ def test_the_watch_command_refuses_a_second_watch_and_ends_cleanly_on_sigterm(ka
         assert second.returncode == 6, second.stderr[-2000:]
         assert "is locked by" in second.stderr and "first-watch" in second.stderr
         path = land(landing, "one.csv", 150, 1)
+        incremental = subprocess.run([cli, "ingest", *common[:8], "--incremental", "--run-id", "cron"],
+                                     capture_output=True, text=True, timeout=WAIT_S)  # fmt: skip
+        assert incremental.returncode == 6 and "first-watch" in incremental.stderr, incremental.stderr[-2000:]
         while "batch first-watch-b00001: succeeded" not in log.read_text():
             assert proc.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, log.read_text()[-3000:]

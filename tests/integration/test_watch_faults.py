@@ -2,7 +2,8 @@
 at each moment of a batch: with its next batch chosen, mid-send with a transaction open,
 and between the commit and the clean-up. Each next start takes the dead watch's lock over,
 and the last ends with every row once in the topic (a ``read_committed`` consumer) and the
-sent files moved, none sent again."""
+sent files moved, none sent again. An executor killed mid-batch, and the only broker, are
+ridden out by the running watch."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from faults import cli, sent_so_far, stop_group, topic_exists, wait_for
+from faults import cli, executor_of, sent_so_far, stop_group, summary, topic_exists, wait_for
 from helpers import consume_all, expected_rows, held_back, rows
 from kappa_ingest import datagen, failpoints
 
@@ -86,6 +87,45 @@ def test_a_watch_killed_at_each_moment_of_a_batch_loses_and_duplicates_nothing(k
     [report] = [json.loads(p.read_text()) for p in (metrics / "runs").glob("killed-2-b*/summary.json")]
     lock = report["delivery"]["lock"]
     assert "killed-1" in lock["taken_over_from"] and lock.get("lingering_transactions_ended", 0) >= 1, lock
+
+
+def test_an_executor_killed_mid_batch_is_ridden_out_and_every_row_sent_once(kafka, tmp_path):
+    """One of two executors killed (``kill -9``) while its task holds a transaction open: the
+    task is tried again, the batch succeeds without a restart of the watch, every row once."""
+    landing, metrics, held = (tmp_path / d for d in ("landing", "metrics", "held"))
+    landing.mkdir()
+    held.mkdir()
+    topic = "watch-executor-lost"
+    log = tmp_path / "watch.log"
+    proc = cli("--input", str(landing), "--topic", topic, "--bootstrap-servers", kafka.bootstrap_servers,
+               "--metrics-dir", str(metrics), "--min-file-age", "0.3", "--master", "local-cluster[2,1,1024]",
+               "--partitions", "2", "--run-id", "lost", log=log, command="watch",
+               env={failpoints.ENV: f"{failpoints.MID_SEND}:{held}"})  # fmt: skip
+    try:
+        wait_for(lambda: "watching " in log.read_text(), 240, "watching", proc, log)
+        path = _land(landing, "f.csv", 4000, 5)
+        wait_for(lambda: any(held.glob(f"*.{failpoints.MID_SEND}")), 180, "a task held mid-send", proc, log)
+        marker = next(held.glob(f"*.{failpoints.MID_SEND}"))
+        victim = executor_of(int(marker.read_text()))
+        wait_for(lambda: held_back(kafka.bootstrap_servers, topic), 30, "the open transaction seen by the broker")
+        victim.kill()
+        victim.wait(30)
+
+        def released_and_sent() -> bool:  # every hold let go from now on: the task's next attempt's too
+            for m in held.glob(f"*.{failpoints.MID_SEND}"):
+                m.unlink(missing_ok=True)
+            return "batch lost-b00001: " in log.read_text()
+
+        wait_for(released_and_sent, 240, "the batch ended", proc, log)
+        assert "batch lost-b00001: succeeded, 1/1 file(s), 4,000 rows" in log.read_text(), log.read_text()[-3000:]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, log.read_text()[-3000:]
+    finally:
+        stop_group(proc)
+    report = summary(metrics, "lost-b00001")
+    assert report["duplicates"]["failed_attempts"], "the kill did not fail a sending task"
+    assert report["delivery"]["transactions_aborted"] >= 1 and all(c["ok"] for c in report["checks"])
+    assert rows(consume_all(kafka.bootstrap_servers, topic)) == expected_rows(path)
 
 
 def test_a_broker_down_mid_watch_is_ridden_out_and_every_row_sent_once(spark, tmp_path):

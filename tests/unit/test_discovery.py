@@ -41,6 +41,22 @@ def test_a_file_still_growing_is_listed_again_when_it_would_be_old_enough(tmp_pa
     assert [f.path for f in found] == [str(tmp_path / "a.csv")] and discovery.listings == 2
 
 
+def test_files_the_watch_had_nothing_to_do_with_are_no_reason_to_list_again(tmp_path):
+    """An idle watch over files it sent and kept waits for a change (here a new file), not
+    listing the same files over and over; reading a file is not a change."""
+    (tmp_path / "sent.csv").write_text("id\n1\n")
+    with Discovery(str(tmp_path), min_age_s=0.0, period_s=3600.0) as discovery:
+        assert [f.path for f in discovery.ready(wait_s=0.0)] == [str(tmp_path / "sent.csv")]
+        thread, out = _in_background(lambda: discovery.ready(wait_s=120.0, changed=True))
+        time.sleep(0.5)
+        (tmp_path / "sent.csv").read_bytes()  # a batch reading it: inotify says so, nothing changed
+        time.sleep(0.5)
+        assert thread.is_alive() and discovery.listings <= 3  # the start, maybe one at the read; no spinning
+        (tmp_path / "new.csv").write_text("id\n2\n")
+        thread.join(130)
+    assert [os.path.basename(f.path) for f in out["value"]] == ["new.csv", "sent.csv"]
+
+
 def test_a_glob_is_watched_from_the_directory_its_wildcards_start_in():
     assert _watched("/in/day-*.csv") == ("/in", False)
     assert _watched("/in/*/x.csv") == ("/in", True)

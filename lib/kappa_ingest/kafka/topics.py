@@ -83,10 +83,12 @@ class Admin:
                 if time.monotonic() >= deadline or any(x.code() == KafkaError._AUTHENTICATION for x in self.errors):
                     raise self._unavailable("no metadata", e.args[0]) from e
 
-    def describe(self, topic: str) -> TopicShape | None:
+    def describe(self, topic: str, created: bool = False) -> TopicShape | None:
         """The topic's partitions and replication, or None if it does not exist (or this user
         may not see it). A describe request, never a metadata request naming the topic: on a
-        broker with auto.create.topics.enable that would create it with the broker's defaults."""
+        broker with auto.create.topics.enable that would create it with the broker's defaults.
+        ``created``: just created here, so a broker that does not know it yet (brokers learn
+        of a new topic one by one) is asked again within the bound."""
         from confluent_kafka import TopicCollection
 
         # Describing asks the broker the metadata names as controller; one that has just
@@ -101,7 +103,11 @@ class Admin:
                 break
             except KafkaException as e:
                 err = e.args[0]
-                if err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.TOPIC_AUTHORIZATION_FAILED):
+                unknown = err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+                if unknown and created and not last:
+                    time.sleep(0.1)
+                    continue
+                if unknown or err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
                     return None
                 if last or not (err.retriable() or err.code() == KafkaError._TIMED_OUT):
                     raise self._unavailable(f"no metadata for topic {topic}", err) from e

@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 from kappa_ingest.delivery import lock
 from kappa_ingest.delivery.lock import Lock
 from kappa_ingest.kafka.endpoint import KafkaEndpoint, endpoint_for
+from kappa_ingest.report.recording import Recorder
 from kappa_ingest.spark.session import build_session, stop_session
 
 
@@ -31,6 +32,10 @@ class RunResources:
         self.held: Lock | None = None
         self._owns_spark = False
         self._stopped = threading.Event()
+        # Set by a watch that keeps its Python workers warm: its batches skip the warm-up job.
+        self.workers_warm = False
+        # A watch's: its batches' reports recorded on a thread of their own (None: at once).
+        self.recorder: Recorder | None = None
 
     def open_kafka(self, master: str | None = None) -> KafkaEndpoint:
         """The run's Kafka; an embedded broker starts (in the background) the first time."""

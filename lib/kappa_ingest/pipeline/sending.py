@@ -16,6 +16,7 @@ from kappa_ingest.config import IngestConfig
 from kappa_ingest.delivery import guarantees as delivery
 from kappa_ingest.delivery import ledger, reconcile
 from kappa_ingest.delivery.task_delivery import for_tasks, paced
+from kappa_ingest.errors import KafkaUnavailable
 from kappa_ingest.kafka import topics
 from kappa_ingest.kafka.endpoint import KafkaEndpoint
 from kappa_ingest.kafka.settings import connection_conf, kafka_python_connection
@@ -193,8 +194,9 @@ def _data_topic(cfg: IngestConfig, admin: Admin, report: RunReport) -> None:
     differs from what was asked."""
     if _create(admin, cfg.topic, cfg.topic_partitions, cfg.replication_factor, cfg.topic_config):
         report.broker["topic_created"] = True
-    shape = admin.describe(cfg.topic)
-    assert shape is not None, f"topic {cfg.topic} exists"
+    shape = admin.describe(cfg.topic, created=bool(report.broker.get("topic_created")))
+    if shape is None:  # deleted meanwhile, or its creation not yet known to the broker asked
+        raise KafkaUnavailable(f"topic {cfg.topic}: not found right after it was made or seen; run again")
     report.broker.update(topic_partitions=shape.partitions, topic_replication=shape.replication)
     if not report.broker.get("topic_created") and (shape.partitions, shape.replication) != (
         cfg.topic_partitions, cfg.replication_factor,

@@ -16,6 +16,7 @@ from typing import Any
 from kappa_ingest.report.phases import COLOURS, LABELS, PHASES
 from kappa_ingest.report.run import MB, render_phases, stage_label
 from kappa_ingest.report.text import checks, checks_verdict, number, when
+from kappa_ingest.report.watch_view import WatchView
 
 Row = dict[str, Any]
 
@@ -287,5 +288,53 @@ def render_html(run: dict[str, list[Row]]) -> str:
     }
 <h2>Producer settings</h2>
 <p class="context">{_esc(r.get("settings") or "Kafka's defaults")}</p>
+</main></body></html>
+"""
+
+
+def render_watch_html(watch: WatchView) -> str:
+    """A watch (``metrics_store.watch``) as a self-contained page: how many files and rows,
+    how fast each file got in, the timeline of its batches, then every batch (pure)."""
+    from kappa_ingest.report import plots
+
+    p50, p99 = watch.latency(0.5), watch.latency(0.99)
+    tiles = "".join([
+        _tile("files sent", _num(len(watch.files)), f"{_num(watch.rows)} rows"),
+        _tile("latency p50", "-" if p50 is None else f"{p50:.1f} s", "from landing to commit, per file"),
+        _tile("latency p99", "-" if p99 is None else f"{p99:.1f} s", f"the slowest {_num(watch.latency(1.0))} s"),
+        _tile("batches", _num(len(watch.batches)), f"{watch.failed} failed or stopped; at most "
+              f"{watch.most_waiting} file(s) waiting", bad=watch.failed > 0),
+    ])  # fmt: skip
+    figure = _img(plots.png(plots.watch_timeline(watch)), "watch timeline",
+                  "Bars: batches as long as they ran; dots: each file's latency at its commit; below: files waiting.")  # fmt: skip
+    batches = [{**vars(b), "batch": b.run_id, "started": when(b.started_at)} for b in reversed(watch.batches)]
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
+<title>kappa-ingest watch {_esc(watch.watch_id)}</title>
+<style>{CSS}</style></head><body><main>
+<h1>kappa-ingest watch {_esc(watch.watch_id)}</h1>
+<p class="context">sink <b>{_esc(watch.sink)}</b> → topic <b>{_esc(watch.topic)}</b>; first batch {
+        when(watch.started_at)
+    } UTC,
+{_num(watch.span_s, 1)} s to the end of the last</p>
+<div class="tiles">{tiles}</div>
+{figure}
+<h2>Batches, newest first</h2>
+{
+        _table(
+            batches,
+            [
+                ("batch (a run: report --run-id)", "batch"),
+                ("started (UTC)", "started"),
+                ("status", "status"),
+                ("files", "files"),
+                ("rows", "rows"),
+                ("s", "wall_s"),
+                ("latency max, s", "latency_max_s"),
+                ("files waiting at its start", "waiting"),
+            ],
+            text={"batch", "started", "status"},
+        )
+    }
 </main></body></html>
 """

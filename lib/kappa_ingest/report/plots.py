@@ -23,6 +23,7 @@ from matplotlib.ticker import FuncFormatter
 
 from kappa_ingest.report.phases import parse_time
 from kappa_ingest.report.run import stage_label
+from kappa_ingest.report.watch_view import WatchView
 
 Rows = Sequence[dict[str, Any]]
 RunTables = dict[str, list[dict[str, Any]]]  # metrics_store.run(...) or metrics_store.run_rows(summary)
@@ -330,3 +331,40 @@ def png(fig: Figure) -> bytes:
     fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
     return buf.getvalue()
+
+
+def watch_timeline(watch: WatchView) -> Figure:
+    """A watch batch by batch on its own clock (0 = its first batch started): each batch a bar
+    as long as it ran (red: failed or stopped), each file a dot at its commit, as high as its
+    latency from landing; below, the files waiting (landed, not yet committed) over time."""
+    t0 = watch.started_at
+    since = _since(t0)
+    fig, (top, below) = plt.subplots(2, 1, figsize=(12, 5.2), sharex=True, height_ratios=(3, 2))
+    files = watch.files
+    lat = [f["latency_s"] for f in files]
+    ceiling = max([*lat, 1.0]) * 1.25
+    for b in watch.batches:
+        ok = b.status == "succeeded"
+        top.broken_barh([(since(b.started_at), max(b.wall_s, 0.05))], (0, ceiling * 0.04),
+                        color=BLUE if ok else "#c53030", alpha=0.8)  # fmt: skip
+    top.scatter([since(f["committed_at"]) for f in files], lat, s=14, color=ORANGE, zorder=3,
+                label="a file: latency, landing to commit")  # fmt: skip
+    top.set_ylim(0, ceiling)
+    top.set_ylabel("latency, s")
+    top.set_title(f"watch {watch.watch_id}: {len(watch.batches):,} batches, {len(files):,} files", fontsize=10)
+    top.legend(loc="upper left", fontsize=7, frameon=False, handles=[*top.get_legend_handles_labels()[0],
+               Patch(color=BLUE, label="a batch, as long as it ran (red: failed or stopped)")])  # fmt: skip
+    events = sorted([(since(f["landed_at"]), 1) for f in files] + [(since(f["committed_at"]), -1) for f in files])
+    xs, ys, waiting = [0.0], [0], 0
+    for x, step in events:
+        waiting += step
+        xs.append(x)
+        ys.append(waiting)
+    below.step(xs, ys, where="post", color=GREY)
+    below.fill_between(xs, ys, step="post", color=GREY, alpha=0.3)
+    below.set_ylim(0, max([*ys, 1]) * 1.2)
+    below.set_ylabel("files waiting")
+    below.set_xlabel("seconds since the watch's first batch started")
+    below.set_xlim(left=min([0.0, *xs]))
+    fig.tight_layout()
+    return fig

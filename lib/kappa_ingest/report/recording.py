@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable
 
 from kappa_ingest import sinks
 from kappa_ingest.config import IngestConfig
@@ -125,6 +126,30 @@ def record(cfg: IngestConfig, report: RunReport, releasing: threading.Thread | N
         except Exception as e:  # noqa: BLE001
             _store_warning(cfg, e)
     return path
+
+
+class Recorder:
+    """Records on a thread of its own, one record at a time in the order given: a watch's
+    next batch starts sending while the last one's report is written (Delta commits, a
+    fraction of a second each). :meth:`close` waits for every record given."""
+
+    def __init__(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="recorder")
+
+    def submit(self, fn: Callable[..., object], *args: object) -> None:
+        self._pool.submit(_warning_only, fn, *args)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+def _warning_only(fn: Callable[..., object], *args: object) -> None:
+    try:
+        fn(*args)
+    except Exception as e:  # noqa: BLE001 - what was sent is in the topic; its record is what failed
+        print(f"kappa-ingest: warning: not recorded: {mask(first_line(e))[:300]}", file=sys.stderr)
 
 
 def finish(report: RunReport, where: Directory) -> str:

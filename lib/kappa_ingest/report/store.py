@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from kappa_ingest.errors import UsageError
 from kappa_ingest.report.phases import parse_time
+from kappa_ingest.report.watch_view import WatchView, newest_first, watch_view
 from kappa_ingest.s3.directory import Directory, MetricsDir
 
 # A Spark session that reads the store with delta-spark (its jars are among the session's packages).
@@ -214,17 +215,23 @@ def exists(metrics_dir: MetricsDir, name: str = "runs") -> bool:
     return DeltaTable.is_deltatable(path, storage_options=options)
 
 
-def read(metrics_dir: MetricsDir, name: str, run_id: str | None = None) -> pa.Table:
-    """One table (or one run's rows of it) as an Arrow table, without Spark."""
+def read(metrics_dir: MetricsDir, name: str, run_id: str | None = None, *, watch_id: str | None = None) -> pa.Table:
+    """One table (or one run's rows of it, or a watch's) as an Arrow table, without Spark."""
     import pyarrow.dataset as ds
-    from deltalake import DeltaTable
 
-    path, options = _table_at(metrics_dir, name)
-    dataset = DeltaTable(path, storage_options=options).to_pyarrow_dataset()
+    dataset = _dataset(metrics_dir, name)
     # Single-threaded: a threaded Arrow scan can leave a pool thread alive into interpreter
     # exit and abort the process (SIGABRT, "terminate called without an active exception"),
     # seen here 3 times in 12; these tables are small.
-    return dataset.to_table(filter=ds.field("run_id") == run_id if run_id is not None else None, use_threads=False)
+    key, value = ("watch_id", watch_id) if watch_id is not None else ("run_id", run_id)
+    return dataset.to_table(filter=ds.field(key) == value if value is not None else None, use_threads=False)
+
+
+def _dataset(metrics_dir: MetricsDir, name: str) -> Any:
+    from deltalake import DeltaTable
+
+    path, options = _table_at(metrics_dir, name)
+    return DeltaTable(path, storage_options=options).to_pyarrow_dataset()
 
 
 def rows(metrics_dir: MetricsDir, name: str, run_id: str | None = None, order_by: str | None = None) -> list[dict]:
@@ -259,3 +266,23 @@ def last_runs(metrics_dir: MetricsDir, n: int) -> list[dict[str, Any]]:
     """The ``n`` most recently started runs, newest first."""
     runs = read(metrics_dir, "runs").sort_by([("started_at", "descending")])
     return runs.slice(0, n).to_pylist()
+
+
+def last_entries(metrics_dir: MetricsDir, n: int) -> list[dict[str, Any] | WatchView]:
+    """The ``n`` newest runs, newest first, a watch's batches as one entry (its WatchView)."""
+    runs = read(metrics_dir, "runs").to_pylist()
+    newest = newest_first(runs, n)
+    return [watch(metrics_dir, e, runs) if isinstance(e, str) else e for e in newest]
+
+
+def watch(metrics_dir: MetricsDir, watch_id: str, runs: list[dict[str, Any]] | None = None) -> WatchView | None:
+    """The watch ``watch_id``, batch by batch (None: no batch of it in the store)."""
+    if runs is None:
+        if "watch_id" not in _dataset(metrics_dir, "runs").schema.names:  # a store older than watches
+            return None
+        runs = read(metrics_dir, "runs", watch_id=watch_id).to_pylist()
+    if not any(r.get("watch_id") == watch_id for r in runs):
+        return None
+    has_files = exists(metrics_dir, "watch_files")
+    files = read(metrics_dir, "watch_files", watch_id=watch_id).to_pylist() if has_files else []
+    return watch_view(watch_id, runs, files)

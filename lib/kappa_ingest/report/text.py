@@ -9,6 +9,7 @@ from typing import Any
 
 from kappa_ingest.report.phases import LABELS, PHASES
 from kappa_ingest.report.run import MB
+from kappa_ingest.report.watch_view import WatchView
 
 Row = dict[str, Any]
 # Settings that differ from run to run by design: comparing them says nothing.
@@ -72,29 +73,57 @@ def _align(rows: list[list[str]], left: set[int]) -> list[str]:
     ]
 
 
-def last_lines(runs: list[Row], width: int = 120) -> str:
+def last_lines(entries: list[Row | WatchView], width: int = 120, batches: int = 5) -> str:
     """Two lines a run, newest first as given, within ``width`` columns: its figures aligned
     (the end-to-end time beside the sending rate, since a fast sending stage in a slow
-    command is still a slow command), then its sink and topic, whose names can be long."""
+    command is still a slow command), then its sink and topic, whose names can be long. A
+    watch is one entry (its batches summed, end to end from its first batch to its last),
+    then its last ``batches`` batches as a timeline."""
     head = ["run", "started (UTC)", "status", "rows sent", "end to end s", "rows/s", "sending s", "checks"]
-    body = [
-        [
-            r["run_id"],
-            (when(r.get("started_at")) or "-")[:16],
-            str(r.get("status") or "-"),
-            number(r.get("rows_sent")),
-            number(r.get("wall_s")),
-            number(r.get("rows_per_s")) if r.get("ingest_s") else "-",
-            number(r.get("ingest_s")) if r.get("ingest_s") else "-",
-            checks_verdict(r)[1],
-        ]
-        for r in runs
-    ]
+    body = [_watch_row(e) if isinstance(e, WatchView) else _run_row(e) for e in entries]
     aligned = _align([head, *body], left={0, 1, 2})
     out = [aligned[0]]
-    for line, r in zip(aligned[1:], runs, strict=True):
-        out += [line[:width], _cut(f"  {r.get('sink') or '-'} -> {r.get('topic') or '-'}", width)]
+    for line, e in zip(aligned[1:], entries, strict=True):
+        out.append(line[:width])
+        if isinstance(e, WatchView):
+            out.append(_cut(f"  {watch_headline(e)}", width))
+            out += [f"    {t}"[:width] for t in watch_timeline(e, last=batches).splitlines()]
+        else:
+            out.append(_cut(f"  {e.get('sink') or '-'} -> {e.get('topic') or '-'}", width))
     return "\n".join(out)
+
+
+def _run_row(r: Row) -> list[str]:
+    return [r["run_id"], (when(r.get("started_at")) or "-")[:16], str(r.get("status") or "-"),
+            number(r.get("rows_sent")), number(r.get("wall_s")),
+            number(r.get("rows_per_s")) if r.get("ingest_s") else "-",
+            number(r.get("ingest_s")) if r.get("ingest_s") else "-", checks_verdict(r)[1]]  # fmt: skip
+
+
+def _watch_row(w: WatchView) -> list[str]:
+    status = f"watch, {w.failed} failed" if w.failed else "watch"
+    return [w.watch_id, (when(w.started_at) or "-")[:16], status, number(w.rows), number(w.span_s), "-", "-", "-"]
+
+
+def watch_headline(w: WatchView) -> str:
+    """A watch in one line: batches, files, latency, the most files that waited."""
+    p50, p99 = w.latency(0.5), w.latency(0.99)
+    latency = f"latency p50 {p50:.1f} s, p99 {p99:.1f} s" if p50 is not None else "no file sent"
+    return (f"{w.sink} -> {w.topic}: {len(w.batches):,} batches ({w.failed} failed or stopped), {len(w.files):,} files;"
+            f" {latency}; up to {w.most_waiting} waiting")  # fmt: skip
+
+
+def watch_timeline(w: WatchView, last: int | None = None) -> str:
+    """The watch's batches a line each, oldest first (the ``last`` ones only, if given):
+    when, how it ended, what it sent, its slowest file, and the files waiting at its start."""
+    shown = w.batches[-last:] if last else w.batches
+    head = ["batch", "started (UTC)", "status", "files", "rows", "s", "latency max s", "waiting"]
+    body = [[b.run_id.removeprefix(w.watch_id + "-"), (when(b.started_at) or "-")[11:], b.status, number(b.files),
+             number(b.rows), number(b.wall_s), number(b.latency_max_s), number(b.waiting)] for b in shown]  # fmt: skip
+    lines = _align([head, *body], left={0, 1, 2})
+    if len(shown) < len(w.batches):
+        lines.append(f"({len(w.batches) - len(shown):,} earlier batch(es): report --run-id {w.watch_id})")
+    return "\n".join(lines)
 
 
 def _flat(config: Any, prefix: str = "") -> dict[str, Any]:

@@ -235,18 +235,18 @@ def read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None = None, path
                 F.col("_metadata.file_block_start").alias(BLOCK_COL),
                 F.col("_metadata.file_block_length").alias(BLOCK_LEN_COL),
             )
-            splits_read = lines.rdd.getNumPartitions()
+            splits_read = lines._jdf.rdd().getNumPartitions()  # the JVM's plan only, no Python RDD made
             files = [split_reader.spark_file_path(u) for u in lines.inputFiles()]
         # Where tasks can read their splits themselves, Spark's JVM reads none of the lines.
         own = split_reader.usable(files)
-        own_scan = (split_reader.frame(spark, plan, files, splits_read)[0], replace(line_parser, reads_splits=True)) \
-            if own else None  # fmt: skip
+        own_frame = split_reader.frame(spark, plan, files, splits_read) if own else None
+        own_scan = (own_frame[0], replace(line_parser, reads_splits=True)) if own_frame else None
         moved = _moved_lines(spark, cfg, (lines, line_parser), own_scan, typed, splits_read,
                              plan.parts if pinned else None)  # fmt: skip
         if moved is None:
             tasks = min(splits_read, cfg.partitions or splits_read)
-            if own:
-                df, tasks = split_reader.frame(spark, plan, files, tasks)
+            if own_frame is not None:
+                df, tasks = own_frame if tasks == splits_read else split_reader.frame(spark, plan, files, tasks)
                 line_parser = replace(line_parser, reads_splits=True)
             else:
                 df = lines.coalesce(tasks) if tasks < splits_read else lines

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from kappa_ingest.s3.access import S3Access, is_s3
 from kappa_ingest.watch.landing import Landed, Settling, list_landed
 
+READS = ("opened", "closed_no_write")  # events of files read, not changed: no reason to list again
+
 
 class Discovery:
     def __init__(self, where: str, min_age_s: float, period_s: float, access: S3Access | None = None,
@@ -29,6 +31,7 @@ class Discovery:
         self._nudged = threading.Event()
         self._observer = None
         self._woken = False
+        self._returned: frozenset = frozenset()  # the files the last ready() returned, with their identities
         self.listings = 0  # full listings made (what a notification saves is waiting, not listing)
 
     def __enter__(self) -> Discovery:
@@ -40,7 +43,8 @@ class Discovery:
 
             class Nudge(FileSystemEventHandler):
                 def on_any_event(self, event: object) -> None:
-                    nudge.set()
+                    if getattr(event, "event_type", "") not in READS:  # a batch reading its files
+                        nudge.set()
 
             directory, deep = _watched(self.where)
             self._observer = Observer()
@@ -60,17 +64,21 @@ class Discovery:
         self._woken = True
         self._nudged.set()
 
-    def ready(self, wait_s: float) -> list[Landed]:
+    def ready(self, wait_s: float, changed: bool = False) -> list[Landed]:
         """The files ready, as soon as some are, waiting at most ``wait_s`` (then none). The
         landing is listed now, then again at a notification, when a file seen would have
-        been still long enough, and every ``period_s``."""
+        been still long enough, and every ``period_s``. ``changed``: only once they differ
+        from the files this returned last (the caller had nothing to do with those: sent
+        and kept, or refused)."""
         deadline = self.clock() + wait_s
         while True:
             now = self.clock()
             self._nudged.clear()
             ready = self.settling.ready(list_landed(self.where, self.access), now, time.time())
             self.listings += 1
-            if ready:
+            seen = frozenset((f.path, f.identity()) for f in ready)
+            if ready and not (changed and seen == self._returned):
+                self._returned = seen
                 return ready
             due = [now + self.settling.min_age_s - still for _, still in self.settling.waiting(now)]
             wake = min([deadline, now + self.period_s, *due])

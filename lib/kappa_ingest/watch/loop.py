@@ -36,9 +36,11 @@ from kappa_ingest.kafka.settings import connection_conf
 from kappa_ingest.pipeline.resources import RunResources
 from kappa_ingest.report import store
 from kappa_ingest.report.phases import RunClock
+from kappa_ingest.report.recording import Recorder
 from kappa_ingest.s3.access import S3Access, is_s3
 from kappa_ingest.source import opening
 from kappa_ingest.source.splits import InputFile
+from kappa_ingest.spark import warmup
 from kappa_ingest.spark.job_groups import group_of
 from kappa_ingest.watch import disposal
 from kappa_ingest.watch.delivered import Delivered, Standing
@@ -48,6 +50,7 @@ from kappa_ingest.watch.landing import Landed, list_landed
 from kappa_ingest.watch.settings import WatchSettings
 
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0  # a failed batch is retried after this, doubling
+KEEP_WARM_S = 40.0  # an idle watch warms its Python workers again after this (Spark ends them after 60 s idle)
 
 
 @dataclass
@@ -86,6 +89,7 @@ class Watch:
         self._waiting: list[Landed] = []  # seen, not yet sent (as of the last listing and batch)
         self._live = echo and sys.stdout.isatty()  # a status line kept up to date
         self.metrics_url: str | None = None
+        self._last_job = time.monotonic()  # the last Spark job the watch ran (its workers used then)
 
     # -- stopping ---------------------------------------------------------------------------
     def stop(self) -> None:
@@ -121,23 +125,31 @@ class Watch:
         if server is not None:
             self.metrics_url = f"http://{s.metrics_host}:{server[0].server_port}/metrics"
             self._say(f"metrics: {self.metrics_url}")
+        self._warm()  # the first file is not the one that waits for the Python workers to start
+        self.resources.recorder = Recorder()
         self.started.set()
         self._say(f"watching {s.landing} -> {self.cfg.topic} (watch {self.cfg.run_id}; stop with Ctrl-C)")
         try:
             with Discovery(s.landing, s.min_file_age_s, s.listing_period_s, access) as discovery:
                 self._discovery = discovery
-                number = 0
+                number, idle = 0, False
                 while not self.stopping:
-                    ready = discovery.ready(wait_s=s.listing_period_s)
+                    # Idle: files ready but none to send (sent and kept, refused) are no reason to look again.
+                    ready = discovery.ready(wait_s=min(s.listing_period_s, KEEP_WARM_S), changed=idle)
                     if self.stopping:
                         break
                     chosen = self._choose(ready, delivered)
+                    idle = chosen is None
                     if chosen is None:
+                        self._keep_warm()
                         continue
                     number += 1
                     self._send(number, chosen, delivered)
+                    self._last_job = time.monotonic()
         finally:
             self._discovery = None
+            self.resources.recorder.close()  # every batch's report written before the watch ends
+            self.resources.recorder = None
             if server is not None:
                 server[0].shutdown()
             if self.stopping:
@@ -145,6 +157,22 @@ class Watch:
             if self._live:
                 sys.stdout.write("\r\x1b[K")
         return self.summary
+
+    def _warm(self) -> None:
+        """Start the Python workers now (each batch's tasks then find them ready)."""
+        spark = self.resources.spark
+        assert spark is not None, "the watch's Spark starts before it runs"
+        warmup.start(spark, self.cfg.sink).join()
+        self.resources.workers_warm = True
+        self._last_job = time.monotonic()
+
+    def _keep_warm(self) -> None:
+        """An idle watch's workers warmed again before Spark ends them (an idle Python worker
+        lives a minute): off the batches' path, on a thread; only time depends on it."""
+        spark = self.resources.spark
+        if spark is not None and time.monotonic() - self._last_job > KEEP_WARM_S:
+            warmup.start(spark, self.cfg.sink)
+            self._last_job = time.monotonic()
 
     def _abort_open(self) -> None:
         """The transactions a cancelled batch's tasks left open, aborted now rather than at
@@ -280,11 +308,8 @@ class Watch:
             self._dispose(f)
         self._waiting = [f for f in self._waiting if f.path not in result.latency_s]
         self._backlog(now_ms)
-        if rows:
-            try:
-                store.append(self.cfg.metrics, {"watch_files": rows})
-            except Exception as e:  # noqa: BLE001 - the files are in the topic; the store is the record of it
-                self._say(f"warning: the metrics store did not take batch {result.run_id}'s files: {first_line(e)}")
+        if rows:  # after the batch's own rows (the same recorder, in order)
+            self._recorder().submit(store.append, self.cfg.metrics, {"watch_files": rows})
         self.summary.rows_sent += result.rows_sent
         self.summary.batches.append(result)
         self.metrics.batch_ended(result.status)
@@ -298,6 +323,10 @@ class Watch:
         run_id = f"{self.cfg.run_id}-b{number:05d}" + (f"-{attempt}" if attempt > 1 else "")
         return replace(self.cfg, run_id=run_id, lineage=run_id, inputs=tuple(f.path for f in files), incremental=True,
                        on_changed="resend", max_files=None, max_bytes=None, watch_id=self.cfg.run_id)  # fmt: skip
+
+    def _recorder(self) -> Recorder:
+        assert self.resources.recorder is not None, "batches run while the watch records"
+        return self.resources.recorder
 
     # -- what becomes of a file -------------------------------------------------------------
     def _dispose(self, f: Landed) -> None:
