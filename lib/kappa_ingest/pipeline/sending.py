@@ -115,7 +115,7 @@ def _topics_ready(
     ledger.ensure(admin, cfg.ledger_topic, report.broker["topic_replication"])
     dlq = cfg.dead_letter_topic
     if dlq:
-        _create(admin, dlq, cfg.topic_partitions, cfg.replication_factor, {})
+        create_topic(admin, dlq, cfg.topic_partitions, cfg.replication_factor, {})
     topic_max = record_size.topic_max(admin, cfg.topic, cfg.topic_config)
     limit = record_size.limit(cfg.sink, settings, topic_max)
     source = size_checked(cfg, source, limit)
@@ -192,7 +192,7 @@ def _sent(
 def _data_topic(cfg: IngestConfig, admin: Admin, report: RunReport) -> None:
     """Create the topic as asked (with room for large batches), or say how the existing one
     differs from what was asked."""
-    if _create(admin, cfg.topic, cfg.topic_partitions, cfg.replication_factor, cfg.topic_config):
+    if create_topic(admin, cfg.topic, cfg.topic_partitions, cfg.replication_factor, cfg.topic_config):
         report.broker["topic_created"] = True
     shape = admin.describe(cfg.topic, created=bool(report.broker.get("topic_created")))
     if shape is None:  # deleted meanwhile, or its creation not yet known to the broker asked
@@ -207,7 +207,7 @@ def _data_topic(cfg: IngestConfig, admin: Admin, report: RunReport) -> None:
         )
 
 
-def _create(admin: Admin, topic: str, partitions: int, replication: int, config: dict[str, str]) -> bool:
+def create_topic(admin: Admin, topic: str, partitions: int, replication: int, config: dict[str, str]) -> bool:
     """Create ``topic`` if absent, with ``config`` and room for the sink's batches (the brokers'
     limit is asked only then); True if this call created it."""
     if admin.partitions(topic) is not None:
