@@ -86,12 +86,13 @@ bench: setup netlab
 	$(BIN)/kappa-ingest bench --listing --repeats 3
 	$(BIN)/kappa-ingest bench --watch
 	$(BIN)/kappa-ingest bench --watch-start
-	@if [ "$$(id -u)" = 0 ]; then $(BIN)/kappa-ingest bench --links $(LINKS_ARGS); \
+	@if [ "$$(id -u)" = 0 ]; then $(BIN)/kappa-ingest bench --links $(LINKS_ARGS) && $(BIN)/kappa-ingest bench --watch-lab; \
 	else echo "note: make links needs root (network namespaces): the links were not measured"; fi
 
 LINKS_ARGS ?= --repeats 3
 links: setup netlab
 	$(BIN)/kappa-ingest bench --links $(LINKS_ARGS)
+	$(BIN)/kappa-ingest bench --watch-lab
 
 # 10M rows through each sink, read back and checked row by row; ~20 minutes on 2 cores.
 SOAK_ARGS ?=

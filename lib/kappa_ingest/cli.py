@@ -122,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--listing", action="store_true", help="list a prefix of many objects in a local S3 server")
     mode.add_argument("--watch", action="store_true", help="a watch's latency after a rename, and a backlog's drain")
     mode.add_argument("--watch-start", action="store_true", help="a watch's start over a ledger of many files")
+    mode.add_argument(
+        "--watch-lab", action="store_true", help="a watch's batch overhead, the broker 100 ms away (root)"
+    )
     b.add_argument(
         "--entries", type=int, default=1_000_000, help="with --watch-start: ledger entries (default 1000000)"
     )
@@ -473,6 +476,11 @@ def _bench(args: argparse.Namespace) -> int:
         from kappa_ingest.bench.watch_start import run_watch_start
 
         run_watch_start(Path(args.out), args.entries, " ".join(["kappa-ingest bench", *sys.argv[2:]]))
+    elif args.watch_lab:
+        from kappa_ingest.bench.watch_lab import run_watch_lab
+
+        results = run_watch_lab(Path(args.out), command=" ".join(["kappa-ingest bench", *sys.argv[2:]]))
+        return 0 if all(results["met"].values()) else 1
     elif args.watch:
         from kappa_ingest.bench.watch_latency import run_watch_bench
 
