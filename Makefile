@@ -84,14 +84,14 @@ bench: setup netlab
 	@command -v kcat >/dev/null || echo "note: kcat not installed (apt-get install kcat); its row is skipped"
 	$(BIN)/python jobs/benchmark.py $(BENCH_ARGS)
 	$(BIN)/kappa-ingest bench --listing --repeats 3
-	$(BIN)/kappa-ingest bench --watch
+	-$(BIN)/kappa-ingest bench --watch  # a target missed: exit 1, the other measurements still run
 	$(BIN)/kappa-ingest bench --watch-start
-	@if [ "$$(id -u)" = 0 ]; then $(BIN)/kappa-ingest bench --links $(LINKS_ARGS) && $(BIN)/kappa-ingest bench --watch-lab; \
+	@if [ "$$(id -u)" = 0 ]; then $(BIN)/kappa-ingest bench --links $(LINKS_ARGS); $(BIN)/kappa-ingest bench --watch-lab; \
 	else echo "note: make links needs root (network namespaces): the links were not measured"; fi
 
 LINKS_ARGS ?= --repeats 3
 links: setup netlab
-	$(BIN)/kappa-ingest bench --links $(LINKS_ARGS)
+	-$(BIN)/kappa-ingest bench --links $(LINKS_ARGS)
 	$(BIN)/kappa-ingest bench --watch-lab
 
 # 10M rows through each sink, read back and checked row by row; ~20 minutes on 2 cores.

@@ -302,8 +302,8 @@ def _finish(
         resources.release_lock()  # while Kafka is still there: an embedded broker stops next
     if resources.held is not None:
         report.delivery["lock"] = resources.held.summary()
-    if resources.recorder is not None:  # a watch's batch: its next one starts while this is written
-        resources.recorder.submit(recording.record, cfg, report, None, entries)
+    if resources.recorder is not None:  # a watch's batch: its next one starts while its rows are written
+        recording.record_later(resources.recorder, cfg, report, entries)
         return
     releasing = None
     if release_early:

@@ -12,7 +12,7 @@ from kappa_ingest import cli
 from kappa_ingest.report import html as report_html
 from kappa_ingest.report import plots
 from kappa_ingest.report import store as metrics_store
-from kappa_ingest.report.watch_view import newest_first, waiting_at, watch_view
+from kappa_ingest.report.watch_view import Waiting, newest_first, watch_view
 
 T0 = datetime(2026, 11, 26, 15, 0, 0, tzinfo=UTC)
 
@@ -47,7 +47,7 @@ def test_each_batch_knows_its_files_its_slowest_file_and_the_backlog_it_started_
     assert w.rows == 400 and w.failed == 1 and w.most_waiting == 2
     assert w.span_s == pytest.approx(7.0)
     assert w.latency(0.5) == pytest.approx(2.7) and w.latency(0.99) == pytest.approx(3.9)
-    assert waiting_at(FILES, at(4.9)) == 1  # b and c committed at that instant: only d waits
+    assert Waiting(FILES).at(at(4.9)) == 1 and Waiting(FILES).at(at(2.4)) == 2  # committed at that instant: out
 
 
 def test_report_last_shows_a_watch_as_one_entry_with_its_timeline(tmp_path, capsys):

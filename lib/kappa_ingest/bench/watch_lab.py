@@ -5,8 +5,8 @@ One broker on a lab host of its own, behind its delaying proxy (:mod:`kappa_inge
 the watch runs on the lab's driver host (``local[2]``, exactly-once). Files of 10,000 rows
 are renamed into its landing one at a time, each once the last is in, first with the link
 unshaped, then at each round trip. A batch's overhead is its time from its start to its
-report (``wall_s`` of its summary.json, recording done on the watch's own thread) less its
-sending stage (``ingest_s``): the driver's own work and Kafka round trips around the
+report (``wall_s`` of its summary.json: its Delta rows are appended after, on a thread of
+the watch's own) less its sending stage (``ingest_s``): the driver's own work and Kafka round trips around the
 sending. Target: under 1 s at 100 ms of round trip.
 
 Needs root (network namespaces). Writes ``bench-results/watch-lab-<timestamp>/results.json``.
@@ -47,11 +47,12 @@ def run_watch_lab(out_root: Path, files: int = 8, rows: int = 10_000, command: s
     results: dict = {"command": command, "files_per_link": files, "rows_per_file": rows, "links": {}}
     try:
         log = work / "watch.log"
-        proc = subprocess.Popen([*lab.net.exec(DRIVER), sys.executable, "-m", "kappa_ingest.cli", "watch", "--input",
-                                 str(landing), "--topic", "watch-lab", "--bootstrap-servers", lab.bootstrap_servers,
-                                 "--metrics-dir", str(metrics), "--delivery", "exactly-once", "--master", "local[2]",
-                                 "--run-id", "watch-lab"], stdout=open(log, "wb"), stderr=subprocess.STDOUT,
-                                start_new_session=True, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})  # fmt: skip
+        with open(log, "wb") as out_file:
+            proc = subprocess.Popen([*lab.net.exec(DRIVER), sys.executable, "-m", "kappa_ingest.cli", "watch", "--input",
+                                     str(landing), "--topic", "watch-lab", "--bootstrap-servers", lab.bootstrap_servers,
+                                     "--metrics-dir", str(metrics), "--delivery", "exactly-once", "--master", "local[2]",
+                                     "--run-id", "watch-lab"], stdout=out_file, stderr=subprocess.STDOUT,
+                                    start_new_session=True, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})  # fmt: skip
         try:
             _wait(lambda: "watching " in log.read_text(), 300, proc, log)
             number = 0

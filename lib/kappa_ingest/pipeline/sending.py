@@ -194,7 +194,7 @@ def _data_topic(cfg: IngestConfig, admin: Admin, report: RunReport) -> None:
     differs from what was asked."""
     if create_topic(admin, cfg.topic, cfg.topic_partitions, cfg.replication_factor, cfg.topic_config):
         report.broker["topic_created"] = True
-    shape = admin.describe(cfg.topic, created=bool(report.broker.get("topic_created")))
+    shape = admin.describe(cfg.topic, created=True)  # made just now, or seen (by a broker that may not be this one)
     if shape is None:  # deleted meanwhile, or its creation not yet known to the broker asked
         raise KafkaUnavailable(f"topic {cfg.topic}: not found right after it was made or seen; run again")
     report.broker.update(topic_partitions=shape.partitions, topic_replication=shape.replication)

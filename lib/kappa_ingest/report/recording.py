@@ -129,9 +129,9 @@ def record(cfg: IngestConfig, report: RunReport, releasing: threading.Thread | N
 
 
 class Recorder:
-    """Records on a thread of its own, one record at a time in the order given: a watch's
-    next batch starts sending while the last one's report is written (Delta commits, a
-    fraction of a second each). :meth:`close` waits for every record given."""
+    """Writes on a thread of its own, one call at a time in the order given: a watch's next
+    batch starts sending while the last one's Delta rows are appended (a fraction of a
+    second each). :meth:`close` waits for every call given."""
 
     def __init__(self) -> None:
         from concurrent.futures import ThreadPoolExecutor
@@ -150,6 +150,25 @@ def _warning_only(fn: Callable[..., object], *args: object) -> None:
         fn(*args)
     except Exception as e:  # noqa: BLE001 - what was sent is in the topic; its record is what failed
         print(f"kappa-ingest: warning: not recorded: {mask(first_line(e))[:300]}", file=sys.stderr)
+
+
+def record_later(recorder: Recorder, cfg: IngestConfig, report: RunReport, entries: list[Entry]) -> str:
+    """:func:`record` for a watch's batch: its end stamped and summary.json written now, its
+    Delta rows appended on ``recorder``'s thread (in the order given) while the watch goes on."""
+    path = finish(report, cfg.metrics)
+    details = store.run_rows(report.summary())
+    runs = details.pop("runs")
+    details["ledger"] = store.ledger_rows(entries)
+    recorder.submit(_append_run, cfg, details, runs)
+    return path
+
+
+def _append_run(cfg: IngestConfig, details: dict[str, list[dict]], runs: list[dict]) -> None:
+    try:
+        store.append(cfg.metrics, details)
+        store.append(cfg.metrics, {"runs": runs})  # last: a run in `runs` has its details
+    except Exception as e:  # noqa: BLE001 - the run itself is done and reported
+        _store_warning(cfg, e)
 
 
 def finish(report: RunReport, where: Directory) -> str:

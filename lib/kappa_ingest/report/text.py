@@ -116,7 +116,7 @@ def watch_headline(w: WatchView) -> str:
 def watch_timeline(w: WatchView, last: int | None = None) -> str:
     """The watch's batches a line each, oldest first (the ``last`` ones only, if given):
     when, how it ended, what it sent, its slowest file, and the files waiting at its start."""
-    shown = w.batches[-last:] if last else w.batches
+    shown = w.batches[max(0, len(w.batches) - last) :] if last is not None else w.batches
     head = ["batch", "started (UTC)", "status", "files", "rows", "s", "latency max s", "waiting"]
     body = [[b.run_id.removeprefix(w.watch_id + "-"), (when(b.started_at) or "-")[11:], b.status, number(b.files),
              number(b.rows), number(b.wall_s), number(b.latency_max_s), number(b.waiting)] for b in shown]  # fmt: skip

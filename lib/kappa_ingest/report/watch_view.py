@@ -9,6 +9,7 @@ from those rows: the files that had landed by then and were committed later. Fil
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from datetime import datetime
@@ -69,9 +70,16 @@ class WatchView:
         return values[min(len(values), max(1, math.ceil(q * len(values)))) - 1]
 
 
-def waiting_at(files: list[Row], t: datetime) -> int:
-    """Files that had landed by ``t`` and were committed after it."""
-    return sum(parse_time(f["landed_at"]) <= t < parse_time(f["committed_at"]) for f in files)
+class Waiting:
+    """How many of ``files`` had landed by a time and were committed after it (a file is
+    committed after it lands: those committed by then had landed by then too)."""
+
+    def __init__(self, files: list[Row]) -> None:
+        self._landed = sorted(parse_time(f["landed_at"]) for f in files)
+        self._committed = sorted(parse_time(f["committed_at"]) for f in files)
+
+    def at(self, t: datetime) -> int:
+        return bisect.bisect_right(self._landed, t) - bisect.bisect_right(self._committed, t)
 
 
 def watch_view(watch_id: str, runs: list[Row], files: list[Row]) -> WatchView:
@@ -81,20 +89,16 @@ def watch_view(watch_id: str, runs: list[Row], files: list[Row]) -> WatchView:
     by_batch: dict[str, list[Row]] = {}
     for f in files:
         by_batch.setdefault(f["run_id"], []).append(f)
+    waiting = Waiting(files)
     batches = []
     for r in runs:
         mine = by_batch.get(r["run_id"], [])
         started = parse_time(r["started_at"])
         batches.append(Batch(r["run_id"], started, str(r.get("status") or "-"), len(mine), r.get("rows_sent") or 0,
                              r.get("wall_s") or 0.0, max((f["latency_s"] for f in mine), default=None),
-                             waiting_at(files, started)))  # fmt: skip
+                             waiting.at(started)))  # fmt: skip
     first = runs[0] if runs else {}
     return WatchView(watch_id, first.get("topic") or "-", first.get("sink") or "-", batches, files)
-
-
-def watch_ids(runs: list[Row]) -> list[str]:
-    """The watches among ``runs`` (batch rows), in the order their batches come."""
-    return list(dict.fromkeys(r["watch_id"] for r in runs if r.get("watch_id")))
 
 
 def newest_first(runs: list[Row], n: int) -> list[Row | str]:
@@ -102,6 +106,8 @@ def newest_first(runs: list[Row], n: int) -> list[Row | str]:
     place of all its batches (placed by its newest batch)."""
     out: list[Row | str] = []
     seen: set[str] = set()
+    if n <= 0:
+        return out
     for r in sorted(runs, key=lambda r: parse_time(r["started_at"]), reverse=True):
         wid = r.get("watch_id")
         if wid and wid in seen:

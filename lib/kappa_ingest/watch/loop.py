@@ -121,11 +121,11 @@ class Watch:
         found = list_landed(s.landing, access)
         delivered.first_start(found, s.include_existing, self.cfg.run_id)
         self._dispose_sent(delivered, found)  # a start after a crash between commit and clean-up
+        self._warm()
         server = self.metrics.serve(s.metrics_port, s.metrics_host) if s.metrics_port is not None else None
         if server is not None:
             self.metrics_url = f"http://{s.metrics_host}:{server[0].server_port}/metrics"
             self._say(f"metrics: {self.metrics_url}")
-        self._warm()
         self.resources.recorder = Recorder()
         self.started.set()
         self._say(f"watching {s.landing} -> {self.cfg.topic} (watch {self.cfg.run_id}; stop with Ctrl-C)")
@@ -135,7 +135,8 @@ class Watch:
                 number, idle = 0, False
                 while not self.stopping:
                     # Idle: files ready but none to send (sent and kept, refused) are no reason to look again.
-                    ready = discovery.ready(wait_s=min(s.listing_period_s, KEEP_WARM_S), changed=idle)
+                    warm_for = KEEP_WARM_S - (time.monotonic() - self._last_job)
+                    ready = discovery.ready(wait_s=max(0.1, min(s.listing_period_s, warm_for)), changed=idle)
                     if self.stopping:
                         break
                     chosen = self._choose(ready, delivered)
@@ -175,14 +176,17 @@ class Watch:
         if self.cfg.delivery == "exactly-once":
             scope = guarantees.scope_prefix(self.cfg.topic, self.cfg.lineage, incremental=True)
             coordinator = guarantees.warm_coordinator(connection_conf(settings, servers), scope)
-        with Admin(servers, settings) as admin:
-            create_topic(admin, self.cfg.topic, self.cfg.topic_partitions, self.cfg.replication_factor,
-                         self.cfg.topic_config)  # fmt: skip
+        try:
+            with Admin(servers, settings) as admin:
+                create_topic(admin, self.cfg.topic, self.cfg.topic_partitions, self.cfg.replication_factor,
+                             self.cfg.topic_config)  # fmt: skip
+        except KappaError as e:  # the first batch makes it, or rides the outage out
+            self._say(f"warning: topic {self.cfg.topic} not made at the start ({first_line(e)[:160]})")
         warming.join()
         if coordinator is not None:
             coordinator.join(guarantees.INIT_TIMEOUT_S)
-        self._rehearse()
         self.resources.workers_warm = True
+        self._rehearse()
         self._last_job = time.monotonic()
 
     def _rehearse(self) -> None:
@@ -195,20 +199,22 @@ class Watch:
         from kappa_ingest import config, datagen
 
         with tempfile.TemporaryDirectory(prefix="kappa-watch-rehearsal-") as d:
-            path = datagen.generate("debs2012", 200, Path(d) / "rehearsal.csv", seed=1)
-            cfg = config.validate({"inputs": [str(path)], "topic": self.cfg.topic, "sink": self.cfg.sink,
-                                   "run_id": f"{self.cfg.run_id}-rehearsal", "metrics_dir": str(Path(d) / "metrics"),
-                                   "dry_run": True, "quiet": True})  # fmt: skip
             try:
+                path = datagen.generate("debs2012", 200, Path(d) / "rehearsal.csv", seed=1)
+                cfg = config.validate({"inputs": [str(path)], "topic": self.cfg.topic, "sink": self.cfg.sink,
+                                       "run_id": f"{self.cfg.run_id}-rehearsal", "s3_endpoint": self.cfg.s3_endpoint,
+                                       "metrics_dir": str(Path(d) / "metrics"), "dry_run": True, "quiet": True})  # fmt: skip
                 run(cfg, self.resources, RunClock(), echo=False)
             except Exception as e:  # noqa: BLE001 - a first batch is slower, not wrong
                 self._say(f"warning: the watch's rehearsal failed ({first_line(e)[:160]}); its first batch starts cold")
+            finally:
+                opening.for_run(self.cfg.s3_endpoint)  # the watch's store again (a run sets it)
 
     def _keep_warm(self) -> None:
         """An idle watch's workers warmed again before Spark ends them (an idle Python worker
         lives a minute): off the batches' path, on a thread; only time depends on it."""
         spark = self.resources.spark
-        if spark is not None and time.monotonic() - self._last_job > KEEP_WARM_S:
+        if spark is not None and time.monotonic() - self._last_job >= KEEP_WARM_S - 0.5:
             warmup.start(spark, self.cfg.sink)
             self._last_job = time.monotonic()
 
@@ -264,6 +270,8 @@ class Watch:
         wait = RETRY_FIRST_S
         attempt = 0
         while files and not self.stopping:
+            if work.nothing_left:  # what a failed attempt left is in the topic all the same
+                return
             attempt += 1
             cfg = self._batch_cfg(number, attempt, files)
             started = time.monotonic()
@@ -284,7 +292,7 @@ class Watch:
                 if isinstance(e, InputError) and bad is not None:
                     self._ended(result, delivered, files)
                     self._unsendable(bad, str(e))
-                    files = [f for f in files if f is not bad]
+                    files = [f for f in files if f is not bad and f.path not in result.latency_s]
                     work = self._rechosen(files, delivered)
                     continue
                 if not isinstance(e, KafkaUnavailable):
@@ -292,6 +300,7 @@ class Watch:
                     raise
                 outage_since = outage_since or started
                 self._ended(result, delivered, files)
+                files = [f for f in files if f.path not in result.latency_s]  # counted: committed by this attempt
                 if time.monotonic() - outage_since > self.settings.outage_limit_s:
                     raise KafkaUnavailable(f"{e}; the watch retried for {self.settings.outage_limit_s:g} s"
                                            " (--outage-limit) and stops") from e  # fmt: skip
@@ -370,7 +379,7 @@ class Watch:
     def _dispose(self, f: Landed) -> None:
         try:
             disposal.after_send(f, self.settings.after_send)
-        except OSError as e:  # tried again at the next listing, and at the next start
+        except OSError as e:  # tried again when the landing next changes, and at the next start
             self._say(f"warning: --after-send {self.settings.after_send} of {f.path}: {e}")
 
     def _dispose_sent(self, delivered: Delivered, found: list[Landed]) -> None:
