@@ -158,6 +158,7 @@ def _shown_as_timelines(metrics: Path, *summaries) -> None:
     exec(cell, {"metrics_store": metrics_store, "report_text": report_text, "plots": plots, "show": shown.append,
                 "METRICS_DIR": str(metrics)})  # fmt: skip
     assert len(shown) == 1 and len(shown[0].axes[0].collections[-1].get_offsets()) == summaries[-1].files_sent
+    plots.plt.close(shown[0])
     page = page_view.ARTIFACTS / "report-watch-once-1.html"
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text(html.render_watch_html(entries[-1]))

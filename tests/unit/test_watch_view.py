@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import matplotlib.pyplot as plt
 import pytest
 
 from kappa_ingest import cli
@@ -88,4 +89,5 @@ def test_the_timeline_figure_draws_every_file_every_batch_and_the_backlog():
     assert len(top.collections) == 1 + len(RUNS)  # a bar per batch, then the files
     waiting = below.lines[0].get_ydata()
     assert max(waiting) == 3 and waiting[-1] == 0  # b, c and d between 4.0 s and 4.9 s
+    plt.close(fig)
     assert report_html.render_watch_html(watch_view("w1", RUNS, FILES)).count("data:image/png") == 1

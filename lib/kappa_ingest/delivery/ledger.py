@@ -237,7 +237,7 @@ def _consumer(conf: dict[str, Any], isolation: str) -> Any:
             "auto.offset.reset": "earliest",
             # The end is known by an empty fetch (a read_committed reader never sees the last
             # offset: a commit marker), which the broker holds up to this long (default 500 ms).
-            # A reader kept between readings (Tail) pauses its partitions: no fetch every 10 ms.
+            # A reader kept between readings (Tail) is assigned for each reading only.
             "fetch.wait.max.ms": 10,
         }
     )  # fmt: skip (a start no longer kept: from the first that is)
@@ -340,14 +340,15 @@ class Tail:
             todo = {p for p, end in ends.items() if end > self.position.get(p, 0)}
             if not todo:
                 return
-            parts = [TopicPartition(self.ledger_topic, p) for p in self.position]
             if self._consumer is None:
                 self._consumer = _consumer(self.conf, "read_committed")
-                self._consumer.assign([TopicPartition(self.ledger_topic, p, o) for p, o in self.position.items()])
-            else:
-                self._consumer.resume(parts)
-            _consume(self._consumer, self.ledger_topic, ends, todo, time.monotonic() + timeout_s, self._take)
-            self._consumer.pause(parts)  # until the next reading: no fetches while the task sends
+            # Assigned for the reading only: a consumer left assigned would fetch every 10 ms
+            # while the task sends (paused and resumed, it waited a second to fetch again).
+            self._consumer.assign([TopicPartition(self.ledger_topic, p, o) for p, o in self.position.items()])
+            try:
+                _consume(self._consumer, self.ledger_topic, ends, todo, time.monotonic() + timeout_s, self._take)
+            finally:
+                self._consumer.unassign()
             self.position.update(ends)
         except KafkaException as e:
             raise KafkaUnavailable(
