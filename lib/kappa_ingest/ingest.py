@@ -196,10 +196,12 @@ def _send(
     workers_warm: bool,
 ) -> tuple[csv_source.Source, Sent | None, SendOutcome]:
     """Send (a dry run: convert, and discard), with the Python workers warmed meanwhile."""
-    warming = warmup.start(spark, cfg.sink, needed=not workers_warm)  # overlaps setting up Kafka
+    # Overlaps setting up Kafka; none for a watch's batch (its workers are kept warm).
+    warming = None if workers_warm else warmup.start(spark, cfg.sink)
     rate = sending.rate_per_task(cfg, spark, source)
     if cfg.dry_run:
-        warming.join()
+        if warming is not None:
+            warming.join()
         report.clock.end("setup")
         spark_metrics.warm(spark)
         task_delivery = for_tasks(cfg, source, None, {}, skip)
