@@ -196,12 +196,10 @@ def _send(
     workers_warm: bool,
 ) -> tuple[csv_source.Source, Sent | None, SendOutcome]:
     """Send (a dry run: convert, and discard), with the Python workers warmed meanwhile."""
-    # Overlaps setting up Kafka; none for a watch's batch (its workers are kept warm).
-    warming = None if workers_warm else warmup.start(spark, cfg.sink)
+    warming = warmup.start(spark, cfg.sink, needed=not workers_warm)  # overlaps setting up Kafka
     rate = sending.rate_per_task(cfg, spark, source)
     if cfg.dry_run:
-        if warming is not None:
-            warming.join()
+        warming.join()
         report.clock.end("setup")
         spark_metrics.warm(spark)
         task_delivery = for_tasks(cfg, source, None, {}, skip)

@@ -55,7 +55,7 @@ def send(
     source: csv_source.Source,
     kafka: KafkaEndpoint,
     report: RunReport,
-    warming: threading.Thread | None,
+    warming: threading.Thread,
     rate: float | None,
     echo: bool,
     skip: frozenset[Unit],
@@ -94,8 +94,7 @@ def send(
         report.add_offsets(before, before)
         report.write(cfg.metrics)  # the run's plan, before anything is sent: --resume starts from it
         progress = Progress(estimate_rows(list(source.files), cfg.header), quiet=cfg.quiet or not echo)
-        if warming is not None:
-            warming.join()
+        warming.join()
         if coordinator is not None:
             coordinator.join(delivery.INIT_TIMEOUT_S)
         report.clock.end("setup")

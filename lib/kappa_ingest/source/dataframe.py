@@ -102,6 +102,7 @@ class ReadOptions(Protocol):
     def order_by_event_time(self) -> bool: ...
     @property
     def incremental(self) -> bool: ...
+
     @property
     def watch_id(self) -> str | None: ...
     @property
@@ -194,8 +195,8 @@ def read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None = None, path
         open_cost = plan.split_bytes
     elif cfg.incremental:
         # A watch's batch: its small files spread over about two tasks a core (a task of
-        # many files has a transaction per file all the same; with a task per file a
-        # 250-file batch took 30 s, not 18-23 s: docs/watch.md).
+        # many files has a transaction per file all the same; a task per file cost a
+        # 1,000-file backlog 2.3x its drain time in task start-ups: docs/watch.md).
         tasks = 2 * max(1, spark.sparkContext.defaultParallelism)
         open_cost = max(splits.OPEN_COST_BYTES, plan.split_bytes // max(1, -(-len(paths) // tasks)))
     for key, value in splits.spark_conf(plan.split_bytes, open_cost).items():

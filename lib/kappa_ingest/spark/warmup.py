@@ -21,11 +21,18 @@ from pyspark.sql import SparkSession
 JOB_GROUP = "kappa-ingest-warmup"
 
 
-def start(spark: SparkSession, sink: str) -> threading.Thread:
-    """Warm one Python worker per concurrent task slot, in a daemon thread; join it before sending."""
-    thread = threading.Thread(target=_warm, args=(spark, sink), name="kappa-warmup", daemon=True)
+def start(spark: SparkSession, sink: str, needed: bool = True) -> threading.Thread:
+    """Warm one Python worker per concurrent task slot, in a daemon thread; join it before
+    sending. Not ``needed`` (a watch's batch: its workers were warmed at its start and kept
+    so): a thread that does nothing."""
+    thread = threading.Thread(target=_warm if needed else _nothing, args=(spark, sink), name="kappa-warmup",
+                              daemon=True)  # fmt: skip
     thread.start()
     return thread
+
+
+def _nothing(spark: SparkSession, sink: str) -> None:
+    pass
 
 
 def _warm(spark: SparkSession, sink: str) -> None:

@@ -270,6 +270,8 @@ class Watch:
         wait = RETRY_FIRST_S
         attempt = 0
         while files and not self.stopping:
+            if work.nothing_left:  # what a failed attempt left is in the topic all the same
+                return
             attempt += 1
             cfg = self._batch_cfg(number, attempt, files)
             started = time.monotonic()
