@@ -41,7 +41,6 @@ from kappa_ingest.errors import (
     LockLost,
     first_line,
 )
-from kappa_ingest.kafka.endpoint import KafkaEndpoint
 from kappa_ingest.pipeline import accounting, reconciling, sending
 from kappa_ingest.pipeline.resources import RunResources
 from kappa_ingest.pipeline.sending import Sent
@@ -131,14 +130,13 @@ def _pipeline(
     new_entries: list[Entry] = []
     unreconciled: KappaError | None = None
     try:
-        kafka = resources.open_kafka()
         delivery.check_spark(cfg.delivery, spark.sparkContext.getConf().get("spark.speculation", "false"))
         earlier = work.earlier  # what was delivered before, and the files to read
         source, group = _read(cfg, spark, report, earlier, held)
         skip = work.skip
         if cfg.expectations:
             source = quality.gate(cfg, source, skip, report, cfg.metrics.sub("runs", cfg.run_id), echo)
-        source, sent, outcome = _send(cfg, spark, source, kafka, report, skip, earlier, echo, resources.workers_warm)
+        source, sent, outcome = _send(cfg, spark, source, resources, report, skip, earlier, echo)
         new_entries = _account(cfg, spark, report, source, sent, outcome, group, earlier)
         _settle(cfg, report, source, sent, outcome, held, work.resumption, replay, new_entries)
         _quarantine(cfg, report, source, skip)
@@ -188,15 +186,15 @@ def _send(
     cfg: IngestConfig,
     spark: SparkSession,
     source: csv_source.Source,
-    kafka: KafkaEndpoint,
+    resources: RunResources,
     report: RunReport,
     skip: frozenset,
     earlier: Resumption | Selection | None,
     echo: bool,
-    workers_warm: bool,
 ) -> tuple[csv_source.Source, Sent | None, SendOutcome]:
     """Send (a dry run: convert, and discard), with the Python workers warmed meanwhile."""
-    warming = warmup.start(spark, cfg.sink, needed=not workers_warm)  # overlaps setting up Kafka
+    kafka = resources.open_kafka()
+    warming = warmup.start(spark, cfg.sink, needed=not resources.workers_warm)  # overlaps setting up Kafka
     rate = sending.rate_per_task(cfg, spark, source)
     if cfg.dry_run:
         warming.join()
@@ -209,7 +207,7 @@ def _send(
         report.clock.end("sending")
         return source, None, outcome
     ledger_end = earlier.ledger_end if earlier else None
-    sent = sending.send(cfg, spark, source, kafka, report, warming, rate, echo, skip, ledger_end)
+    sent = sending.send(cfg, spark, source, kafka, resources.kept(), report, warming, rate, echo, skip, ledger_end)
     return sent.source or source, sent, sent.outcome  # its parser also takes out records too large for Kafka
 
 
@@ -298,6 +296,8 @@ def _finish(
     """Whatever happened: the run recorded and its report printed; with ``release_early``
     the lock let go first and Spark and Kafka stopped while the run is recorded."""
     report.clock.end("reconcile")  # a failed run's last phase takes its time up to here
+    if report.status != "succeeded":
+        resources.forget()  # what Kafka answered it is not trusted by the next run (a watch's next batch)
     if release_early:
         resources.release_lock()  # while Kafka is still there: an embedded broker stops next
     if resources.held is not None:

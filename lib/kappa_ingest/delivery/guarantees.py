@@ -52,6 +52,7 @@ from kappa_ingest.config.choices import EXACTLY_ONCE
 from kappa_ingest.delivery import ledger
 from kappa_ingest.delivery.ledger import Entry
 from kappa_ingest.errors import UsageError
+from kappa_ingest.kafka.topics import python_admin
 from kappa_ingest.source.splits import Unit
 
 INIT_TIMEOUT_S = 60.0  # fencing an earlier attempt waits for its commit or abort to finish
@@ -270,41 +271,37 @@ def end_lingering(
     return Lingering([t for t in ours if t not in failures], [f"{t}: {why}" for t, why in failures.items()])
 
 
-def _admin(admin_conf: dict[str, Any], timeout_s: float) -> Any:
-    from kafka.admin import KafkaAdminClient
-
-    accepted = KafkaAdminClient.DEFAULT_CONFIG
-    conf = {k: v for k, v in admin_conf.items() if k in accepted}
-    return KafkaAdminClient(**conf, request_timeout_ms=int(timeout_s * 1000))
-
-
 def _list_transactions(
-    admin_conf: dict[str, Any], timeout_s: float, prefix: str = ID_PREFIX
+    admin_conf: dict[str, Any], timeout_s: float, prefix: str = ID_PREFIX, client: Any = None
 ) -> list[tuple[str, str, int]]:
-    """``(transactional id, state, producer id)`` of the ids under ``prefix`` the coordinators know."""
+    """``(transactional id, state, producer id)`` of the ids under ``prefix`` the coordinators
+    know; ``client``: a kept :func:`~kappa_ingest.kafka.topics.python_admin` (else one made here)."""
     from kafka.errors import UnsupportedVersionError
 
-    admin = _admin(admin_conf, timeout_s)
+    admin = client or python_admin(admin_conf, timeout_s)
     try:
         try:  # filtered by the brokers (Kafka 4.1, KIP-1152); older ones list every id
             found = admin.list_transactions(transactional_id_pattern=re.escape(prefix) + ".*")
         except (UnsupportedVersionError, ValueError):
             found = admin.list_transactions()
     finally:
-        admin.close()
+        if client is None:
+            admin.close()
     return [(t.transactional_id, t.state.value if hasattr(t.state, "value") else str(t.state), t.producer_id)
             for listing in found.values() for t in listing if t.transactional_id.startswith(prefix)]  # fmt: skip
 
 
-def producer_ids(admin_conf: dict[str, Any], prefix: str, timeout_s: float = ABORT_TIMEOUT_S) -> set[int]:
+def producer_ids(
+    admin_conf: dict[str, Any], prefix: str, timeout_s: float = ABORT_TIMEOUT_S, client: Any = None
+) -> set[int]:
     """The producer ids of the transactional ids under ``prefix`` (a scope's): the producers
     that wrote a run's units."""
-    return {pid for _, _, pid in _list_transactions(admin_conf, timeout_s, prefix)}
+    return {pid for _, _, pid in _list_transactions(admin_conf, timeout_s, prefix, client)}
 
 
 def _writing_to(admin_conf: dict[str, Any], ids: list[str], topic: str) -> list[str]:
     """Those of ``ids`` whose open transaction has written to ``topic``."""
-    admin = _admin(admin_conf, INIT_TIMEOUT_S)
+    admin = python_admin(admin_conf, INIT_TIMEOUT_S)
     try:
         described = admin.describe_transactions(ids)
     except Exception:  # noqa: BLE001 - one of them ended meanwhile (unknown id): none is lingering for sure

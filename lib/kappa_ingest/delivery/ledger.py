@@ -309,30 +309,28 @@ def _consume(
                 raise KafkaUnavailable(f"reading the delivery ledger {ledger_topic!r} from Kafka: {err.str()}")
 
 
-class Tail:
-    """The ledger read on from a snapshot, inside a task: after a transactional id is
-    initialised (every earlier holder's transaction has ended), :meth:`catch_up` reads what
-    was committed up to then, so a unit another writer of the same id committed is seen.
+class Reader:
+    """The ledger read on from ``start``, reading after reading, through one kept consumer
+    (assigned for each reading only: a consumer left assigned would fetch every 10 ms
+    meanwhile; paused and resumed, it waited a second to fetch again) and one kept
+    watermark query: a reading of what is new takes a round trip or two, not the handful
+    of a new client's."""
 
-    ``entries``: the latest entry of each unit of ``topic`` committed after the snapshot;
-    ``superseded``: runs taken over by another (run -> the run that took over)."""
-
-    def __init__(self, conf: dict[str, Any], ledger_topic: str, topic: str, start: dict[int, int]) -> None:
+    def __init__(self, conf: dict[str, Any], ledger_topic: str, start: dict[int, int]) -> None:
         if not start:  # it would read nothing, and a unit another writer committed would be sent again
             raise ValueError(f"reading the delivery ledger {ledger_topic!r} on from nowhere: no start offsets given")
-        self.conf, self.ledger_topic, self.topic = conf, ledger_topic, topic
+        self.conf, self.ledger_topic = conf, ledger_topic
         self.position = dict(start)
-        self.entries: dict[Unit, Entry] = {}
-        self.superseded: dict[str, str] = {}
         self._consumer: Any = None
         self._watermarks = Watermarks(conf)
 
     def warm(self) -> None:
-        """Connect to the ledger while the caller's producer initialises its id (a thread of
-        its own): the read after it then waits one round trip, not four."""
+        """Connect to the ledger while the caller waits for something else (a thread of its
+        own): the next reading then waits one round trip, not four."""
         self._watermarks.warm(self.ledger_topic)
 
-    def catch_up(self, timeout_s: float = READ_TIMEOUT_S) -> None:
+    def read(self, take: Callable[[Record], None], timeout_s: float = READ_TIMEOUT_S) -> None:
+        """Hand ``take`` each record committed since the last reading, up to the end as it is now."""
         from confluent_kafka import KafkaException, TopicPartition
 
         try:
@@ -342,11 +340,9 @@ class Tail:
                 return
             if self._consumer is None:
                 self._consumer = _consumer(self.conf, "read_committed")
-            # Assigned for the reading only: a consumer left assigned would fetch every 10 ms
-            # while the task sends (paused and resumed, it waited a second to fetch again).
             self._consumer.assign([TopicPartition(self.ledger_topic, p, o) for p, o in self.position.items()])
             try:
-                _consume(self._consumer, self.ledger_topic, ends, todo, time.monotonic() + timeout_s, self._take)
+                _consume(self._consumer, self.ledger_topic, ends, todo, time.monotonic() + timeout_s, take)
             finally:
                 self._consumer.unassign()
             self.position.update(ends)
@@ -354,6 +350,30 @@ class Tail:
             raise KafkaUnavailable(
                 f"reading the delivery ledger {self.ledger_topic!r} from Kafka: {e.args[0].str()}"
             ) from e
+
+    def close(self) -> None:
+        self._watermarks.close()
+        if self._consumer is not None:
+            consumer, self._consumer = self._consumer, None
+            consumer.close()
+
+
+class Tail(Reader):
+    """The ledger read on from a snapshot, inside a task: after a transactional id is
+    initialised (every earlier holder's transaction has ended), :meth:`catch_up` reads what
+    was committed up to then, so a unit another writer of the same id committed is seen.
+
+    ``entries``: the latest entry of each unit of ``topic`` committed after the snapshot;
+    ``superseded``: runs taken over by another (run -> the run that took over)."""
+
+    def __init__(self, conf: dict[str, Any], ledger_topic: str, topic: str, start: dict[int, int]) -> None:
+        super().__init__(conf, ledger_topic, start)
+        self.topic = topic
+        self.entries: dict[Unit, Entry] = {}
+        self.superseded: dict[str, str] = {}
+
+    def catch_up(self, timeout_s: float = READ_TIMEOUT_S) -> None:
+        self.read(self._take, timeout_s)
 
     def _take(self, r: Record) -> None:
         if r.kind == SUPERSEDED and r.value is not None:
@@ -364,12 +384,6 @@ class Tail:
         e = entry_of(r)
         if e is not None and e.topic == self.topic:
             self.entries[e.unit] = e
-
-    def close(self) -> None:
-        self._watermarks.close()
-        if self._consumer is not None:
-            consumer, self._consumer = self._consumer, None
-            consumer.close()
 
 
 def supersede(conf: dict[str, Any], ledger_topic: str, runs: list[str], by: str) -> None:

@@ -59,6 +59,7 @@ class Admin:
         self.user = conf.get("sasl.username")
         self.client = AdminClient(conf)
         self._watermarks = Watermarks(conf)
+        self._broker_settings: dict[str, str] = {}
 
     def _unavailable(self, what: str, cause: object) -> KafkaUnavailable:
         self.client.poll(0)  # serves error_cb: a refused password is the cause to name
@@ -193,10 +194,13 @@ class Admin:
             time.sleep(0.1)
         raise KafkaUnavailable(f"topic {topic!r} was created but its partitions got no leader in {TIMEOUT_S:.0f} s")
 
-    def end_offsets(self, topic: str, timeout_s: float = END_OFFSETS_TIMEOUT_S) -> dict[int, int]:
+    def end_offsets(
+        self, topic: str, timeout_s: float = END_OFFSETS_TIMEOUT_S, partitions: int | None = None
+    ) -> dict[int, int]:
         """The topic's end offset (high watermark) per partition, as the broker reports it;
-        KafkaUnavailable if it cannot be read within ``timeout_s``."""
-        n = self.partitions(topic)
+        KafkaUnavailable if it cannot be read within ``timeout_s``. ``partitions``: known
+        (a round trip saved), else asked."""
+        n = partitions if partitions is not None else self.partitions(topic)
         if n is None:
             return {}
         try:
@@ -224,12 +228,18 @@ class Admin:
 
     def broker_setting(self, name: str) -> str | None:
         """A broker's value of ``name`` (the first broker's), or None if it cannot be read
-        (no DESCRIBE_CONFIGS permission, say)."""
+        (no DESCRIBE_CONFIGS permission, say). Asked once per connection: a watch's batches
+        share one, and one that fails is dropped with what it knew."""
+        if name in self._broker_settings:
+            return self._broker_settings[name]
         try:
             broker = min(self.client.list_topics(timeout=TIMEOUT_S).brokers)
         except (KafkaException, ValueError):
             return None
-        return self._setting(ConfigResource.Type.BROKER, str(broker), name)
+        value = self._setting(ConfigResource.Type.BROKER, str(broker), name)
+        if value is not None:
+            self._broker_settings[name] = value
+        return value
 
     def topic_setting(self, topic: str, name: str) -> str | None:
         """The topic's value of ``name`` (its own, or the brokers' default it inherits), or
@@ -307,10 +317,13 @@ class Watermarks:
         while True:
             query_s = max(0.1, min(QUERY_TIMEOUT_S, deadline - time.monotonic()))
             try:
-                return {
-                    p: self._client().get_watermark_offsets(TopicPartition(topic, p), timeout=query_s)[1]
-                    for p in range(partitions)
-                }
+                # One ListOffsets request per leader (timestamp -1: the latest), not one per partition.
+                asked = [TopicPartition(topic, p, -1) for p in range(partitions)]
+                found = self._client().offsets_for_times(asked, timeout=query_s)
+                failed = next((tp.error for tp in found if tp.error is not None), None)
+                if failed is not None:
+                    raise KafkaException(failed)
+                return {tp.partition: tp.offset for tp in found}
             except KafkaException as e:
                 self.close()
                 if e.args[0].code() not in _SETTLING or time.monotonic() > deadline:
@@ -336,20 +349,30 @@ def high_watermarks(conf: dict[str, Any], topic: str, partitions: int, timeout_s
 Producers = dict[tuple[int, int], tuple[int, int]]  # (partition, producer id) -> (epoch, last sequence)
 
 
-def producers(admin_conf: dict[str, Any], topic: str, partitions: int, timeout_s: float = 5.0) -> Producers | None:
-    """The idempotent and transactional producers the topic's partition leaders keep state
-    of (DescribeProducers, KIP-664), or None if they cannot be asked (an old broker, no
-    permission). A producer that wrote between two readings shows as new or changed."""
-    from kafka import TopicPartition as KafkaPartition
+def python_admin(admin_conf: dict[str, Any], timeout_s: float) -> Any:
+    """A kafka-python admin client (it asks what confluent-kafka cannot: KIP-664's producers and transactions)."""
     from kafka.admin import KafkaAdminClient
 
     conf = {k: v for k, v in admin_conf.items() if k in KafkaAdminClient.DEFAULT_CONFIG}
+    return KafkaAdminClient(**conf, request_timeout_ms=int(timeout_s * 1000))
+
+
+def producers(
+    admin_conf: dict[str, Any], topic: str, partitions: int, timeout_s: float = 5.0, client: Any = None
+) -> Producers | None:
+    """The idempotent and transactional producers the topic's partition leaders keep state
+    of (DescribeProducers, KIP-664), or None if they cannot be asked (an old broker, no
+    permission). A producer that wrote between two readings shows as new or changed.
+    ``client``: a :func:`python_admin` kept by the caller (else one made and closed here)."""
+    from kafka import TopicPartition as KafkaPartition
+
     try:
-        admin = KafkaAdminClient(**conf, request_timeout_ms=int(timeout_s * 1000))
+        admin = client or python_admin(admin_conf, timeout_s)
         try:
             found = admin.describe_producers([KafkaPartition(topic, p) for p in range(partitions)])
         finally:
-            admin.close()
+            if client is None:
+                admin.close()
     except Exception:  # noqa: BLE001 - see above: the run then reads back what it sent
         return None
     return {(tp.partition, s.producer_id): (s.producer_epoch, s.last_sequence)
@@ -371,12 +394,13 @@ def settled_offsets(
     lagging replica) producers finish before the log does, and commit markers follow a
     commit; wait, bounded, until the offsets reach ``expected`` or stop moving for a second."""
     base = sum(before.values())
-    after = admin.end_offsets(topic)
+    partitions = len(before) or None  # known: not asked again
+    after = admin.end_offsets(topic, partitions=partitions)
     deadline = time.monotonic() + timeout_s
     still_since = time.monotonic()
     while sum(after.values()) - base < expected and time.monotonic() < deadline:
         time.sleep(0.2)
-        now = admin.end_offsets(topic)
+        now = admin.end_offsets(topic, partitions=partitions)
         if sum(now.values()) != sum(after.values()):
             still_since = time.monotonic()
         elif time.monotonic() - still_since > 1.0:

@@ -83,20 +83,35 @@ def other_writers(cfg: IngestConfig, report: RunReport, sent: Sent) -> str | Non
     if sent.producers_before is None:
         return UNSEEN_WRITERS
     admin_conf = kafka_python_connection(cfg.producer_settings(), sent.conf["bootstrap.servers"])
-    # Both asked at once: each is a client of its own, a few round trips on a long link.
+    kept, partitions, scope = sent.kept, len(sent.after or {}), sent.task_delivery.scope
+
+    def producers() -> topics.Producers | None:
+        if kept is None:
+            return topics.producers(admin_conf, cfg.topic, partitions)
+        try:
+            return kept.ask("producers", admin_conf, 5.0, lambda c: topics.producers(admin_conf, cfg.topic, partitions,
+                                                                                    client=c))  # fmt: skip
+        except Exception:  # noqa: BLE001 - not seen: the run is read back
+            return None
+
+    def ours() -> set[int]:
+        if kept is None:
+            return delivery.producer_ids(admin_conf, scope)
+        return kept.ask("transactions", admin_conf, delivery.ABORT_TIMEOUT_S,
+                        lambda c: delivery.producer_ids(admin_conf, scope, client=c))  # fmt: skip
+
+    # Both asked at once, each through a client of its own (kept: connected once for a watch's batches).
     with ThreadPoolExecutor(2, thread_name_prefix="writers") as pool:
-        asked = pool.submit(topics.producers, admin_conf, cfg.topic, len(sent.after or {}))
-        ours = (
-            pool.submit(delivery.producer_ids, admin_conf, sent.task_delivery.scope)
-            if sent.task_delivery.transactional
-            else None
-        )
+        asked = pool.submit(producers)
+        ours_asked = pool.submit(ours) if sent.task_delivery.transactional else None
         after = asked.result()
         if after is None:
             return UNSEEN_WRITERS
+        if sent.kept is not None:  # the next run's "before" (a writer in between: another writer to it)
+            sent.kept.producers_seen = after
         wrote = topics.writers(sent.producers_before, after)
-    if ours is not None:
-        others = wrote - ours.result()
+    if ours_asked is not None:
+        others = wrote - ours_asked.result()
     else:  # one idempotent producer per task attempt at most (the spark sink's: per executor)
         attempts = len(report.tasks) or len(sent.outcome.stats)
         others = wrote if len(wrote) > attempts else set()

@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 from kappa_ingest.delivery import lock
 from kappa_ingest.delivery.lock import Lock
 from kappa_ingest.kafka.endpoint import KafkaEndpoint, endpoint_for
+from kappa_ingest.pipeline.kept import Kept
 from kappa_ingest.report.recording import Recorder
 from kappa_ingest.spark.session import build_session, stop_session
 
@@ -36,6 +37,7 @@ class RunResources:
         self.workers_warm = False
         # A watch's: its batches' reports recorded on a thread of their own (None: at once).
         self.recorder: Recorder | None = None
+        self._kept: Kept | None = None
 
     def open_kafka(self, master: str | None = None) -> KafkaEndpoint:
         """The run's Kafka; an embedded broker starts (in the background) the first time."""
@@ -47,6 +49,17 @@ class RunResources:
     def servers(self) -> str:
         """The bootstrap servers (waiting for an embedded broker still starting)."""
         return self.open_kafka().servers()
+
+    def kept(self) -> Kept:
+        """The driver's Kafka connection, and the answers a next run (a watch's batch) need not ask again."""
+        if self._kept is None:
+            self._kept = Kept(self.servers(), self.cfg.producer_settings())
+        return self._kept
+
+    def forget(self) -> None:
+        """After a failed run: the next one asks Kafka everything afresh."""
+        if self._kept is not None:
+            self._kept.forget()
 
     def hold(self) -> Lock | None:
         """The topic's lock, taken the first time (exit 6 if another run holds it); a dry run takes none."""
@@ -71,6 +84,8 @@ class RunResources:
         if self._stopped.is_set():
             return
         self._stopped.set()
+        if self._kept is not None:  # while its broker is still there
+            self._kept.close()
         kafka, self.kafka = self.kafka, None
         stopping = threading.Thread(target=kafka.close, name="stop-kafka") if kafka is not None else None
         if stopping is not None:

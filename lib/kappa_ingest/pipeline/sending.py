@@ -20,7 +20,8 @@ from kappa_ingest.errors import KafkaUnavailable
 from kappa_ingest.kafka import topics
 from kappa_ingest.kafka.endpoint import KafkaEndpoint
 from kappa_ingest.kafka.settings import connection_conf, kafka_python_connection
-from kappa_ingest.kafka.topics import Admin, offsets_if_reachable, settled_offsets
+from kappa_ingest.kafka.topics import Admin, TopicShape, offsets_if_reachable, settled_offsets
+from kappa_ingest.pipeline.kept import Kept, Setup
 from kappa_ingest.report.broker_rate import BrokerRateSampler
 from kappa_ingest.report.progress import Progress
 from kappa_ingest.report.run import RunReport
@@ -47,6 +48,7 @@ class Sent:
     dead_letters: tuple[dict[int, int], dict[int, int]] | None = None  # the dead-letter topic's offsets around it
     source: csv_source.Source | None = None  # what was sent: the source, its parser checking record sizes
     producers_before: topics.Producers | None = None  # the topic's producers before it (who else wrote?)
+    kept: Kept | None = None  # where the topic's producers after it are kept for the next run
 
 
 def send(
@@ -54,6 +56,7 @@ def send(
     spark: SparkSession,
     source: csv_source.Source,
     kafka: KafkaEndpoint,
+    kept: Kept,
     report: RunReport,
     warming: threading.Thread,
     rate: float | None,
@@ -62,25 +65,28 @@ def send(
     ledger_start: dict[int, int] | None,
 ) -> Sent:
     """Set up the topics, write the run's plan, send, and read the settled end offsets.
-    ``ledger_start``: where the run's reading of the ledger ended (its tasks read on from
-    there); None: from its end now."""
+    ``kept``: the driver's Kafka connection and what an earlier run of the process found
+    (:mod:`.kept`). ``ledger_start``: where the run's reading of the ledger ended (its tasks
+    read on from there); None: from its end now."""
     servers = kafka.servers()
     report.bootstrap_servers = servers
     report.broker["embedded"] = kafka.embedded
     settings = cfg.producer_settings()
     conf = connection_conf(settings, servers)
-    with Admin(servers, settings) as admin, ThreadPoolExecutor(1, thread_name_prefix="producers-before") as pool:
-        admin.check_reachable()
-        source, settings = _topics_ready(cfg, admin, report, source, settings)
-        # Who else writes to the topic, asked by a client of its own while the set-up goes on:
-        # a few round trips on a long link. Read before the first task sends (joined below).
-        asked = pool.submit(topics.producers, kafka_python_connection(settings, servers), cfg.topic,
-                            report.broker["topic_partitions"])  # fmt: skip
+    with ThreadPoolExecutor(1, thread_name_prefix="set-up") as pool:
+        source, settings, before = _ready(cfg, kept, report, source, settings, pool)
+        admin = kept.admin
+        # Who else writes to the topic: as the last run saw it at its end, else asked by a
+        # client of its own while the set-up goes on (a few round trips on a long link).
+        seen, kept.producers_seen = kept.producers_seen, None
+        asked = None if seen is not None else pool.submit(
+            topics.producers, kafka_python_connection(settings, servers), cfg.topic, len(before))  # fmt: skip
         task_delivery, pace_from = _task_delivery(cfg, admin, source, conf, skip, rate, ledger_start)
         coordinator = None
         if task_delivery.transactional:
             settings = {**settings, "transaction.timeout.ms": str(int(task_delivery.transaction_timeout_s * 1000))}
-            coordinator = delivery.warm_coordinator(conf, task_delivery.scope)
+            if not kept.coordinator_warm:
+                coordinator = delivery.warm_coordinator(conf, task_delivery.scope)
         report.delivery.update(tasks=source.tasks, ledger_topic=cfg.ledger_topic)
         if task_delivery.transactional:
             per = "p:<parts>:<part>" if task_delivery.shuffled else "u:<unit digest>"
@@ -88,8 +94,7 @@ def send(
                 transactional_ids=f"{task_delivery.scope}{per}",
                 transaction_timeout_ms=int(task_delivery.transaction_timeout_s * 1000),
             )
-        before = admin.end_offsets(cfg.topic)
-        producers_before = asked.result()
+        producers_before = asked.result() if asked is not None else seen
         dlq_before = admin.end_offsets(cfg.dead_letter_topic) if cfg.dead_letter_topic else {}
         report.add_offsets(before, before)
         report.write(cfg.metrics)  # the run's plan, before anything is sent: --resume starts from it
@@ -97,18 +102,53 @@ def send(
         warming.join()
         if coordinator is not None:
             coordinator.join(delivery.INIT_TIMEOUT_S)
+            kept.coordinator_warm = True
         report.clock.end("setup")
         spark_metrics.warm(spark)
         if cfg.replay_speed:  # every task paces from one wall-clock anchor, a second from now
             task_delivery = replace(task_delivery, pace=(pace_from, cfg.replay_speed, wall_clock_ms() + 1000))
         outcome, after, dead_letters = _sent(cfg, admin, report, source, settings, servers, task_delivery, rate,
                                              before, dlq_before, progress)  # fmt: skip
-    return Sent(outcome, task_delivery, conf, before, after, dead_letters, source, producers_before)
+    return Sent(outcome, task_delivery, conf, before, after, dead_letters, source, producers_before, kept)
+
+
+def _ready(
+    cfg: IngestConfig,
+    kept: Kept,
+    report: RunReport,
+    source: csv_source.Source,
+    settings: dict[str, str],
+    pool: ThreadPoolExecutor,
+) -> tuple[csv_source.Source, dict[str, str], dict[int, int]]:
+    """The topics ready (made, checked, records sized to their limits) and the topic's end
+    offsets before the run. What an earlier run of the process found is taken as it is
+    once the topic's shape, asked beside its offsets, shows it unchanged."""
+    key = (cfg.topic, cfg.ledger_topic, cfg.dead_letter_topic, cfg.topic_partitions, cfg.replication_factor,
+           tuple(sorted(cfg.topic_config.items())), cfg.sink, tuple(sorted(settings.items())))  # fmt: skip
+    known = kept.setup_for(key)
+    if known is not None:
+        shape = pool.submit(kept.admin.describe, cfg.topic)
+        before = kept.admin.end_offsets(cfg.topic, partitions=known.partitions)
+        if shape.result() == TopicShape(known.partitions, known.replication):
+            report.broker.update(known.broker)
+            return size_checked(cfg, source, known.limit), known.settings, before
+        kept.forget()  # deleted, or partitions added, since: set up again
+    admin = kept.admin
+    admin.check_reachable()
+    source, settings, limit = _topics_ready(cfg, admin, report, source, settings)
+    partitions, replication = report.broker["topic_partitions"], report.broker["topic_replication"]
+    kept.setup = Setup(key, limit, settings, {k: report.broker[k] for k in _KEPT_BROKER if k in report.broker},
+                       partitions, replication)  # fmt: skip
+    return source, settings, admin.end_offsets(cfg.topic, partitions=partitions)
+
+
+# What the report says of the topics that holds for every run of a process (not "topic_created").
+_KEPT_BROKER = ("topic_partitions", "topic_replication", "topic_note", "max_record_bytes", "batch_bytes")
 
 
 def _topics_ready(
     cfg: IngestConfig, admin: Admin, report: RunReport, source: csv_source.Source, settings: dict[str, str]
-) -> tuple[csv_source.Source, dict[str, str]]:
+) -> tuple[csv_source.Source, dict[str, str], record_size.Limit]:
     """The topics the run writes to, made or checked; records sized to the topic's limit
     (the source's parser takes out larger ones) and batches within it."""
     _data_topic(cfg, admin, report)
@@ -126,7 +166,7 @@ def _topics_ready(
     report.broker["batch_bytes"] = int(settings["batch.size"])
     for writes_to in (cfg.topic, cfg.ledger_topic, *([dlq] if dlq else [])):
         admin.check_writable(writes_to)
-    return source, settings
+    return source, settings, limit
 
 
 def _task_delivery(
@@ -166,7 +206,7 @@ def _sent(
 ) -> tuple[SendOutcome, dict[int, int] | None, tuple[dict[int, int], dict[int, int]] | None]:
     """The send itself, the broker-side rate sampled meanwhile; then the settled offsets
     (of the dead-letter topic too), or after a failed job whatever Kafka answers quickly."""
-    sampler = BrokerRateSampler(servers, cfg.topic, settings, on_sample=progress.update).start()
+    sampler = BrokerRateSampler(servers, cfg.topic, settings, on_sample=progress.update).start(first=before)
     after: dict[int, int] | None = None
     dead_letters = None
     try:

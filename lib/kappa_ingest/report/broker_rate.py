@@ -94,11 +94,16 @@ class BrokerRateSampler:
     _finished: bool = False
     _abandoned: bool = False
 
-    def start(self) -> BrokerRateSampler:
+    def start(self, first: dict[int, int] | None = None) -> BrokerRateSampler:
+        """Sample from now on; ``first``: the end offsets just read (the first sample, not asked again)."""
         self._admin = Admin(self.bootstrap_servers, self.settings, timeout_s=SAMPLE_TIMEOUT_S)
         self._meter = OneMinuteRate()
+        self._partitions = len(first) if first else None
         try:
-            self._sample()
+            if first is not None:
+                self.samples.append((time.time(), sum(first.values())))
+            else:
+                self._sample()
         except BaseException:
             self._admin.close()
             raise
@@ -108,7 +113,9 @@ class BrokerRateSampler:
         return self
 
     def _sample(self) -> None:
-        self.samples.append((time.time(), sum(self._admin.end_offsets(self.topic, SAMPLE_TIMEOUT_S).values())))
+        self.samples.append(
+            (time.time(), sum(self._admin.end_offsets(self.topic, SAMPLE_TIMEOUT_S, self._partitions).values()))
+        )
         if self.on_sample is not None and len(self.samples) > 1:
             (_, first), (t1, prev), (t2, now) = self.samples[0], self.samples[-2], self.samples[-1]
             if len(self.samples) % TICK_S == 1:  # the meter ticks every five samples

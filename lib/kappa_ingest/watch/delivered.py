@@ -62,15 +62,34 @@ class Delivered:
         self._passed: dict[str, Identity] = {}
         self.records_read = 0
         self._rows_settled: dict[str, int] = {}  # of the files the last reading found wholly in
+        self._reader: ledger.Reader | None = None  # kept between readings: its connections warm
+
+    def close(self) -> None:
+        if self._reader is not None:
+            reader, self._reader = self._reader, None
+            reader.close()
 
     def catch_up(self) -> None:
         """Read what the ledger gained since the last reading (the first reading: all of it,
         however long that takes while records keep coming)."""
         touched: set[str] = set()
         self._rows_settled = {}
-        timeout_s = ledger.READ_TIMEOUT_S if self.position is not None else FIRST_READ_TIMEOUT_S
-        self.position = ledger.read_on(self.conf, self.ledger_topic, self.position,
-                                       lambda r: self._take(r, touched), timeout_s)  # fmt: skip
+
+        def take(r: ledger.Record) -> None:
+            self._take(r, touched)
+
+        if self._reader is not None:
+            try:
+                self._reader.read(take)
+            except Exception:
+                self.close()  # a new reader next time, from the position read to
+                raise
+            self.position = dict(self._reader.position)
+        else:
+            timeout_s = ledger.READ_TIMEOUT_S if self.position is not None else FIRST_READ_TIMEOUT_S
+            self.position = ledger.read_on(self.conf, self.ledger_topic, self.position, take, timeout_s)
+            if any(self.position.values()):  # a ledger there to read on (not one still to be made)
+                self._reader = ledger.Reader(self.conf, self.ledger_topic, self.position)
         for path in touched:
             if path in self._open:
                 self._settle(path)

@@ -149,6 +149,7 @@ class Watch:
                     self._last_job = time.monotonic()
         finally:
             self._discovery = None
+            delivered.close()
             self.resources.recorder.close()  # every batch's report written before the watch ends
             self.resources.recorder = None
             if server is not None:
@@ -185,6 +186,7 @@ class Watch:
         warming.join()
         if coordinator is not None:
             coordinator.join(guarantees.INIT_TIMEOUT_S)
+            self.resources.kept().coordinator_warm = True
         self.resources.workers_warm = True
         self._rehearse()
         self._last_job = time.monotonic()
