@@ -20,7 +20,7 @@ from kappa_ingest.errors import KafkaUnavailable
 from kappa_ingest.kafka import topics
 from kappa_ingest.kafka.endpoint import KafkaEndpoint
 from kappa_ingest.kafka.settings import connection_conf, kafka_python_connection
-from kappa_ingest.kafka.topics import Admin, TopicShape, offsets_if_reachable, settled_offsets
+from kappa_ingest.kafka.topics import QUERY_TIMEOUT_S, Admin, TopicShape, offsets_if_reachable, settled_offsets
 from kappa_ingest.pipeline.kept import Kept, Setup
 from kappa_ingest.report.broker_rate import BrokerRateSampler
 from kappa_ingest.report.progress import Progress
@@ -128,11 +128,14 @@ def _ready(
     known = kept.setup_for(key)
     if known is not None:
         shape = pool.submit(kept.admin.describe, cfg.topic)
-        before = kept.admin.end_offsets(cfg.topic, partitions=known.partitions)
-        if shape.result() == TopicShape(known.partitions, known.replication):
+        try:  # briefly: a topic deleted since is not one to wait for
+            before: dict[int, int] | None = kept.admin.end_offsets(cfg.topic, QUERY_TIMEOUT_S, known.partitions)
+        except KafkaUnavailable:
+            before = None
+        if shape.result() == TopicShape(known.partitions, known.replication) and before is not None:
             report.broker.update(known.broker)
             return size_checked(cfg, source, known.limit), known.settings, before
-        kept.forget()  # deleted, or partitions added, since: set up again
+        kept.forget()  # deleted, or partitions added, since (or no offsets in a moment): set up again
     admin = kept.admin
     admin.check_reachable()
     source, settings, limit = _topics_ready(cfg, admin, report, source, settings)
