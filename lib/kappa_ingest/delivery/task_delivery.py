@@ -18,11 +18,17 @@ from kappa_ingest.source.splits import Unit
 
 
 def for_tasks(
-    cfg: IngestConfig, source: Source, admin: Admin | None, conf: dict, skip: frozenset[Unit], rate=None
+    cfg: IngestConfig,
+    source: Source,
+    admin: Admin | None,
+    conf: dict,
+    skip: frozenset[Unit],
+    rate=None,
+    rows: int | None = None,
 ) -> TaskDelivery:
     """What the tasks need to deliver; for exactly-once, with a transaction timeout sized
     to the longest transaction (a unit's, or over shuffled input a task's) and checked
-    against the brokers' maximum."""
+    against the brokers' maximum. ``rows``: the source's rows as estimated already."""
     files = {f.path: f.identity() for f in source.plan.files}
     mode = cfg.delivery if admin is not None else AT_LEAST_ONCE  # a dry run has no transactions
     timeout_s = 60.0
@@ -33,7 +39,7 @@ def for_tasks(
         task_bytes = min(largest, source.plan.split_bytes)
         if source.shuffled:
             task_bytes = max(task_bytes, -(-source.input_bytes // tasks))
-        rows = estimate_rows(list(source.files), cfg.header) or 0
+        rows = (rows if rows is not None else estimate_rows(list(source.files), cfg.header)) or 0
         requested = cfg.producer_settings().get("transaction.timeout.ms")
         timeout_s = (
             guarantees.transaction_timeout_ms(

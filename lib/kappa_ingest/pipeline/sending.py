@@ -81,7 +81,8 @@ def send(
         seen, kept.producers_seen = kept.producers_seen, None
         asked = None if seen is not None else pool.submit(
             topics.producers, kafka_python_connection(settings, servers), cfg.topic, len(before))  # fmt: skip
-        task_delivery, pace_from = _task_delivery(cfg, admin, source, conf, skip, rate, ledger_start)
+        estimated = estimate_rows(list(source.files), cfg.header)  # each file's first megabyte read: once
+        task_delivery, pace_from = _task_delivery(cfg, admin, source, conf, skip, rate, ledger_start, estimated)
         coordinator = None
         if task_delivery.transactional:
             settings = {**settings, "transaction.timeout.ms": str(int(task_delivery.transaction_timeout_s * 1000))}
@@ -98,7 +99,7 @@ def send(
         dlq_before = admin.end_offsets(cfg.dead_letter_topic) if cfg.dead_letter_topic else {}
         report.add_offsets(before, before)
         report.write(cfg.metrics)  # the run's plan, before anything is sent: --resume starts from it
-        progress = Progress(estimate_rows(list(source.files), cfg.header), quiet=cfg.quiet or not echo)
+        progress = Progress(estimated, quiet=cfg.quiet or not echo)
         warming.join()
         if coordinator is not None:
             coordinator.join(delivery.INIT_TIMEOUT_S)
@@ -180,10 +181,11 @@ def _task_delivery(
     skip: frozenset[Unit],
     rate: float | None,
     ledger_start: dict[int, int] | None,
+    rows: int | None,
 ) -> tuple[delivery.TaskDelivery, int]:
     """What the tasks need to deliver, and (a paced replay) the first event time (ms)."""
     task_delivery = replace(
-        for_tasks(cfg, source, admin, conf, skip, rate),
+        for_tasks(cfg, source, admin, conf, skip, rate, rows),
         ledger_start=ledger_start if ledger_start is not None else admin.end_offsets(cfg.ledger_topic),
         dead_letter_topic=cfg.dead_letter_topic,
     )
