@@ -20,6 +20,7 @@ BEFORE_COMMIT = "before-commit"
 COMMIT_RETRY = "commit-retry"  # a commit timed out (retriable), about to be called again
 AFTER_COMMIT = "after-commit"
 BEFORE_RECONCILE = "before-reconcile"  # the driver, its offsets after the send read, its checks not made
+WATCH_PASSED = "watch-passed"  # a watch's first start, the files there passed over, the start not yet recorded
 WATCH_CHOSEN = "watch-chosen"  # a watch's driver, its next batch chosen from a listing, not yet run
 WATCH_SENT = "watch-sent"  # a watch's driver, its batch committed, its files not yet cleaned up
 LONGEST_S = 600.0

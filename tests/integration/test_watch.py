@@ -200,6 +200,7 @@ def test_an_overwritten_file_is_refused_with_a_dead_letter_and_sent_again_only_i
 
 
 def test_sent_files_are_moved_and_a_binary_one_goes_to_the_error_dir_with_its_reason(spark, kafka, tmp_path):
+    """And a file moved away after it was sent is forgotten but for its identity."""
     landing, metrics = _dirs(tmp_path)
     done, errors = tmp_path / "done", tmp_path / "errors"
     topic = "watch-dispose"
@@ -218,11 +219,22 @@ def test_sent_files_are_moved_and_a_binary_one_goes_to_the_error_dir_with_its_re
     good_rows = expected_rows(good)
     w2.sent(1)
     w2.until(lambda: (errors / "bin.csv").exists(), "the binary file in the error directory")
+    w2.until(lambda: (done / "good.csv").exists() and not good.exists(), "good.csv moved")
+    # Moved away, the watch keeps its identity alone: brought back as it was, it is not sent
+    # again (moved again); a new file by the same name is a new file, sent.
+    os.replace(done / "good.csv", good)
+    w2.until(lambda: (done / "good.csv").exists() and not good.exists(), "good.csv, back unchanged, moved again")
+    assert w2.watch.summary.files_sent == 1
+    scratch = tmp_path / "good.csv.writing"
+    datagen.generate("debs2012", 70, scratch, seed=3)
+    new_rows = expected_rows(scratch)
+    os.replace(scratch, good)
+    w2.sent(2)
     w2.stop()
     assert not kept.exists() and (done / "good.csv").exists() and not good.exists()
     assert "not a text file" in (errors / "bin.csv.error.txt").read_text()
-    assert rows(consume_all(kafka.bootstrap_servers, topic)) == expected_rows(done / "kept.csv") + good_rows
-    assert w2.watch.summary.files_sent == 1
+    assert rows(consume_all(kafka.bootstrap_servers, topic)) == expected_rows(done / "kept.csv") + good_rows + new_rows
+    assert w2.watch.summary.files_sent == 2 and str(good) not in w2.watch.summary.refused
 
 
 def test_halt_on_error_stops_the_watch_at_a_file_that_cannot_be_sent_and_leaves_it_there(spark, kafka, tmp_path):

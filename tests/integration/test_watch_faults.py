@@ -1,6 +1,7 @@
 """A watch's driver killed (``kill -9`` of its process group: Python, the JVM, its workers)
 at each moment of a batch: with its next batch chosen, mid-send with a transaction open,
-and between the commit and the clean-up. Each next start takes the dead watch's lock over,
+and between the commit and the clean-up; and in its first discovery, while it records
+the files it passes over. Each next start takes the dead watch's lock over,
 and the last ends with every row once in the topic (a ``read_committed`` consumer) and the
 sent files moved, none sent again. An executor killed mid-batch, and the only broker, are
 ridden out by the running watch."""
@@ -87,6 +88,44 @@ def test_a_watch_killed_at_each_moment_of_a_batch_loses_and_duplicates_nothing(k
     [report] = [json.loads(p.read_text()) for p in (metrics / "runs").glob("killed-2-b*/summary.json")]
     lock = report["delivery"]["lock"]
     assert "killed-1" in lock["taken_over_from"] and lock.get("lingering_transactions_ended", 0) >= 1, lock
+
+
+def test_a_watch_killed_in_its_first_discovery_passes_over_the_same_files_and_sends_the_rest(kafka, tmp_path):
+    """Killed while its first start records what it passes over (the files there passed, the
+    start itself not yet recorded): the next start is the first again, passes over the same
+    files (and any that landed meanwhile, there at the start that counts), and sends what
+    lands after it, once."""
+    landing, metrics, held = (tmp_path / d for d in ("landing", "metrics", "held"))
+    landing.mkdir()
+    held.mkdir()
+    topic = "watch-killed-first"
+    common = ["--input", str(landing), "--topic", topic, "--bootstrap-servers", kafka.bootstrap_servers,
+              "--metrics-dir", str(metrics), "--min-file-age", "0.3", "--master", "local[1]"]  # fmt: skip
+    _land(landing, "there.csv", 500, 1)
+    log = tmp_path / "watch-0.log"
+    proc = cli(*common, "--run-id", "first-0", log=log, command="watch",
+               env={failpoints.ENV: f"{failpoints.WATCH_PASSED}:{held}"})  # fmt: skip
+    try:
+        wait_for(lambda: any(held.glob(f"*.{failpoints.WATCH_PASSED}")), 180, "held at its first start", proc, log)
+        assert _held_pid(held, failpoints.WATCH_PASSED) > 0
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        stop_group(proc)
+    assert "watching " not in log.read_text()  # killed before it watched
+    _land(landing, "meanwhile.csv", 300, 2)
+    log = tmp_path / "watch-1.log"
+    proc = cli(*common, "--run-id", "first-1", log=log, command="watch")
+    try:
+        wait_for(lambda: "watching " in log.read_text(), 180, "watching", proc, log)
+        after = _land(landing, "after.csv", 400, 3)
+        wait_for(lambda: "batch first-1-b00001: succeeded" in log.read_text(), 180, "after.csv sent", proc, log)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, log.read_text()[-3000:]
+    finally:
+        stop_group(proc)
+    assert rows(consume_all(kafka.bootstrap_servers, topic)) == expected_rows(after)
+    assert "1 file(s), 400 rows sent" in log.read_text()
 
 
 def test_an_executor_killed_mid_batch_is_ridden_out_and_every_row_sent_once(kafka, tmp_path):

@@ -14,11 +14,15 @@ files the first start did. Nothing else is remembered between starts.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from kappa_ingest import failpoints
 from kappa_ingest.delivery import incremental, ledger
 from kappa_ingest.delivery.ledger import Entry
 from kappa_ingest.source.splits import InputFile, Unit, canonical_file, splittable
@@ -26,6 +30,44 @@ from kappa_ingest.watch.landing import Landed
 
 Identity = tuple[int, int, str]  # size, modification time (ms), an object's ETag
 FIRST_READ_TIMEOUT_S = 900.0  # the whole ledger, at a watch's start (a million entries: see docs)
+
+
+class Gone:
+    """Files sent and then gone from the landing (moved or deleted after they were sent, or
+    not there when the watch starts), each kept as a 16-byte digest of its path and
+    identity rather than its entry: one that comes back unchanged is known sent, a new
+    file at its path is new. 16 bytes a file: a million files sent, 16 MB."""
+
+    MERGE_AT = 65_536  # digests kept in a set until merged into the sorted array
+
+    def __init__(self) -> None:
+        self._sorted = np.empty(0, dtype="S16")
+        self._recent: set[bytes] = set()
+
+    @staticmethod
+    def _digest(path: str, identity: Identity) -> bytes:
+        return hashlib.blake2b(json.dumps([path, *identity]).encode(), digest_size=16).digest()
+
+    def add(self, path: str, identity: Identity) -> None:
+        self._recent.add(self._digest(path, identity))
+        if len(self._recent) >= self.MERGE_AT:
+            self._merge()
+
+    def _merge(self) -> None:
+        recent = np.array(sorted(self._recent), dtype="S16")
+        self._sorted = np.unique(np.concatenate([self._sorted, recent]))
+        self._recent = set()
+
+    def __contains__(self, item: tuple[str, Identity]) -> bool:
+        d = self._digest(*item)
+        if d in self._recent:
+            return True
+        i = int(np.searchsorted(self._sorted, np.array(d, dtype="S16")))
+        # numpy gives a fixed-width bytes value back without its trailing zero bytes
+        return i < len(self._sorted) and self._sorted[i] == d.rstrip(b"\0")
+
+    def __len__(self) -> int:
+        return len(self._sorted) + len(self._recent)
 
 
 @dataclass(frozen=True)
@@ -60,6 +102,7 @@ class Delivered:
         self._sent: dict[str, Identity] = {}
         self._open: dict[str, dict[Unit, Entry]] = {}  # files with entries, not (yet) all units in
         self._passed: dict[str, Identity] = {}
+        self.gone = Gone()
         self.records_read = 0
         self._rows_settled: dict[str, int] = {}  # of the files the last reading found wholly in
         self._reader: ledger.Reader | None = None  # kept between readings: its connections warm
@@ -137,6 +180,8 @@ class Delivered:
         sent = self._sent.get(file.path)
         if sent is not None:
             return Standing(file, "sent" if sent == file.identity() else "changed", sent)
+        if (file.path, file.identity()) in self.gone:  # sent, gone, and back as it was
+            return Standing(file, "sent", file.identity())
         entries = self._open.get(file.path)
         if entries:
             b = incremental.classify([file], list(entries.values()), self.topic)
@@ -149,6 +194,23 @@ class Delivered:
         if self._passed.get(file.path) == file.identity():
             return Standing(file, "passed")
         return Standing(file, "new")
+
+    def forget(self, f: Landed) -> None:
+        """``f``, sent and now gone from the landing (moved or deleted after it was sent): its
+        identity alone kept (:class:`Gone`)."""
+        path = input_file(f, self.multiline).path
+        sent = self._sent.pop(path, None)
+        if sent is not None:
+            self.gone.add(path, sent)
+
+    def forget_absent(self, present: list[Landed]) -> None:
+        """At the start: the files the ledger has sent that are not in the landing now, kept
+        by their identities alone."""
+        there = {input_file(f, self.multiline).path for f in present}
+        for path, identity in self._sent.items():
+            if path not in there:
+                self.gone.add(path, identity)
+        self._sent = {p: i for p, i in self._sent.items() if p in there}  # a new dict: the old one's memory freed
 
     def entries(self, paths: list[str]) -> list[Entry]:
         """The entries of files not all of whose units are in (what a batch completing them skips)."""
@@ -168,10 +230,11 @@ class Delivered:
                  json.dumps({"size": f.size, "mtime_ms": f.mtime_ms, "version": f.version, "by": by}).encode())
                 for f in passed], kind=ledger.PASSED)  # fmt: skip
             self._passed.update((f.path, f.identity()) for f in passed)
+        failpoints.hold(failpoints.WATCH_PASSED, by)
         ledger.write_records(self.conf, self.ledger_topic, [
             (_key("watch", self.topic, "landing", self.landing), json.dumps({"since_ms": now, "by": by}).encode())
         ], kind=ledger.WATCH)  # fmt: skip
         self.started_ms = now
 
     def sizes(self) -> dict[str, int]:
-        return {"sent": len(self._sent), "open": len(self._open), "passed": len(self._passed)}
+        return {"sent": len(self._sent), "open": len(self._open), "passed": len(self._passed), "gone": len(self.gone)}

@@ -246,7 +246,7 @@ class Watch:
                 continue
             st = delivered.standing(f)
             if st.state == "sent":
-                self._dispose(f)
+                self._dispose(f, delivered)
             elif st.state == "changed" and not s.allow_overwrites:
                 self._refuse(f, "overwritten", f"input {f.path}: changed since it was sent"
                              f" ({_what_changed(st.before, f.identity())}); not sent again (--allow-overwrites sends"
@@ -354,7 +354,7 @@ class Watch:
             rows.append({"watch_id": self.cfg.run_id, "run_id": result.run_id, "file": f.path, "bytes": f.size,
                          "rows": delivered.rows_of(f.path), "landed_at": _utc(landed_ms), "committed_at": _utc(now_ms),
                          "latency_s": latency})  # fmt: skip
-            self._dispose(f)
+            self._dispose(f, delivered)
         self._waiting = [f for f in self._waiting if f.path not in result.latency_s]
         self._backlog(now_ms)
         if rows:  # after the batch's own rows (the same recorder, in order)
@@ -378,18 +378,22 @@ class Watch:
         return self.resources.recorder
 
     # -- what becomes of a file -------------------------------------------------------------
-    def _dispose(self, f: Landed) -> None:
+    def _dispose(self, f: Landed, delivered: Delivered) -> None:
         try:
-            disposal.after_send(f, self.settings.after_send)
+            if disposal.after_send(f, self.settings.after_send) is not None:
+                delivered.forget(f)  # gone from the landing: its identity alone kept
         except OSError as e:  # tried again when the landing next changes, and at the next start
             self._say(f"warning: --after-send {self.settings.after_send} of {f.path}: {e}")
 
     def _dispose_sent(self, delivered: Delivered, found: list[Landed]) -> None:
+        """At the start: what was sent and is still there cleaned up (a crash between a
+        commit and its clean-up); what was sent and is gone kept by its identity alone."""
+        delivered.forget_absent(found)
         if self.settings.after_send == "keep":
             return
         for f in found:
             if delivered.standing(f).state == "sent":
-                self._dispose(f)
+                self._dispose(f, delivered)
 
     def _refuse(self, f: Landed, reason: str, message: str) -> None:
         """A file not sent: told once (a line, the metrics, a dead-letter event), and the watch goes on."""

@@ -1,0 +1,67 @@
+"""A watch forgets the files it sent once they are gone from its landing, keeping their
+identities alone: one that comes back unchanged is still known sent, a new file at its
+path is new. Fed the ledger's own records, as a watch reads them."""
+
+from __future__ import annotations
+
+import pytest
+
+from kappa_ingest.delivery import ledger
+from kappa_ingest.delivery.ledger import Entry
+from kappa_ingest.source.splits import INCREMENTAL_SPLIT_BYTES, Unit
+from kappa_ingest.watch.delivered import Delivered, Gone
+from kappa_ingest.watch.landing import Landed
+
+TOPIC = "landing"
+
+
+def _view(*files: Landed) -> Delivered:
+    view = Delivered({"bootstrap.servers": "127.0.0.1:1"}, "_ledger", TOPIC, "/landing", multiline=False)
+    for offset, f in enumerate(files):
+        e = Entry(TOPIC, Unit(f.path, 0, f.size, 0, 1), f.size, f.mtime_ms, "r1", "r1", "exactly-once", 11, 10, 10, 0,
+                  f.size - 100, split_bytes=INCREMENTAL_SPLIT_BYTES)  # fmt: skip
+        key, value = e.record()
+        view._take(ledger.Record(offset, key, value, 0, ledger.ENTRY), set())
+    return view
+
+
+def test_a_file_moved_away_is_forgotten_but_known_sent_if_it_comes_back_unchanged():
+    a, b = Landed("/landing/a.csv", 2400, 1_000), Landed("/landing/b.csv", 3000, 2_000)
+    view = _view(a, b)
+    assert view.standing(a).state == "sent" and view.sizes()["sent"] == 2
+    view.forget(a)
+    assert view.sizes()["sent"] == 1 and view.sizes()["gone"] == 1
+    assert view.standing(a).state == "sent"  # moved back, as it was: not sent again
+    assert view.standing(Landed(a.path, 2400, 1_001)).state == "new"  # another file by that name
+    assert view.standing(b).state == "sent"
+
+
+def test_at_the_start_what_is_not_in_the_landing_is_kept_by_its_identity_alone():
+    files = [Landed(f"/landing/f{i}.csv", 2400 + i, 1_000 + i) for i in range(5)]
+    view = _view(*files)
+    view.forget_absent(files[3:])
+    assert view.sizes() == {"sent": 2, "open": 0, "passed": 0, "gone": 3}
+    assert all(view.standing(f).state == "sent" for f in files)
+    assert view.standing(Landed(files[3].path, 1, 1)).state == "changed"  # still there: an overwrite
+
+
+@pytest.mark.parametrize("merge_at", [1, 3, 1000])
+def test_gone_digests_are_found_whether_merged_or_not(monkeypatch, merge_at):
+    monkeypatch.setattr(Gone, "MERGE_AT", merge_at)
+    gone = Gone()
+    kept = [(f"/landing/x{i}.csv", (i, i * 7, "")) for i in range(200)]
+    for path, identity in kept:
+        gone.add(path, identity)
+    assert len(gone) == 200
+    assert all(item in gone for item in kept)
+    assert ("/landing/x1.csv", (1, 8, "")) not in gone and ("/landing/y.csv", (1, 7, "")) not in gone
+
+
+def test_a_digest_ending_in_zero_bytes_is_found():
+    """numpy hands a fixed-width bytes value back without its trailing zero bytes."""
+    gone = Gone()
+    for i in range(5000):  # about one digest in 256 ends in a zero byte
+        gone.add(f"/p{i}", (i, 0, ""))
+    gone._merge()  # all of them in the sorted array
+    ending = [i for i in range(5000) if Gone._digest(f"/p{i}", (i, 0, "")).endswith(b"\0")]
+    assert ending and all((f"/p{i}", (i, 0, "")) in gone for i in ending)
