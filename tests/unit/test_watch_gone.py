@@ -15,13 +15,17 @@ from kappa_ingest.watch.landing import Landed
 TOPIC = "landing"
 
 
+def _record(offset: int, f: Landed) -> ledger.Record:
+    e = Entry(TOPIC, Unit(f.path, 0, f.size, 0, 1), f.size, f.mtime_ms, "r1", "r1", "exactly-once", 11, 10, 10, 0,
+              f.size - 100, split_bytes=INCREMENTAL_SPLIT_BYTES)  # fmt: skip
+    key, value = e.record()
+    return ledger.Record(offset, key, value, 0, ledger.ENTRY)
+
+
 def _view(*files: Landed) -> Delivered:
     view = Delivered({"bootstrap.servers": "127.0.0.1:1"}, "_ledger", TOPIC, "/landing", multiline=False)
     for offset, f in enumerate(files):
-        e = Entry(TOPIC, Unit(f.path, 0, f.size, 0, 1), f.size, f.mtime_ms, "r1", "r1", "exactly-once", 11, 10, 10, 0,
-                  f.size - 100, split_bytes=INCREMENTAL_SPLIT_BYTES)  # fmt: skip
-        key, value = e.record()
-        view._take(ledger.Record(offset, key, value, 0, ledger.ENTRY), set())
+        view._take(_record(offset, f), set())
     return view
 
 
@@ -57,11 +61,30 @@ def test_gone_digests_are_found_whether_merged_or_not(monkeypatch, merge_at):
     assert ("/landing/x1.csv", (1, 8, "")) not in gone and ("/landing/y.csv", (1, 7, "")) not in gone
 
 
-def test_a_digest_ending_in_zero_bytes_is_found():
-    """numpy hands a fixed-width bytes value back without its trailing zero bytes."""
+def test_a_million_gone_files_are_kept_in_16_bytes_each():
     gone = Gone()
-    for i in range(5000):  # about one digest in 256 ends in a zero byte
-        gone.add(f"/p{i}", (i, 0, ""))
-    gone._merge()  # all of them in the sorted array
-    ending = [i for i in range(5000) if Gone._digest(f"/p{i}", (i, 0, "")).endswith(b"\0")]
-    assert ending and all((f"/p{i}", (i, 0, "")) in gone for i in ending)
+    gone.add_many([(f"/landing/export-{i:07d}.csv", (2400, i, "")) for i in range(200_000)])
+    assert len(gone) == 200_000
+    assert gone._hi.nbytes + gone._lo.nbytes + 16 * len(gone._recent) <= 16 * 200_000
+    assert ("/landing/export-0199999.csv", (2400, 199_999, "")) in gone
+    assert ("/landing/export-0199999.csv", (2400, 1, "")) not in gone
+
+
+def test_a_start_keeps_what_is_gone_from_the_landing_by_identity_as_it_reads_the_ledger(monkeypatch):
+    """The ledger's records handed to the view as the ledger's reader hands them."""
+    files = [Landed(f"/landing/f{i}.csv", 2400 + i, 1_000 + i) for i in range(6)]
+    records = [_record(offset, f) for offset, f in enumerate(files)]
+
+    def read_on(conf, topic, start, take, timeout_s):
+        for r in records:
+            take(r)
+        return {0: len(records)}
+
+    monkeypatch.setattr(ledger, "read_on", read_on)
+    monkeypatch.setattr(ledger, "Reader", lambda *a: None)  # no reading on here
+    view = Delivered({"bootstrap.servers": "127.0.0.1:1"}, "_ledger", TOPIC, "/landing", multiline=False)
+    view.catch_up(present=files[:2])
+    assert view.sizes() == {"sent": 2, "open": 0, "passed": 0, "gone": 4}
+    assert all(view.standing(f).state == "sent" for f in files)
+    assert view.standing(Landed(files[0].path, 1, 1)).state == "changed"  # there at the start: an overwrite
+    assert view.standing(Landed(files[5].path, 1, 1)).state == "new"  # gone at the start: a new file

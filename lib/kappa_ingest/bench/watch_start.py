@@ -2,9 +2,9 @@
 million files starts: a ledger of that many entries (one unit per file, as a landing's
 small files are) written to the embedded broker, then, in a fresh process, what a watch
 does with the ledger before it looks at its directory (the topic's lock taken, the whole
-ledger read into its view of what was sent), timed, with that process's peak and final RSS;
-then the landing found empty (as ``--after-send move`` leaves it), each file sent kept by its
-identity alone, and the RSS again.
+ledger read into its view of what was sent), timed, with that process's peak and final RSS:
+once over a landing the files were moved away from (``--after-send move`` or ``delete``: each
+kept by its identity alone), once over one that still holds them all (``keep``).
 """
 
 from __future__ import annotations
@@ -43,8 +43,16 @@ def _fill(bootstrap: str, entries: int) -> float:
     return time.perf_counter() - began
 
 
-def measure(bootstrap: str) -> dict:
-    """In this (fresh) process: the lock taken and the ledger read, as a watch starts."""
+def _landing(entries: int) -> list:
+    """The landing as ``--after-send keep`` leaves it: every file the ledger has sent still there."""
+    from kappa_ingest.watch.landing import Landed
+
+    return [Landed(f"/landing/export-{i:07d}.csv", 2400, 1_764_000_000_000 + i) for i in range(entries)]
+
+
+def measure(bootstrap: str, kept: int) -> dict:
+    """In this (fresh) process: the lock taken and the ledger read, as a watch starts over
+    a landing that holds ``kept`` of the files sent (0: all moved away)."""
     import resource
 
     import psutil
@@ -53,24 +61,19 @@ def measure(bootstrap: str) -> dict:
     from kappa_ingest.watch.delivered import Delivered
 
     conf = {"bootstrap.servers": bootstrap}
+    landing = _landing(kept)  # the listing's own memory is counted in "before"
     before = psutil.Process().memory_info().rss
     t0 = time.perf_counter()
     held = lock.acquire(conf, {"bootstrap_servers": bootstrap}, LEDGER, TOPIC, "bench-start", "bench-start",
                         "kappa-ingest-bench:", lease_s=60)  # fmt: skip
     t1 = time.perf_counter()
     view = Delivered(conf, LEDGER, TOPIC, "/landing", multiline=False)
-    view.catch_up()
+    view.catch_up(present=landing)
     t2 = time.perf_counter()
     held.release()
-    read = {"rss_after_mb": round(psutil.Process().memory_info().rss / 2**20), "files_known": view.sizes()}
-    # The landing as --after-send move or delete leaves it: every file sent is gone from it,
-    # and the watch keeps their identities alone.
-    view.forget_absent([])
-    t3 = time.perf_counter()
-    return {"lock_s": round(t1 - t0, 2), "ledger_read_s": round(t2 - t1, 2), "records_read": view.records_read,
-            **read, "rss_before_mb": round(before / 2**20), "forget_s": round(t3 - t2, 2),
-            "files_known_after_forgetting": view.sizes(),
-            "rss_after_forgetting_mb": round(psutil.Process().memory_info().rss / 2**20),
+    return {"landing": "empty" if not landing else f"{len(landing):,} files", "lock_s": round(t1 - t0, 2),
+            "ledger_read_s": round(t2 - t1, 2), "records_read": view.records_read, "files_known": view.sizes(),
+            "rss_before_mb": round(before / 2**20), "rss_after_mb": round(psutil.Process().memory_info().rss / 2**20),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}  # fmt: skip
 
 
@@ -79,11 +82,13 @@ def run_watch_start(out_root: Path, entries: int, command: str) -> dict:
     cluster = local_kafka.start(work / "kafka", brokers=1, heap="1g")
     try:
         fill_s = _fill(cluster.bootstrap_servers, entries)
-        done = subprocess.run([sys.executable, "-m", "kappa_ingest.bench.watch_start", cluster.bootstrap_servers],
-                              capture_output=True, text=True, timeout=1800)  # fmt: skip
-        if done.returncode != 0:
-            raise RuntimeError(f"bench --watch-start: {done.stderr[-2000:]}")
-        results = {"command": command, "entries": entries, "fill_s": round(fill_s, 1), **json.loads(done.stdout)}
+        results: dict = {"command": command, "entries": entries, "fill_s": round(fill_s, 1)}
+        for name, kept in (("files_moved_away", 0), ("files_kept", entries)):  # --after-send move or delete; keep
+            done = subprocess.run([sys.executable, "-m", "kappa_ingest.bench.watch_start", cluster.bootstrap_servers,
+                                   str(kept)], capture_output=True, text=True, timeout=1800)  # fmt: skip
+            if done.returncode != 0:
+                raise RuntimeError(f"bench --watch-start: {done.stderr[-2000:]}")
+            results[name] = json.loads(done.stdout)
     finally:
         cluster.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -97,4 +102,4 @@ def run_watch_start(out_root: Path, entries: int, command: str) -> dict:
 
 if __name__ == "__main__":
     os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
-    print(json.dumps(measure(sys.argv[1])))
+    print(json.dumps(measure(sys.argv[1], int(sys.argv[2]))))

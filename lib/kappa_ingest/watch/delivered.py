@@ -38,36 +38,46 @@ class Gone:
     identity rather than its entry: one that comes back unchanged is known sent, a new
     file at its path is new. 16 bytes a file: a million files sent, 16 MB."""
 
-    MERGE_AT = 65_536  # digests kept in a set until merged into the sorted array
+    MERGE_AT = 65_536  # digests kept in a set until merged into the sorted arrays (or a quarter of their size)
 
     def __init__(self) -> None:
-        self._sorted = np.empty(0, dtype="S16")
+        # A digest's two halves, sorted by the first then the second: integers sort fast.
+        self._hi = np.empty(0, dtype=np.uint64)
+        self._lo = np.empty(0, dtype=np.uint64)
         self._recent: set[bytes] = set()
 
     @staticmethod
     def _digest(path: str, identity: Identity) -> bytes:
-        return hashlib.blake2b(json.dumps([path, *identity]).encode(), digest_size=16).digest()
+        size, mtime_ms, version = identity
+        return hashlib.blake2b(f"{path}\0{size}\0{mtime_ms}\0{version}".encode(), digest_size=16).digest()
 
     def add(self, path: str, identity: Identity) -> None:
         self._recent.add(self._digest(path, identity))
-        if len(self._recent) >= self.MERGE_AT:
+        if len(self._recent) >= max(self.MERGE_AT, len(self._hi) // 4):  # merges of a growing array: few
             self._merge()
 
+    def add_many(self, items: list[tuple[str, Identity]]) -> None:
+        for path, identity in items:
+            self.add(path, identity)
+
     def _merge(self) -> None:
-        recent = np.array(sorted(self._recent), dtype="S16")
-        self._sorted = np.unique(np.concatenate([self._sorted, recent]))
+        halves = np.frombuffer(b"".join(self._recent), dtype=">u8").astype(np.uint64).reshape(-1, 2)
+        hi, lo = np.concatenate([self._hi, halves[:, 0]]), np.concatenate([self._lo, halves[:, 1]])
+        order = np.lexsort((lo, hi))
+        self._hi, self._lo = hi[order], lo[order]
         self._recent = set()
 
     def __contains__(self, item: tuple[str, Identity]) -> bool:
         d = self._digest(*item)
         if d in self._recent:
             return True
-        i = int(np.searchsorted(self._sorted, np.array(d, dtype="S16")))
-        # numpy gives a fixed-width bytes value back without its trailing zero bytes
-        return i < len(self._sorted) and self._sorted[i] == d.rstrip(b"\0")
+        hi, lo = int.from_bytes(d[:8], "big"), int.from_bytes(d[8:], "big")
+        first = int(np.searchsorted(self._hi, np.uint64(hi), "left"))
+        last = int(np.searchsorted(self._hi, np.uint64(hi), "right"))
+        return bool((self._lo[first:last] == np.uint64(lo)).any())
 
     def __len__(self) -> int:
-        return len(self._sorted) + len(self._recent)
+        return len(self._hi) + len(self._recent)
 
 
 @dataclass(frozen=True)
@@ -103,6 +113,7 @@ class Delivered:
         self._open: dict[str, dict[Unit, Entry]] = {}  # files with entries, not (yet) all units in
         self._passed: dict[str, Identity] = {}
         self.gone = Gone()
+        self._there: set[str] | None = None  # while a start reads the ledger: the landing's files
         self.records_read = 0
         self._rows_settled: dict[str, int] = {}  # of the files the last reading found wholly in
         self._reader: ledger.Reader | None = None  # kept between readings: its connections warm
@@ -112,11 +123,15 @@ class Delivered:
             reader, self._reader = self._reader, None
             reader.close()
 
-    def catch_up(self) -> None:
+    def catch_up(self, present: list[Landed] | None = None) -> None:
         """Read what the ledger gained since the last reading (the first reading: all of it,
-        however long that takes while records keep coming)."""
+        however long that takes while records keep coming). ``present``: the landing's files
+        now (a start): a file sent in one unit and not among them is kept by its identity
+        alone (:class:`Gone`) as it is read, so that a ledger of a million files gone from
+        the landing costs a start 16 MB, not its entries."""
         touched: set[str] = set()
         self._rows_settled = {}
+        self._there = None if present is None else {input_file(f, self.multiline).path for f in present}
 
         def take(r: ledger.Record) -> None:
             self._take(r, touched)
@@ -133,6 +148,7 @@ class Delivered:
             self.position = ledger.read_on(self.conf, self.ledger_topic, self.position, take, timeout_s)
             if any(self.position.values()):  # a ledger there to read on (not one still to be made)
                 self._reader = ledger.Reader(self.conf, self.ledger_topic, self.position)
+        self._there = None
         for path in touched:
             if path in self._open:
                 self._settle(path)
@@ -146,8 +162,13 @@ class Delivered:
                 if e.unit.parts == 1 and e.unit.start == 0 and e.unit.length == e.file_size:
                     # A file in one unit (most of a landing's): in, as this version, at once.
                     self._open.pop(path, None)
-                    self._sent[path] = (e.file_size, e.file_mtime_ms, e.file_version)
-                    self._rows_settled[path] = e.rows_sent
+                    identity = (e.file_size, e.file_mtime_ms, e.file_version)
+                    if self._there is not None and path not in self._there:
+                        self._sent.pop(path, None)
+                        self.gone.add(path, identity)
+                    else:
+                        self._sent[path] = identity
+                        self._rows_settled[path] = e.rows_sent
                 else:
                     self._open.setdefault(path, {})[e.unit] = e
                     touched.add(path)
@@ -207,9 +228,7 @@ class Delivered:
         """At the start: the files the ledger has sent that are not in the landing now, kept
         by their identities alone."""
         there = {input_file(f, self.multiline).path for f in present}
-        for path, identity in self._sent.items():
-            if path not in there:
-                self.gone.add(path, identity)
+        self.gone.add_many([(p, i) for p, i in self._sent.items() if p not in there])
         self._sent = {p: i for p, i in self._sent.items() if p in there}  # a new dict: the old one's memory freed
 
     def entries(self, paths: list[str]) -> list[Entry]:

@@ -2,7 +2,7 @@
 an ``s3://`` prefix) through the ingest pipeline, batch after batch, every row once.
 
     resources.hold()                        # the topic's lock, for as long as the watch runs
-    delivered.catch_up()                    # the ledger: what is in the topic already
+    delivered.catch_up(present=...)         # the ledger: what is in the topic already
     delivered.first_start(...)              # the files there at the first start, passed over
     loop:
         ready = discovery.ready(...)        # still long enough, not a writer's scratch name
@@ -117,8 +117,8 @@ class Watch:
         conf = connection_conf(self.cfg.producer_settings(), self.resources.servers())
         access = S3Access.resolve(self.cfg.s3_endpoint) if is_s3(s.landing) else None
         delivered = Delivered(conf, self.cfg.ledger_topic, self.cfg.topic, s.landing, self.cfg.multiline)
-        delivered.catch_up()
         found = list_landed(s.landing, access)
+        delivered.catch_up(present=found)  # what was sent and is gone, kept by its identity alone
         delivered.first_start(found, s.include_existing, self.cfg.run_id)
         self._dispose_sent(delivered, found)  # a start after a crash between commit and clean-up
         self._warm()
