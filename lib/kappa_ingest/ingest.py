@@ -297,7 +297,10 @@ def _finish(
     the lock let go first and Spark and Kafka stopped while the run is recorded."""
     report.clock.end("reconcile")  # a failed run's last phase takes its time up to here
     if report.status != "succeeded":
-        resources.forget()  # what Kafka answered it is not trusted by the next run (a watch's next batch)
+        try:
+            resources.forget()  # what Kafka answered it is not trusted by the next run (a watch's next batch)
+        except Exception as e:  # noqa: BLE001 - the report is written all the same
+            print(f"kappa-ingest: warning: closing the driver's Kafka clients: {first_line(e)[:200]}", file=sys.stderr)
     if release_early:
         resources.release_lock()  # while Kafka is still there: an embedded broker stops next
     if resources.held is not None:

@@ -237,7 +237,7 @@ def _consumer(conf: dict[str, Any], isolation: str) -> Any:
             "auto.offset.reset": "earliest",
             # The end is known by an empty fetch (a read_committed reader never sees the last
             # offset: a commit marker), which the broker holds up to this long (default 500 ms).
-            # A reader kept between readings (Tail) is assigned for each reading only.
+            # A reader kept between readings (Reader) is assigned for each reading only.
             "fetch.wait.max.ms": 10,
         }
     )  # fmt: skip (a start no longer kept: from the first that is)

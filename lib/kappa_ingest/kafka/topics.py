@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -199,7 +200,8 @@ class Admin:
     ) -> dict[int, int]:
         """The topic's end offset (high watermark) per partition, as the broker reports it;
         KafkaUnavailable if it cannot be read within ``timeout_s``. ``partitions``: known
-        (a round trip saved), else asked."""
+        (a round trip saved; a topic deleted meanwhile then fails after ``timeout_s``, where
+        one asked gives {}), else asked."""
         n = partitions if partitions is not None else self.partitions(topic)
         if n is None:
             return {}
@@ -394,8 +396,13 @@ def settled_offsets(
     lagging replica) producers finish before the log does, and commit markers follow a
     commit; wait, bounded, until the offsets reach ``expected`` or stop moving for a second."""
     base = sum(before.values())
-    partitions = len(before) or None  # known: not asked again
-    after = admin.end_offsets(topic, partitions=partitions)
+    # The partitions it had before, asked beside whether it has more now (added during the run).
+    with ThreadPoolExecutor(1, thread_name_prefix="shape") as pool:
+        now_partitions = pool.submit(admin.partitions, topic)
+        after = admin.end_offsets(topic, partitions=len(before) or None)
+        partitions = max(now_partitions.result() or 0, len(after)) or None
+    if partitions is not None and partitions > len(after):
+        after = admin.end_offsets(topic, partitions=partitions)
     deadline = time.monotonic() + timeout_s
     still_since = time.monotonic()
     while sum(after.values()) - base < expected and time.monotonic() < deadline:

@@ -5,10 +5,10 @@ again, so that a batch's own round trips on a long link are few.
 Kept: the topics made and checked (the data topic, the ledger, a dead-letter topic, each
 writable), their record and batch limits, the brokers' settings, the transaction
 coordinator warmed, and the topic's producers as the last run's reconciliation saw them
-(a next run's "before": a writer in between then counts as another writer, and the run
-is verified by reading back; never the other way round). Asked again by every run: the
-topic's offsets and its shape (side by side, one round trip). A failed run forgets
-everything: the next asks afresh.
+(a next run's "before", read before its offsets as a "before" must be: a writer in between
+then counts as another writer, and the run is verified by reading back; never the other
+way round). Asked again by every run: the topic's offsets and its shape (side by side, one
+round trip). A failed run forgets everything: the next asks afresh.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from kappa_ingest.kafka.topics import Admin, Producers, python_admin
+from kappa_ingest.kafka.topics import Admin, Producers, producers, python_admin
 from kappa_ingest.source.record_size import Limit
 
 T = TypeVar("T")
@@ -38,31 +38,52 @@ class Setup:
 class Kept:
     """Kafka's answers kept by a run's resources; see the module."""
 
-    def __init__(self, servers: str, settings: dict[str, str]) -> None:
-        self.servers, self.settings = servers, settings
+    def __init__(self, servers: str) -> None:
+        self.servers = servers
         self._admin: Admin | None = None
+        self._settings: dict[str, str] | None = None  # the admin's (a secret read again may differ)
         self.setup: Setup | None = None
         self.coordinator_warm = False
-        self.producers_seen: Producers | None = None
-        self._python: dict[str, Any] = {}  # kafka-python admin clients, by what they are asked
+        self._producers_seen: tuple[str, int, Producers] | None = None  # topic, partitions, their producers
+        self._python: dict[str, tuple[dict[str, Any], Any]] = {}  # kafka-python admin clients, by what they ask
 
-    @property
-    def admin(self) -> Admin:
+    def admin(self, settings: dict[str, str]) -> Admin:
+        """The kept admin connection, made again if the run's settings differ (a credential read anew)."""
+        if self._admin is not None and self._settings != settings:
+            self.close()
         if self._admin is None:
-            self._admin = Admin(self.servers, self.settings)
+            self._admin, self._settings = Admin(self.servers, settings), settings
         return self._admin
 
     def setup_for(self, key: tuple) -> Setup | None:
         return self.setup if self.setup is not None and self.setup.key == key else None
 
+    def keep_producers(self, topic: str, partitions: int, found: Producers) -> None:
+        self._producers_seen = (topic, partitions, found)
+
+    def take_producers(self, topic: str, partitions: int) -> Producers | None:
+        """The topic's producers as the last run saw them at its end (once; None: not seen)."""
+        seen, self._producers_seen = self._producers_seen, None
+        return seen[2] if seen is not None and seen[:2] == (topic, partitions) else None
+
+    def producers(self, admin_conf: dict[str, Any], topic: str, partitions: int) -> Producers | None:
+        """The topic's producers now (:func:`~kappa_ingest.kafka.topics.producers`), through a
+        kept client; None if the brokers did not say."""
+        try:
+            return self.ask("producers", admin_conf, 5.0, lambda c: producers(admin_conf, topic, partitions, client=c))
+        except Exception:  # noqa: BLE001 - not seen: the run is read back
+            return None
+
     def ask(self, name: str, admin_conf: dict[str, Any], timeout_s: float, question: Callable[[Any], T]) -> T:
         """``question(client)`` through the kafka-python admin client kept as ``name`` (made
-        the first time, on the caller's thread); one whose question failed, or found
-        nothing, is dropped (the next is made afresh)."""
+        the first time, and again for other settings); one whose question failed, or found
+        nothing, is dropped (the next is made afresh). One thread at a time per name."""
         try:
-            client = self._python.get(name)
-            if client is None:
-                client = self._python[name] = python_admin(admin_conf, timeout_s)
+            conf, client = self._python.get(name, (None, None))
+            if client is None or conf != admin_conf:
+                self._drop(name)
+                client = python_admin(admin_conf, timeout_s)
+                self._python[name] = (admin_conf, client)
             answer = question(client)
         except BaseException:
             self._drop(name)
@@ -72,18 +93,20 @@ class Kept:
         return answer
 
     def _drop(self, name: str) -> None:
-        client = self._python.pop(name, None)
+        _, client = self._python.pop(name, (None, None))
         if client is not None:
             client.close()
 
     def forget(self) -> None:
         """After a failed run: nothing it knew is trusted, its connections not reused."""
-        self.setup, self.coordinator_warm, self.producers_seen = None, False, None
+        self.setup, self.coordinator_warm, self._producers_seen = None, False, None
         self.close()
 
     def close(self) -> None:
-        for name in list(self._python):
-            self._drop(name)
-        if self._admin is not None:
-            admin, self._admin = self._admin, None
-            admin.close()
+        try:
+            for name in list(self._python):
+                self._drop(name)
+        finally:
+            if self._admin is not None:
+                admin, self._admin = self._admin, None
+                admin.close()

@@ -9,6 +9,7 @@ Python workers and the lock's lease outlive the batches.
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any
 
@@ -53,7 +54,7 @@ class RunResources:
     def kept(self) -> Kept:
         """The driver's Kafka connection, and the answers a next run (a watch's batch) need not ask again."""
         if self._kept is None:
-            self._kept = Kept(self.servers(), self.cfg.producer_settings())
+            self._kept = Kept(self.servers())
         return self._kept
 
     def forget(self) -> None:
@@ -84,8 +85,11 @@ class RunResources:
         if self._stopped.is_set():
             return
         self._stopped.set()
-        if self._kept is not None:  # while its broker is still there
-            self._kept.close()
+        try:
+            if self._kept is not None:  # while its broker is still there
+                self._kept.close()
+        except Exception as e:  # noqa: BLE001 - Spark and the broker stop all the same
+            print(f"kappa-ingest: warning: closing the driver's Kafka clients: {e}"[:300], file=sys.stderr)
         kafka, self.kafka = self.kafka, None
         stopping = threading.Thread(target=kafka.close, name="stop-kafka") if kafka is not None else None
         if stopping is not None:

@@ -74,13 +74,9 @@ def send(
     settings = cfg.producer_settings()
     conf = connection_conf(settings, servers)
     with ThreadPoolExecutor(1, thread_name_prefix="set-up") as pool:
-        source, settings, before = _ready(cfg, kept, report, source, settings, pool)
-        admin = kept.admin
-        # Who else writes to the topic: as the last run saw it at its end, else asked by a
-        # client of its own while the set-up goes on (a few round trips on a long link).
-        seen, kept.producers_seen = kept.producers_seen, None
-        asked = None if seen is not None else pool.submit(
-            topics.producers, kafka_python_connection(settings, servers), cfg.topic, len(before))  # fmt: skip
+        source, batch_settings, before, producers_before = _ready(cfg, kept, report, source, settings, servers, pool)
+        admin = kept.admin(settings)  # (made again if the set-up found the topic changed)
+        settings = batch_settings
         estimated = estimate_rows(list(source.files), cfg.header)  # each file's first megabyte read: once
         task_delivery, pace_from = _task_delivery(cfg, admin, source, conf, skip, rate, ledger_start, estimated)
         coordinator = None
@@ -95,7 +91,6 @@ def send(
                 transactional_ids=f"{task_delivery.scope}{per}",
                 transaction_timeout_ms=int(task_delivery.transaction_timeout_s * 1000),
             )
-        producers_before = asked.result() if asked is not None else seen
         dlq_before = admin.end_offsets(cfg.dead_letter_topic) if cfg.dead_letter_topic else {}
         report.add_offsets(before, before)
         report.write(cfg.metrics)  # the run's plan, before anything is sent: --resume starts from it
@@ -119,31 +114,40 @@ def _ready(
     report: RunReport,
     source: csv_source.Source,
     settings: dict[str, str],
+    servers: str,
     pool: ThreadPoolExecutor,
-) -> tuple[csv_source.Source, dict[str, str], dict[int, int]]:
-    """The topics ready (made, checked, records sized to their limits) and the topic's end
-    offsets before the run. What an earlier run of the process found is taken as it is
-    once the topic's shape, asked beside its offsets, shows it unchanged."""
+) -> tuple[csv_source.Source, dict[str, str], dict[int, int], topics.Producers | None]:
+    """The topics ready (made, checked, records sized to their limits), then the topic's
+    producers and its end offsets before the run, in that order (a producer that writes
+    after the first reading is seen as another writer by the run's reconciliation, its
+    records or not within the offsets). What an earlier run of the process found is taken
+    as it is once the topic's shape, asked beside its offsets, shows it unchanged."""
     key = (cfg.topic, cfg.ledger_topic, cfg.dead_letter_topic, cfg.topic_partitions, cfg.replication_factor,
            tuple(sorted(cfg.topic_config.items())), cfg.sink, tuple(sorted(settings.items())))  # fmt: skip
+    python_conf = kafka_python_connection(settings, servers)
+    admin = kept.admin(settings)
     known = kept.setup_for(key)
     if known is not None:
-        shape = pool.submit(kept.admin.describe, cfg.topic)
+        shape = pool.submit(admin.describe, cfg.topic)
+        # As the last run saw them at its end (else asked now): who else writes to the topic.
+        seen = kept.take_producers(cfg.topic, known.partitions)
+        producers_before = seen if seen is not None else kept.producers(python_conf, cfg.topic, known.partitions)
         try:  # briefly: a topic deleted since is not one to wait for
-            before: dict[int, int] | None = kept.admin.end_offsets(cfg.topic, QUERY_TIMEOUT_S, known.partitions)
+            before: dict[int, int] | None = admin.end_offsets(cfg.topic, QUERY_TIMEOUT_S, known.partitions)
         except KafkaUnavailable:
             before = None
         if shape.result() == TopicShape(known.partitions, known.replication) and before is not None:
             report.broker.update(known.broker)
-            return size_checked(cfg, source, known.limit), known.settings, before
+            return size_checked(cfg, source, known.limit), known.settings, before, producers_before
         kept.forget()  # deleted, or partitions added, since (or no offsets in a moment): set up again
-    admin = kept.admin
+        admin = kept.admin(settings)
     admin.check_reachable()
     source, settings, limit = _topics_ready(cfg, admin, report, source, settings)
     partitions, replication = report.broker["topic_partitions"], report.broker["topic_replication"]
     kept.setup = Setup(key, limit, settings, {k: report.broker[k] for k in _KEPT_BROKER if k in report.broker},
                        partitions, replication)  # fmt: skip
-    return source, settings, admin.end_offsets(cfg.topic, partitions=partitions)
+    producers_before = kept.producers(python_conf, cfg.topic, partitions)
+    return source, settings, admin.end_offsets(cfg.topic, partitions=partitions), producers_before
 
 
 # What the report says of the topics that holds for every run of a process (not "topic_created").

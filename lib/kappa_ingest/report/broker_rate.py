@@ -95,7 +95,8 @@ class BrokerRateSampler:
     _abandoned: bool = False
 
     def start(self, first: dict[int, int] | None = None) -> BrokerRateSampler:
-        """Sample from now on; ``first``: the end offsets just read (the first sample, not asked again)."""
+        """Sample from now on; ``first``: the run's end offsets before it (the first sample, not
+        asked again: the curve then starts where the run did)."""
         self._admin = Admin(self.bootstrap_servers, self.settings, timeout_s=SAMPLE_TIMEOUT_S)
         self._meter = OneMinuteRate()
         self._partitions = len(first) if first else None

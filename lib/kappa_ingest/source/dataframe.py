@@ -199,7 +199,8 @@ def read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None = None, path
         # 1,000-file backlog 2.3x its drain time in task start-ups: docs/watch.md).
         tasks = 2 * max(1, spark.sparkContext.defaultParallelism)
         open_cost = max(splits.OPEN_COST_BYTES, plan.split_bytes // max(1, -(-len(paths) // tasks)))
-    for key, value in splits.spark_conf(plan.split_bytes, open_cost).items():
+    local = all("://" not in p or p.startswith("file:") for p in paths)
+    for key, value in splits.spark_conf(plan.split_bytes, open_cost, local).items():
         spark.conf.set(key, value)
     etags = {f.path: f.version for f in plan.files if f.version}
     if etags:  # the driver's reads of the objects (their headers) hold them to the plan too

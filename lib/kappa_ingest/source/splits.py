@@ -176,7 +176,7 @@ def default_split_bytes(sizes: Iterable[int], partitions: int | None, parallelis
 LISTED_ON_THE_DRIVER = 100_000  # input paths Spark lists itself rather than in a job of its own
 
 
-def spark_conf(split_bytes: int, open_cost_bytes: int) -> dict[str, str]:
+def spark_conf(split_bytes: int, open_cost_bytes: int, local: bool = False) -> dict[str, str]:
     """Settings that make Spark's file scan split at exactly ``split_bytes``: with one
     minimum partition its bytes-per-core term is the whole input, so the split size is
     maxPartitionBytes whenever the input is larger, and no file is split otherwise."""
@@ -184,9 +184,10 @@ def spark_conf(split_bytes: int, open_cost_bytes: int) -> dict[str, str]:
         "spark.sql.files.maxPartitionBytes": str(split_bytes),
         "spark.sql.files.minPartitionNum": "1",
         "spark.sql.files.openCostInBytes": str(open_cost_bytes),
-        # The run names its files, each already looked at by the planner: with more than 32,
-        # Spark would run a job to list them (1.9 s of a watch batch of 250 files, 0.1 s without).
-        "spark.sql.sources.parallelPartitionDiscovery.threshold": str(LISTED_ON_THE_DRIVER),
+        # Local files the run names, each already looked at by the planner: with more than 32,
+        # Spark would run a job to list them (1.9 s of a watch batch of 250 files, 0.1 s
+        # without). Remote ones are still listed in parallel (a round trip each).
+        "spark.sql.sources.parallelPartitionDiscovery.threshold": str(LISTED_ON_THE_DRIVER if local else 32),
     }
 
 

@@ -64,7 +64,10 @@ class Gone:
         halves = np.frombuffer(b"".join(self._recent), dtype=">u8").astype(np.uint64).reshape(-1, 2)
         hi, lo = np.concatenate([self._hi, halves[:, 0]]), np.concatenate([self._lo, halves[:, 1]])
         order = np.lexsort((lo, hi))
-        self._hi, self._lo = hi[order], lo[order]
+        hi, lo = hi[order], lo[order]
+        first = np.ones(len(hi), dtype=bool)  # each digest once (the ledger may name a file twice)
+        first[1:] = (hi[1:] != hi[:-1]) | (lo[1:] != lo[:-1])
+        self._hi, self._lo = hi[first], lo[first]
         self._recent = set()
 
     def __contains__(self, item: tuple[str, Identity]) -> bool:
@@ -198,11 +201,11 @@ class Delivered:
     def standing(self, f: Landed) -> Standing:
         """Where ``f`` stands, by the ledger as last read."""
         file = input_file(f, self.multiline)
+        if (file.path, file.identity()) in self.gone:  # sent, gone, and back as it was
+            return Standing(file, "sent", file.identity())
         sent = self._sent.get(file.path)
         if sent is not None:
             return Standing(file, "sent" if sent == file.identity() else "changed", sent)
-        if (file.path, file.identity()) in self.gone:  # sent, gone, and back as it was
-            return Standing(file, "sent", file.identity())
         entries = self._open.get(file.path)
         if entries:
             b = incremental.classify([file], list(entries.values()), self.topic)

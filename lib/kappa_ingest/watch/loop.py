@@ -117,6 +117,13 @@ class Watch:
         conf = connection_conf(self.cfg.producer_settings(), self.resources.servers())
         access = S3Access.resolve(self.cfg.s3_endpoint) if is_s3(s.landing) else None
         delivered = Delivered(conf, self.cfg.ledger_topic, self.cfg.topic, s.landing, self.cfg.multiline)
+        try:
+            return self._watch(delivered, access)
+        finally:
+            delivered.close()  # its kept ledger reader
+
+    def _watch(self, delivered: Delivered, access: S3Access | None) -> WatchSummary:
+        s = self.settings
         found = list_landed(s.landing, access)
         delivered.catch_up(present=found)  # what was sent and is gone, kept by its identity alone
         delivered.first_start(found, s.include_existing, self.cfg.run_id)
@@ -149,7 +156,6 @@ class Watch:
                     self._last_job = time.monotonic()
         finally:
             self._discovery = None
-            delivered.close()
             self.resources.recorder.close()  # every batch's report written before the watch ends
             self.resources.recorder = None
             if server is not None:
