@@ -1,6 +1,6 @@
 """Reconciling: the broker's account of the run, from its offsets where they balance
 exactly and nobody else wrote, else a read_committed read-back; the dead-letter topic's
-likewise; and the broker-side sampler's figures."""
+likewise; and the broker-side sampler's readings checked against the run's offsets."""
 
 from __future__ import annotations
 
@@ -63,6 +63,11 @@ def reconcile_run(
         reconcile_dead_letters(cfg, report, sent, failed)
     if report.broker_rate:  # its first and last readings are the run's own offsets before and after
         report.broker["rate"] = broker_rate.figures(report.broker_rate)
+    if sent.sampled:  # what its own client read in between
+        low, high = sum(sent.before.values()), sum(sent.after.values())
+        report.check("broker-side sampler's readings lie within the run's offsets",
+                     low <= min(sent.sampled) and max(sent.sampled) <= high, f"{low}..{high}",
+                     f"{min(sent.sampled)}..{max(sent.sampled)}")  # fmt: skip
 
 
 UNSEEN_WRITERS = "the brokers did not say which producers wrote to the topic"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from pyspark.sql import SparkSession
 
@@ -49,6 +49,7 @@ class Sent:
     source: csv_source.Source | None = None  # what was sent: the source, its parser checking record sizes
     producers_before: topics.Producers | None = None  # the topic's producers before it (who else wrote?)
     kept: Kept | None = None  # where the topic's producers after it are kept for the next run
+    sampled: list[int] = field(default_factory=list)  # the broker-rate sampler's own readings (offsets totals)
 
 
 def send(
@@ -103,9 +104,9 @@ def send(
         spark_metrics.warm(spark)
         if cfg.replay_speed:  # every task paces from one wall-clock anchor, a second from now
             task_delivery = replace(task_delivery, pace=(pace_from, cfg.replay_speed, wall_clock_ms() + 1000))
-        outcome, after, dead_letters = _sent(cfg, admin, report, source, settings, servers, task_delivery, rate,
-                                             before, dlq_before, progress)  # fmt: skip
-    return Sent(outcome, task_delivery, conf, before, after, dead_letters, source, producers_before, kept)
+        outcome, after, dead_letters, sampled = _sent(cfg, admin, report, source, settings, servers, task_delivery,
+                                                      rate, before, dlq_before, progress)  # fmt: skip
+    return Sent(outcome, task_delivery, conf, before, after, dead_letters, source, producers_before, kept, sampled)
 
 
 def _ready(
@@ -212,7 +213,7 @@ def _sent(
     before: dict[int, int],
     dlq_before: dict[int, int],
     progress: Progress,
-) -> tuple[SendOutcome, dict[int, int] | None, tuple[dict[int, int], dict[int, int]] | None]:
+) -> tuple[SendOutcome, dict[int, int] | None, tuple[dict[int, int], dict[int, int]] | None, list[int]]:
     """The send itself, the broker-side rate sampled meanwhile; then the settled offsets
     (of the dead-letter topic too), or after a failed job whatever Kafka answers quickly."""
     sampler = BrokerRateSampler(servers, cfg.topic, settings, on_sample=progress.update).start(first=before)
@@ -235,7 +236,7 @@ def _sent(
     finally:
         # Its last sample is the settled offsets: commit markers follow a commit.
         report.broker_rate = sampler.stop(last=after)
-    return outcome, after, dead_letters
+    return outcome, after, dead_letters, list(sampler.readings)
 
 
 def _data_topic(cfg: IngestConfig, admin: Admin, report: RunReport) -> None:

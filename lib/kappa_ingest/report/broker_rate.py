@@ -87,6 +87,7 @@ class BrokerRateSampler:
     # Called after each sample with (records since the start, this second's rate, one-minute rate).
     on_sample: Callable[[int, float, float], None] | None = None
     samples: list[tuple[float, int]] = field(default_factory=list)  # (epoch seconds, offsets total)
+    readings: list[int] = field(default_factory=list)  # the offsets totals its own client read
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     # Who closes the admin: the thread if stop() gave up waiting for it, else stop().
@@ -100,6 +101,7 @@ class BrokerRateSampler:
         self._admin = Admin(self.bootstrap_servers, self.settings, timeout_s=SAMPLE_TIMEOUT_S)
         self._meter = OneMinuteRate()
         self._partitions = len(first) if first else None
+        self._at_once = first is not None  # its own client's first reading: at once, on its thread
         try:
             if first is not None:
                 self.samples.append((time.time(), sum(first.values())))
@@ -114,9 +116,9 @@ class BrokerRateSampler:
         return self
 
     def _sample(self) -> None:
-        self.samples.append(
-            (time.time(), sum(self._admin.end_offsets(self.topic, SAMPLE_TIMEOUT_S, self._partitions).values()))
-        )
+        total = sum(self._admin.end_offsets(self.topic, SAMPLE_TIMEOUT_S, self._partitions).values())
+        self.samples.append((time.time(), total))
+        self.readings.append(total)
         if self.on_sample is not None and len(self.samples) > 1:
             (_, first), (t1, prev), (t2, now) = self.samples[0], self.samples[-2], self.samples[-1]
             if len(self.samples) % TICK_S == 1:  # the meter ticks every five samples
@@ -126,6 +128,11 @@ class BrokerRateSampler:
             self.on_sample(now - first, (now - prev) / max(t2 - t1, 1e-3), self._meter.value)
 
     def _run(self) -> None:
+        if self._at_once:
+            try:
+                self._sample()
+            except Exception:  # noqa: BLE001 - see below
+                pass
         next_at = self.samples[0][0] + self.interval_s
         while not self._stop.wait(max(0.0, next_at - time.time())):
             try:
