@@ -15,11 +15,29 @@ from kappa_ingest.watch.landing import Landed
 TOPIC = "landing"
 
 
-def _record(offset: int, f: Landed) -> ledger.Record:
-    e = Entry(TOPIC, Unit(f.path, 0, f.size, 0, 1), f.size, f.mtime_ms, "r1", "r1", "exactly-once", 11, 10, 10, 0,
-              f.size - 100, split_bytes=INCREMENTAL_SPLIT_BYTES)  # fmt: skip
+def _record(
+    offset: int, f: Landed, unit: Unit | None = None, split_bytes: int = INCREMENTAL_SPLIT_BYTES
+) -> ledger.Record:
+    unit = unit or Unit(f.path, 0, f.size, 0, 1)
+    e = Entry(TOPIC, unit, f.size, f.mtime_ms, "r1", "r1", "exactly-once", 11, 10, 10, 0, unit.length - 100,
+              split_bytes=split_bytes)  # fmt: skip
     key, value = e.record()
     return ledger.Record(offset, key, value, 0, ledger.ENTRY)
+
+
+def _started(monkeypatch, records: list[ledger.Record], present: list[Landed]) -> Delivered:
+    """A view as a watch's start makes it: the ledger's records handed over as its reader hands them."""
+
+    def read_on(conf, topic, start, take, timeout_s):
+        for r in records:
+            take(r)
+        return {0: len(records)}
+
+    monkeypatch.setattr(ledger, "read_on", read_on)
+    monkeypatch.setattr(ledger, "Reader", lambda *a: None)  # no reading on here
+    view = Delivered({"bootstrap.servers": "127.0.0.1:1"}, "_ledger", TOPIC, "/landing", multiline=False)
+    view.catch_up(present=present)
+    return view
 
 
 def _view(*files: Landed) -> Delivered:
@@ -40,13 +58,16 @@ def test_a_file_moved_away_is_forgotten_but_known_sent_if_it_comes_back_unchange
     assert view.standing(b).state == "sent"
 
 
-def test_at_the_start_what_is_not_in_the_landing_is_kept_by_its_identity_alone():
-    files = [Landed(f"/landing/f{i}.csv", 2400 + i, 1_000 + i) for i in range(5)]
-    view = _view(*files)
-    view.forget_absent(files[3:])
-    assert view.sizes() == {"sent": 2, "open": 0, "passed": 0, "gone": 3}
-    assert all(view.standing(f).state == "sent" for f in files)
-    assert view.standing(Landed(files[3].path, 1, 1)).state == "changed"  # still there: an overwrite
+def test_a_file_sent_in_two_units_and_gone_at_the_start_is_kept_by_its_identity_alone(monkeypatch):
+    gone, there = Landed("/landing/big.csv", 2400, 1_000), Landed("/landing/big2.csv", 2400, 2_000)
+    halves = [Unit(f.path, start, 1200) for f in (gone, there) for start in (0, 1200)]
+    by_path = {gone.path: gone, there.path: there}
+    records = [_record(i, by_path[u.file], u, split_bytes=1200) for i, u in enumerate(halves)]
+    view = _started(monkeypatch, records, present=[there])
+    assert view.sizes() == {"sent": 1, "open": 0, "passed": 0, "gone": 1}
+    assert view.standing(gone).state == "sent" and view.standing(there).state == "sent"
+    assert view.standing(Landed(gone.path, 1, 1)).state == "new"  # gone at the start: another file by its name
+    assert view.standing(Landed(there.path, 1, 1)).state == "changed"  # there at the start: an overwrite
 
 
 @pytest.mark.parametrize("merge_at", [1, 3, 1000])
@@ -61,9 +82,10 @@ def test_gone_digests_are_found_whether_merged_or_not(monkeypatch, merge_at):
     assert ("/landing/x1.csv", (1, 8, "")) not in gone and ("/landing/y.csv", (1, 7, "")) not in gone
 
 
-def test_a_million_gone_files_are_kept_in_16_bytes_each():
+def test_gone_files_are_kept_in_16_bytes_each():
     gone = Gone()
-    gone.add_many([(f"/landing/export-{i:07d}.csv", (2400, i, "")) for i in range(200_000)])
+    for i in range(200_000):
+        gone.add(f"/landing/export-{i:07d}.csv", (2400, i, ""))
     assert len(gone) == 200_000
     assert gone._hi.nbytes + gone._lo.nbytes + 16 * len(gone._recent) <= 16 * 200_000
     assert ("/landing/export-0199999.csv", (2400, 199_999, "")) in gone
@@ -71,19 +93,8 @@ def test_a_million_gone_files_are_kept_in_16_bytes_each():
 
 
 def test_a_start_keeps_what_is_gone_from_the_landing_by_identity_as_it_reads_the_ledger(monkeypatch):
-    """The ledger's records handed to the view as the ledger's reader hands them."""
     files = [Landed(f"/landing/f{i}.csv", 2400 + i, 1_000 + i) for i in range(6)]
-    records = [_record(offset, f) for offset, f in enumerate(files)]
-
-    def read_on(conf, topic, start, take, timeout_s):
-        for r in records:
-            take(r)
-        return {0: len(records)}
-
-    monkeypatch.setattr(ledger, "read_on", read_on)
-    monkeypatch.setattr(ledger, "Reader", lambda *a: None)  # no reading on here
-    view = Delivered({"bootstrap.servers": "127.0.0.1:1"}, "_ledger", TOPIC, "/landing", multiline=False)
-    view.catch_up(present=files[:2])
+    view = _started(monkeypatch, [_record(offset, f) for offset, f in enumerate(files)], present=files[:2])
     assert view.sizes() == {"sent": 2, "open": 0, "passed": 0, "gone": 4}
     assert all(view.standing(f).state == "sent" for f in files)
     assert view.standing(Landed(files[0].path, 1, 1)).state == "changed"  # there at the start: an overwrite

@@ -13,7 +13,6 @@ from kappa_ingest.delivery.guarantees import TaskDelivery
 from kappa_ingest.errors import UsageError
 from kappa_ingest.kafka.topics import Admin
 from kappa_ingest.source.dataframe import Source
-from kappa_ingest.source.inputs import estimate_rows
 from kappa_ingest.source.splits import Unit
 
 
@@ -28,7 +27,7 @@ def for_tasks(
 ) -> TaskDelivery:
     """What the tasks need to deliver; for exactly-once, with a transaction timeout sized
     to the longest transaction (a unit's, or over shuffled input a task's) and checked
-    against the brokers' maximum. ``rows``: the source's rows as estimated already."""
+    against the brokers' maximum. ``rows``: the source's rows, estimated (sizes the timeout)."""
     files = {f.path: f.identity() for f in source.plan.files}
     mode = cfg.delivery if admin is not None else AT_LEAST_ONCE  # a dry run has no transactions
     timeout_s = 60.0
@@ -39,7 +38,7 @@ def for_tasks(
         task_bytes = min(largest, source.plan.split_bytes)
         if source.shuffled:
             task_bytes = max(task_bytes, -(-source.input_bytes // tasks))
-        rows = (rows if rows is not None else estimate_rows(list(source.files), cfg.header)) or 0
+        rows = rows or 0
         requested = cfg.producer_settings().get("transaction.timeout.ms")
         timeout_s = (
             guarantees.transaction_timeout_ms(

@@ -56,10 +56,6 @@ class Gone:
         if len(self._recent) >= max(self.MERGE_AT, len(self._hi) // 4):  # merges of a growing array: few
             self._merge()
 
-    def add_many(self, items: list[tuple[str, Identity]]) -> None:
-        for path, identity in items:
-            self.add(path, identity)
-
     def _merge(self) -> None:
         halves = np.frombuffer(b"".join(self._recent), dtype=">u8").astype(np.uint64).reshape(-1, 2)
         hi, lo = np.concatenate([self._hi, halves[:, 0]]), np.concatenate([self._lo, halves[:, 1]])
@@ -151,10 +147,10 @@ class Delivered:
             self.position = ledger.read_on(self.conf, self.ledger_topic, self.position, take, timeout_s)
             if any(self.position.values()):  # a ledger there to read on (not one still to be made)
                 self._reader = ledger.Reader(self.conf, self.ledger_topic, self.position)
-        self._there = None
         for path in touched:
             if path in self._open:
                 self._settle(path)
+        self._there = None
 
     def _take(self, r: ledger.Record, touched: set[str]) -> None:
         self.records_read += 1
@@ -190,9 +186,12 @@ class Delivered:
         f = InputFile(path, latest.file_size, latest.file_mtime_ms, splittable(path, self.multiline),
                       latest.file_version)  # fmt: skip
         if incremental.classify([f], list(entries.values()), self.topic).done:
+            del self._open[path]
+            if self._there is not None and path not in self._there:
+                self.gone.add(path, f.identity())
+                return
             self._sent[path] = f.identity()
             self._rows_settled[path] = sum(e.rows_sent for e in entries.values() if e.matches(*f.identity()))
-            del self._open[path]
 
     def rows_of(self, path: str) -> int:
         """The rows of a file the last :meth:`catch_up` found wholly in the topic (else 0)."""
@@ -226,13 +225,6 @@ class Delivered:
         sent = self._sent.pop(path, None)
         if sent is not None:
             self.gone.add(path, sent)
-
-    def forget_absent(self, present: list[Landed]) -> None:
-        """At the start: the files the ledger has sent that are not in the landing now, kept
-        by their identities alone."""
-        there = {input_file(f, self.multiline).path for f in present}
-        self.gone.add_many([(p, i) for p, i in self._sent.items() if p not in there])
-        self._sent = {p: i for p, i in self._sent.items() if p in there}  # a new dict: the old one's memory freed
 
     def entries(self, paths: list[str]) -> list[Entry]:
         """The entries of files not all of whose units are in (what a batch completing them skips)."""

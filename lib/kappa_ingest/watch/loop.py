@@ -172,7 +172,6 @@ class Watch:
         batch would make it, and the cluster's transaction coordinator up (on a cluster that
         never ran a transaction its first one creates Kafka's transaction log)."""
         from kappa_ingest.delivery import guarantees
-        from kappa_ingest.kafka.topics import Admin
         from kappa_ingest.pipeline.sending import create_topic
 
         spark = self.resources.spark
@@ -184,9 +183,8 @@ class Watch:
             scope = guarantees.scope_prefix(self.cfg.topic, self.cfg.lineage, incremental=True)
             coordinator = guarantees.warm_coordinator(connection_conf(settings, servers), scope)
         try:
-            with Admin(servers, settings) as admin:
-                create_topic(admin, self.cfg.topic, self.cfg.topic_partitions, self.cfg.replication_factor,
-                             self.cfg.topic_config)  # fmt: skip
+            create_topic(self.resources.kept().admin(settings), self.cfg.topic, self.cfg.topic_partitions,
+                         self.cfg.replication_factor, self.cfg.topic_config)  # fmt: skip
         except KappaError as e:  # the first batch makes it, or rides the outage out
             self._say(f"warning: topic {self.cfg.topic} not made at the start ({first_line(e)[:160]})")
         warming.join()
@@ -393,8 +391,7 @@ class Watch:
 
     def _dispose_sent(self, delivered: Delivered, found: list[Landed]) -> None:
         """At the start: what was sent and is still there cleaned up (a crash between a
-        commit and its clean-up); what was sent and is gone kept by its identity alone."""
-        delivered.forget_absent(found)
+        commit and its clean-up)."""
         if self.settings.after_send == "keep":
             return
         for f in found:
