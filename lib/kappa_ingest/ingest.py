@@ -4,8 +4,8 @@
     held       = resources.hold()                     # one run at a time per topic
     work       = prepare(cfg, ...)                    # --resume / --incremental: what the ledger lacks
     source     = _read(...)                           # the planned units; lines to parse
-    source     = quality.gate(...)                    # --expectations, before anything is sent
-    sent       = _send(...)                           # convert + produce, per partition
+    source     = _gate(...)                           # --expectations, before anything is sent
+    sent       = _send(...)                           # topics set up, the plan written; convert + produce
     entries    = _account(...)                        # Spark's records; units delivered, missing
     _settle(...)                                      # the topic holds what was sent, or why not
     _quarantine(...)                                  # the rejected rows, with their reasons
@@ -13,6 +13,9 @@
 
 ``ingest`` is one run in a session the caller has; ``run`` the same with resources someone
 else holds: the command line's one run, or each batch of a watch (``kappa_ingest.watch``).
+Each step returns a typed result (``pipeline.sending.Ready``, ``.Sent``,
+``pipeline.accounting.Accounted``, ``pipeline.reconciling.Reconciled``, ...) that
+``pipeline.reported`` writes into the run's report, the one module that does.
 Whatever happens, ``summary.json`` is written with the run's status (first before sending,
 with the run's plan, so that a killed run can be resumed), and the run's clock
 (``phases``) says where the time went from the command's start.
@@ -41,7 +44,7 @@ from kappa_ingest.errors import (
     LockLost,
     first_line,
 )
-from kappa_ingest.pipeline import accounting, reconciling, sending
+from kappa_ingest.pipeline import accounting, reconciling, reported, sending
 from kappa_ingest.pipeline.resources import RunResources
 from kappa_ingest.pipeline.sending import Sent
 from kappa_ingest.report import recording
@@ -135,7 +138,7 @@ def _pipeline(
         source, group = _read(cfg, spark, report, earlier, held)
         skip = work.skip
         if cfg.expectations:
-            source = quality.gate(cfg, source, skip, report, cfg.metrics.sub("runs", cfg.run_id), echo)
+            source = _gate(cfg, source, skip, report, echo)
         source, sent, outcome = _send(cfg, spark, source, resources, report, skip, earlier, echo)
         new_entries = _account(cfg, spark, report, source, sent, outcome, group, earlier)
         _settle(cfg, report, source, sent, outcome, held, work.resumption, replay, new_entries)
@@ -182,6 +185,18 @@ def _read(
     return source, group
 
 
+def _gate(
+    cfg: IngestConfig, source: csv_source.Source, skip: frozenset, report: RunReport, echo: bool
+) -> csv_source.Source:
+    """The --expectations suite on every row before anything is sent: its verdict in the
+    report; a failure that gates stops the run (exit 5)."""
+    gated = quality.gate(cfg, source, skip, cfg.metrics.sub("runs", cfg.run_id), echo)
+    reported.add_quality(report, gated)
+    if gated.failure is not None:
+        raise gated.failure
+    return gated.source
+
+
 def _send(
     cfg: IngestConfig,
     spark: SparkSession,
@@ -207,8 +222,12 @@ def _send(
         report.clock.end("sending")
         return source, None, outcome
     ledger_end = earlier.ledger_end if earlier else None
-    sent = sending.send(cfg, spark, source, kafka, resources.kept(), report, warming, rate, echo, skip, ledger_end)
-    return sent.source or source, sent, sent.outcome  # its parser also takes out records too large for Kafka
+    ready = sending.set_up(cfg, source, kafka, resources.kept(), skip, rate, ledger_end)
+    reported.add_ready(cfg, report, ready)
+    report.write(cfg.metrics)  # the run's plan, before anything is sent: --resume starts from it
+    sent = sending.send(cfg, spark, ready, warming, rate, report.clock, echo)
+    reported.add_sent(report, sent)
+    return ready.source, sent, sent.outcome  # its parser also takes out records too large for Kafka
 
 
 def _account(
@@ -225,19 +244,20 @@ def _account(
     delivered. Returns the run's ledger entries (for the ledger's Delta copy)."""
     inherited, elsewhere = accounting.inherited(cfg.run_id, outcome.stats)
     if sent is not None and outcome.error is not None:
-        accounting.after_failed_job(cfg, report, sent, spark.sparkContext, group)  # before the ledger is read
+        ended = accounting.after_failed_job(cfg, sent, spark.sparkContext, group)  # before the ledger is read
+        reported.add_failure_ended(report, ended)
         inherited += accounting.committed_by_failed_tasks(cfg, sent, outcome.stats, inherited)
     per_task = sent is not None and sent.task_delivery.shuffled
     report.add_run(outcome.stats, spark_metrics.collect(spark, group), inherited, per_task)
     report.add_headers(source.headers, outcome.stats, inherited)
-    if elsewhere:  # found committed by another run of the scope while this one ran: not sent by it
-        report.delivery["delivered_by_other_runs"] = {"units": len(elsewhere), "rows": sum(e.rows_sent for e in elsewhere),
-                                                      "runs": sorted({e.run_id for e in elsewhere})}  # fmt: skip
+    reported.add_elsewhere(report, accounting.Elsewhere.of(elsewhere))
     if report.quality and report.quality["gate"] == "quarantine":
         report.add_quality_counts(outcome.stats)
     if sent is None:
         return []
-    return accounting.account(cfg, report, source.plan, sent, inherited, elsewhere, earlier)
+    accounted = accounting.account(cfg, source.plan, sent, inherited, elsewhere, earlier)
+    reported.add_accounted(report, accounted)
+    return accounted.entries
 
 
 def _settle(
@@ -257,16 +277,17 @@ def _settle(
     changed = changed_input(source.plan, cfg.run_id)  # a file that changed while read: not all of it was sent
     if held is not None and held.lost is not None:
         raise LockLost(f"{held.lost}; {accounting.LOCK_LOST_REST}")
+    if sent is not None and sent.after is not None:  # how far the topic moved, whatever follows
+        report.add_offsets(sent.before, sent.after)
     if outcome.error is not None:
-        if sent is not None and sent.after is not None:
-            report.add_offsets(sent.before, sent.after)
         if changed is not None:
             raise changed from outcome.error
         raise accounting.with_resume_hint(classify(outcome.error), report) from outcome.error
     if sent is not None:
-        reconciling.reconcile_run(cfg, report, sent, resumption, entries)
+        reconciled = reconciling.reconcile_run(cfg, sent, resumption, entries, reported.counted(report))
+        reported.add_reconciled(report, reconciled)
         if replay is not None:
-            reprocess.check_replay(cfg, report, replay, sent.conf)
+            reported.add_replay(report, reprocess.check_replay(cfg, replay, sent.conf))
     if changed is not None:  # after the reconciliation: the report still says what the topic holds
         raise changed
     taken = [u for st in outcome.stats for u in st.taken_units()]
@@ -285,9 +306,7 @@ def _quarantine(cfg: IngestConfig, report: RunReport, source: csv_source.Source,
         return
     where = cfg.metrics.sub("runs", cfg.run_id, "quarantine")
     reasons = spark_action(lambda: quarantine.write(source, where, skip))
-    report.quarantine = {"rows": sum(reasons.values()), "path": where.root, "reasons": reasons}
-    report.check("quarantine holds every quarantined row", report.quarantine["rows"] == report.rows_quarantined,
-                 report.rows_quarantined, report.quarantine["rows"])  # fmt: skip
+    reported.add_quarantine(report, where.root, reasons)
 
 
 def _finish(

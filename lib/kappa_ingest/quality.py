@@ -32,7 +32,6 @@ import pyarrow.compute as pc
 
 from kappa_ingest.config import IngestConfig
 from kappa_ingest.errors import QualityGateFailed, UsageError
-from kappa_ingest.report.run import RunReport
 from kappa_ingest.s3.directory import Directory
 from kappa_ingest.source.dataframe import Source
 from kappa_ingest.source.parsing import Wrapping
@@ -454,17 +453,24 @@ def _validate_into(docs: Directory, frame: Any, suite: Suite, gate: str) -> Outc
     return replace(outcome, docs=page)
 
 
-def gate(
-    cfg: IngestConfig, source: Source, skip: frozenset[Unit], report: RunReport, run_dir: Directory, echo: bool
-) -> Source:
+@dataclass(frozen=True)
+class Gated:
+    """The gate's verdict on a run's rows: the source to send (in quarantine mode its parser
+    taking out the rows failing row-level expectations), the suite's outcome, and the
+    failure that stops the run, if one does."""
+
+    source: Source
+    outcome: Outcome
+    failure: QualityGateFailed | None = None
+
+
+def gate(cfg: IngestConfig, source: Source, skip: frozenset[Unit], run_dir: Directory, echo: bool) -> Gated:
     """Validate every row the run will send with the suite, before anything is sent: a
-    failure that gates stops the run (exit 5); in quarantine mode the source's parser also
-    takes out the rows failing row-level expectations."""
+    failure that gates stops the run (exit 5)."""
     suite = load(str(cfg.expectations))
     with side_jobs(cfg, "quality", "data-quality gate"):
         frame = parsed_frame(source, suite, skip)
         outcome = _validate_into(run_dir.sub("data_docs"), frame, suite, str(cfg.quality_gate))
-    report.quality = outcome.to_json()
     if echo:
         for r in outcome.results:
             if not r["success"]:
@@ -472,10 +478,10 @@ def gate(
     failures = outcome.gating_failures()
     if failures:
         labels = ", ".join(r["label"] for r in failures)
-        raise QualityGateFailed(
+        return Gated(source, outcome, QualityGateFailed(
             f"data-quality gate failed: {len(failures)} of {len(suite.expectations)} expectations of suite"
             f" {suite.name!r} ({labels}); nothing sent"
-        )
+        ))  # fmt: skip
     if cfg.quality_gate == "quarantine":
-        return replace(source, parser=Checked(source.parser, RowChecks.of(suite)))
-    return source
+        return Gated(replace(source, parser=Checked(source.parser, RowChecks.of(suite))), outcome)
+    return Gated(source, outcome)

@@ -29,7 +29,7 @@ def test_runs_on_kept_answers_see_what_changed_between_them(spark, kafka, tmp_pa
         first = run(cfg(0), resources, RunClock(), echo=False)
         kept = resources.kept()
         setup = kept.setup
-        assert first.broker["topic_created"] and setup is not None and setup.partitions == 2
+        assert first.broker["topic_created"] and setup is not None and setup.topics.partitions == 2
 
         # Nothing changed: the set-up is taken as it was, the offsets vouch for the run.
         second = run(cfg(1), resources, RunClock(), echo=False)
@@ -49,7 +49,7 @@ def test_runs_on_kept_answers_see_what_changed_between_them(spark, kafka, tmp_pa
         admin.create_partitions([NewPartitions(topic, 3)])[topic].result(30)
         fourth = run(cfg(3), resources, RunClock(), echo=False)
         assert fourth.status == "succeeded" and fourth.broker["topic_partitions"] == 3
-        assert kept.setup is not setup and kept.setup.partitions == 3
+        assert kept.setup is not setup and kept.setup.topics.partitions == 3
         assert len(fourth.broker["offsets_after_by_partition"]) == 3
         sent = rows(consume_all(bootstrap, topic))
         assert sum(sent.values()) == 4 * 400 + 1

@@ -5,6 +5,7 @@ failed job the transactions it left open ended."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from pyspark import SparkContext
 
@@ -60,27 +61,54 @@ def committed_by_failed_tasks(cfg: IngestConfig, sent: Sent, stats: list[TaskSta
     return list(found.values())
 
 
+@dataclass(frozen=True)
+class Accounted:
+    """The ledger's account of one run: what it planned, delivered and left missing."""
+
+    topic: str  # the ledger's
+    entries: list[Entry]  # this run's, for the ledger's Delta copy
+    units: int  # planned
+    delivered_before: int  # by the runs a resumed or incremental one continues
+    committed: list[Unit]
+    missing: list[Unit]
+    unplanned: int  # splits Spark read that the run did not plan (none, or the plan is wrong)
+    without_rows: int | None  # planned units no row begins in (after a successful job), entered by the driver
+    not_written: str | None  # why the driver's entries were not written (after a failed job)
+
+
+@dataclass(frozen=True)
+class Elsewhere:
+    """Units tasks found committed by another run of the scope: not sent by this one."""
+
+    units: int
+    rows: int
+    runs: list[str]
+
+    @staticmethod
+    def of(entries: list[Entry]) -> Elsewhere | None:
+        if not entries:
+            return None
+        return Elsewhere(len(entries), sum(e.rows_sent for e in entries), sorted({e.run_id for e in entries}))
+
+
 # Long: the ledger's account of one run, unit sets built and compared in one place.
 def account(
     cfg: IngestConfig,
-    report: RunReport,
     plan: Plan,
     sent: Sent,
     inherited: list[Entry],
     elsewhere: list[Entry],
     earlier: Resumption | Selection | None,
-) -> list[Entry]:
+) -> Accounted:
     """Which units this run delivered and which are missing; the ledger entries the driver
-    writes itself (the Spark sink's; after a successful job, units no row begins in).
-    Returns this run's entries, for the ledger's Delta copy."""
+    writes itself (the Spark sink's; after a successful job, units no row begins in)."""
     outcome = sent.outcome
     entries = [e for s in outcome.stats for e in s.entries()]
     seen = {e.unit for e in entries} | {e.unit for e in inherited} | {e.unit for e in elsewhere}
     taken = {u for s in outcome.stats for u in s.taken_units()}  # rows in them, another writer's to commit
     before = earlier.delivered if earlier else {}
     planned = plan.units()
-    unplanned = sorted(seen - set(planned))
-    report.check("every split Spark read is one the run planned", not unplanned, 0, len(unplanned))
+    unplanned = seen - set(planned)
     read_files = {f.path for f in plan.files} if earlier is None else set(earlier.paths)
     empty: list[Entry] = []
     if outcome.error is None:
@@ -101,25 +129,19 @@ def account(
             for u in planned
             if u.file in read_files and u not in seen and u not in before and u not in taken
         ]
-        report.ledger["units_without_rows"] = len(empty)
     # Spark's writer has no place for the spark sink's entries: written once their tasks succeeded.
     by_driver = [*(entries if cfg.sink == "spark" else []), *empty]
+    not_written = None
     try:
         ledger.write(sent.conf, cfg.ledger_topic, by_driver)
     except KafkaUnavailable as e:
         if outcome.error is None:
             raise
-        report.ledger["driver_entries_not_written"] = str(e)  # the job's own failure is the one to report
+        not_written = str(e)  # the job's own failure is the one to report
     delivered = seen | {e.unit for e in by_driver}
     missing = [u for u in planned if u not in delivered and u not in before]
-    report.ledger.update(
-        topic=cfg.ledger_topic,
-        units=len(planned),
-        delivered_before=len(before),
-        committed=[u.label() for u in sorted(delivered)],
-        missing=[u.label() for u in missing],
-    )
-    return [*entries, *inherited, *empty]
+    return Accounted(cfg.ledger_topic, [*entries, *inherited, *empty], len(planned), len(before), sorted(delivered), missing,
+                     len(unplanned), len(empty) if outcome.error is None else None, not_written)  # fmt: skip
 
 
 LOCK_LOST_REST = (
@@ -143,35 +165,43 @@ def with_resume_hint(error: KappaError, report: RunReport) -> KappaError:
     return error
 
 
-def after_failed_job(cfg: IngestConfig, report: RunReport, sent: Sent, sc: SparkContext, group: str) -> None:
+@dataclass(frozen=True)
+class FailureEnded:
+    """How a failed job's last tasks and open transactions were ended."""
+
+    tasks_end_wait_s: float  # until its last tasks were gone
+    tasks_still_running: bool  # some were not, within the wait
+    fenced: int | None = None  # transactions ended (exactly-once; 0: Kafka did not answer)
+    not_fenced: list | None = None  # what could not be, and why
+
+
+def after_failed_job(cfg: IngestConfig, sent: Sent, sc: SparkContext, group: str) -> FailureEnded:
     """Before the ledger is read for what the failed job committed: its last tasks gone (a
     killed task's Python worker sends on until it is killed; the report says how long that
     took), then their transactions ended (one whose commit was under way completes), then
     the topic's end offsets read again, those commits included."""
     waiting = time.monotonic()
-    if not await_tasks_ended(sc, group):
-        report.delivery["tasks_still_running_after_failure"] = True
-    report.delivery["tasks_end_wait_s"] = round(time.monotonic() - waiting, 3)
-    end_open_transactions(cfg, report, sent)
+    still_running = not await_tasks_ended(sc, group)
+    waited = round(time.monotonic() - waiting, 3)
+    fenced, not_fenced = end_open_transactions(cfg, sent)
     if sent.after is not None:
         with Admin(sent.conf["bootstrap.servers"], cfg.producer_settings()) as admin:
             sent.after = offsets_if_reachable(admin, cfg.topic) or sent.after
+    return FailureEnded(waited, still_running, fenced, not_fenced)
 
 
-def end_open_transactions(cfg: IngestConfig, report: RunReport, sent: Sent) -> None:
+def end_open_transactions(cfg: IngestConfig, sent: Sent) -> tuple[int | None, list | None]:
     """After a failed job, end every transaction of the run's scope still open on its topic
     (Spark kills the tasks it abandons without their abort), so that no consumer waits
     for them until transaction.timeout.ms: an open one is aborted, one whose commit was
     under way is completed. Where Kafka cannot be asked now, the next run of the topic
-    ends them at its start."""
+    ends them at its start. Returns how many were ended (None: not exactly-once) and
+    what could not be."""
     if cfg.delivery != EXACTLY_ONCE:
-        return
+        return None, None
     if sent.after is None:  # Kafka did not answer: fencing cannot either
-        report.delivery["fenced_after_failure"] = 0
-        return
+        return 0, None
     admin_conf = kafka_python_connection(cfg.producer_settings(), sent.conf["bootstrap.servers"])
     ended = delivery.end_lingering(sent.conf, admin_conf, cfg.topic, [sent.task_delivery.scope],
                                    timeout_s=delivery.ABORT_TIMEOUT_S)  # fmt: skip
-    report.delivery["fenced_after_failure"] = len(ended.fenced)
-    if ended.failures or ended.error:
-        report.delivery["not_fenced"] = ended.failures[:5] or [ended.error]
+    return len(ended.fenced), (ended.failures[:5] or [ended.error]) if ended.failures or ended.error else None

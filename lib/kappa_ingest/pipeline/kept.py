@@ -24,15 +24,25 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
+class Topics:
+    """What setting up the topics found of them (the report's ``broker`` section says it)."""
+
+    partitions: int  # the data topic's
+    replication: int
+    max_record_bytes: int  # a record's largest size, within the topic's and the producer's limits
+    batch_bytes: int  # the producers' batch.size, within the topics' limits
+    created: bool = False  # made by this run (not kept for the next: it finds the topic there)
+    note: str | None = None  # how an existing topic differs from what was asked
+
+
+@dataclass(frozen=True)
 class Setup:
-    """What setting up the topics found."""
+    """What setting up the topics found, kept for the next run of the process."""
 
     key: tuple  # what it was found for: the topics and the producer's settings
     limit: Limit  # a record's largest size
     settings: dict[str, str]  # the producer's, its batches within the topics' limits
-    broker: dict[str, Any]  # what the report says of the topics
-    partitions: int
-    replication: int
+    topics: Topics  # as a next run finds them (not created by it)
 
 
 class Kept:

@@ -1,7 +1,8 @@
-"""Sending: the topics set up (the data topic, the ledger, a dead-letter topic), records
-sized to the topic's limit, what the tasks need to deliver, the run's plan written (so a
-killed run can be resumed), then the send itself with the broker-side rate sampled, and
-the topic's settled offsets read."""
+"""Sending, in two steps with the run's plan written between them (so that a killed run
+can be resumed): ``set_up``, the topics set up (the data topic, the ledger, a dead-letter
+topic), records sized to the topic's limit, what the tasks need to deliver (``Ready``);
+then ``send``, the send itself with the broker-side rate sampled, and the topic's settled
+offsets read (``Sent``)."""
 
 from __future__ import annotations
 
@@ -21,10 +22,10 @@ from kappa_ingest.kafka import topics
 from kappa_ingest.kafka.endpoint import KafkaEndpoint
 from kappa_ingest.kafka.settings import connection_conf, kafka_python_connection
 from kappa_ingest.kafka.topics import QUERY_TIMEOUT_S, Admin, TopicShape, offsets_if_reachable, settled_offsets
-from kappa_ingest.pipeline.kept import Kept, Setup
+from kappa_ingest.pipeline.kept import Kept, Setup, Topics
 from kappa_ingest.report.broker_rate import BrokerRateSampler
+from kappa_ingest.report.phases import RunClock
 from kappa_ingest.report.progress import Progress
-from kappa_ingest.report.run import RunReport
 from kappa_ingest.sinks.partition_runner import SendOutcome
 from kappa_ingest.source import dataframe as csv_source
 from kappa_ingest.source import record_size
@@ -34,6 +35,28 @@ from kappa_ingest.source.splits import Unit
 from kappa_ingest.spark import metrics as spark_metrics
 from kappa_ingest.spark.failures import spark_action
 from kappa_ingest.spark.job_groups import side_jobs
+
+
+@dataclass
+class Ready:
+    """What setting up leaves for the send: the topics ready, their offsets before it, what
+    the tasks need to deliver. The report's plan is written from it before anything is sent."""
+
+    source: csv_source.Source  # its parser taking out records too large for the topic
+    servers: str
+    embedded: bool  # the broker is the one the run started
+    topics: Topics
+    settings: dict[str, str]  # the producers': batches within the topics' limits, the transaction timeout
+    conf: dict  # librdkafka settings for the driver's own Kafka clients
+    before: dict[int, int]  # the topic's end offsets
+    dead_letters_before: dict[int, int]  # the dead-letter topic's (empty without one)
+    producers_before: topics.Producers | None  # who wrote to the topic before the run
+    task_delivery: delivery.TaskDelivery
+    pace_from: int  # a paced replay's first event time (ms)
+    estimated_rows: int | None
+    admin: Admin
+    kept: Kept
+    coordinator: threading.Thread | None  # the transaction coordinator being warmed
 
 
 @dataclass
@@ -50,74 +73,72 @@ class Sent:
     producers_before: topics.Producers | None = None  # the topic's producers before it (who else wrote?)
     kept: Kept | None = None  # where the topic's producers after it are kept for the next run
     sampled: list[int] = field(default_factory=list)  # the broker-rate sampler's own readings (offsets totals)
+    broker_rate: list[dict] = field(default_factory=list)  # the topic's rate curve, from its offsets
+
+
+def set_up(
+    cfg: IngestConfig,
+    source: csv_source.Source,
+    kafka: KafkaEndpoint,
+    kept: Kept,
+    skip: frozenset[Unit],
+    rate: float | None,
+    ledger_start: dict[int, int] | None,
+) -> Ready:
+    """Set up the topics and read their offsets; what the tasks need; the transaction
+    coordinator warmed meanwhile. ``kept``: the driver's Kafka connection and what an
+    earlier run of the process found (:mod:`.kept`). ``ledger_start``: where the run's
+    reading of the ledger ended (its tasks read on from there); None: from its end now."""
+    servers = kafka.servers()
+    asked = cfg.producer_settings()
+    conf = connection_conf(asked, servers)
+    with ThreadPoolExecutor(1, thread_name_prefix="set-up") as pool:
+        source, settings, found, before, producers_before = _ready(cfg, kept, source, asked, servers, pool)
+    admin = kept.admin(asked)  # (made again if the set-up found the topic changed)
+    estimated = estimate_rows(list(source.files), cfg.header)  # each file's first megabyte read: once
+    task_delivery, pace_from = _task_delivery(cfg, admin, source, conf, skip, rate, ledger_start, estimated)
+    coordinator = None
+    if task_delivery.transactional:
+        settings = {**settings, "transaction.timeout.ms": str(int(task_delivery.transaction_timeout_s * 1000))}
+        if not kept.coordinator_warm:
+            coordinator = delivery.warm_coordinator(conf, task_delivery.scope)
+    dlq_before = admin.end_offsets(cfg.dead_letter_topic) if cfg.dead_letter_topic else {}
+    return Ready(source, servers, kafka.embedded, found, settings, conf, before, dlq_before, producers_before,
+                 task_delivery, pace_from, estimated, admin, kept, coordinator)  # fmt: skip
 
 
 def send(
     cfg: IngestConfig,
     spark: SparkSession,
-    source: csv_source.Source,
-    kafka: KafkaEndpoint,
-    kept: Kept,
-    report: RunReport,
+    ready: Ready,
     warming: threading.Thread,
     rate: float | None,
+    clock: RunClock,
     echo: bool,
-    skip: frozenset[Unit],
-    ledger_start: dict[int, int] | None,
 ) -> Sent:
-    """Set up the topics, write the run's plan, send, and read the settled end offsets.
-    ``kept``: the driver's Kafka connection and what an earlier run of the process found
-    (:mod:`.kept`). ``ledger_start``: where the run's reading of the ledger ended (its tasks
-    read on from there); None: from its end now."""
-    servers = kafka.servers()
-    report.bootstrap_servers = servers
-    report.broker["embedded"] = kafka.embedded
-    settings = cfg.producer_settings()
-    conf = connection_conf(settings, servers)
-    with ThreadPoolExecutor(1, thread_name_prefix="set-up") as pool:
-        source, batch_settings, before, producers_before = _ready(cfg, kept, report, source, settings, servers, pool)
-        admin = kept.admin(settings)  # (made again if the set-up found the topic changed)
-        settings = batch_settings
-        estimated = estimate_rows(list(source.files), cfg.header)  # each file's first megabyte read: once
-        task_delivery, pace_from = _task_delivery(cfg, admin, source, conf, skip, rate, ledger_start, estimated)
-        coordinator = None
-        if task_delivery.transactional:
-            settings = {**settings, "transaction.timeout.ms": str(int(task_delivery.transaction_timeout_s * 1000))}
-            if not kept.coordinator_warm:
-                coordinator = delivery.warm_coordinator(conf, task_delivery.scope)
-        report.delivery.update(tasks=source.tasks, ledger_topic=cfg.ledger_topic)
-        if task_delivery.transactional:
-            per = "p:<parts>:<part>" if task_delivery.shuffled else "u:<unit digest>"
-            report.delivery.update(
-                transactional_ids=f"{task_delivery.scope}{per}",
-                transaction_timeout_ms=int(task_delivery.transaction_timeout_s * 1000),
-            )
-        dlq_before = admin.end_offsets(cfg.dead_letter_topic) if cfg.dead_letter_topic else {}
-        report.add_offsets(before, before)
-        report.write(cfg.metrics)  # the run's plan, before anything is sent: --resume starts from it
-        progress = Progress(estimated, quiet=cfg.quiet or not echo)
-        warming.join()
-        if coordinator is not None:
-            coordinator.join(delivery.INIT_TIMEOUT_S)
-            kept.coordinator_warm = True
-        report.clock.end("setup")
-        spark_metrics.warm(spark)
-        if cfg.replay_speed:  # every task paces from one wall-clock anchor, a second from now
-            task_delivery = replace(task_delivery, pace=(pace_from, cfg.replay_speed, wall_clock_ms() + 1000))
-        outcome, after, dead_letters, sampled = _sent(cfg, admin, report, source, settings, servers, task_delivery,
-                                                      rate, before, dlq_before, progress)  # fmt: skip
-    return Sent(outcome, task_delivery, conf, before, after, dead_letters, source, producers_before, kept, sampled)
+    """Once the Python workers and the coordinator are warm, send (the broker-side rate
+    sampled meanwhile) and read the settled end offsets."""
+    progress = Progress(ready.estimated_rows, quiet=cfg.quiet or not echo)
+    warming.join()
+    if ready.coordinator is not None:
+        ready.coordinator.join(delivery.INIT_TIMEOUT_S)
+        ready.kept.coordinator_warm = True
+    clock.end("setup")
+    spark_metrics.warm(spark)
+    task_delivery = ready.task_delivery
+    if cfg.replay_speed:  # every task paces from one wall-clock anchor, a second from now
+        task_delivery = replace(task_delivery, pace=(ready.pace_from, cfg.replay_speed, wall_clock_ms() + 1000))
+    return _sent(cfg, ready, task_delivery, rate, clock, progress)
 
 
 def _ready(
     cfg: IngestConfig,
     kept: Kept,
-    report: RunReport,
     source: csv_source.Source,
     settings: dict[str, str],
     servers: str,
     pool: ThreadPoolExecutor,
-) -> tuple[csv_source.Source, dict[str, str], dict[int, int], topics.Producers | None]:
+) -> tuple[csv_source.Source, dict[str, str], Topics, dict[int, int], topics.Producers | None]:
     """The topics ready (made, checked, records sized to their limits), then the topic's
     producers and its end offsets before the run, in that order (a producer that writes
     after the first reading is seen as another writer by the run's reconciliation, its
@@ -129,53 +150,46 @@ def _ready(
     admin = kept.admin(settings)
     known = kept.setup_for(key)
     if known is not None:
+        partitions = known.topics.partitions
         shape = pool.submit(admin.describe, cfg.topic)
         # As the last run saw them at its end (else asked now): who else writes to the topic.
-        seen = kept.take_producers(cfg.topic, known.partitions)
-        producers_before = seen if seen is not None else kept.producers(python_conf, cfg.topic, known.partitions)
+        seen = kept.take_producers(cfg.topic, partitions)
+        producers_before = seen if seen is not None else kept.producers(python_conf, cfg.topic, partitions)
         try:  # briefly: a topic deleted since is not one to wait for
-            before: dict[int, int] | None = admin.end_offsets(cfg.topic, QUERY_TIMEOUT_S, known.partitions)
+            before: dict[int, int] | None = admin.end_offsets(cfg.topic, QUERY_TIMEOUT_S, partitions)
         except KafkaUnavailable:
             before = None
-        if shape.result() == TopicShape(known.partitions, known.replication) and before is not None:
-            report.broker.update(known.broker)
-            return size_checked(cfg, source, known.limit), known.settings, before, producers_before
+        if shape.result() == TopicShape(partitions, known.topics.replication) and before is not None:
+            return size_checked(cfg, source, known.limit), known.settings, known.topics, before, producers_before
         kept.forget()  # deleted, or partitions added, since (or no offsets in a moment): set up again
         admin = kept.admin(settings)
     admin.check_reachable()
-    source, settings, limit = _topics_ready(cfg, admin, report, source, settings)
-    partitions, replication = report.broker["topic_partitions"], report.broker["topic_replication"]
-    kept.setup = Setup(key, limit, settings, {k: report.broker[k] for k in _KEPT_BROKER if k in report.broker},
-                       partitions, replication)  # fmt: skip
-    producers_before = kept.producers(python_conf, cfg.topic, partitions)
-    return source, settings, admin.end_offsets(cfg.topic, partitions=partitions), producers_before
-
-
-# What the report says of the topics that holds for every run of a process (not "topic_created").
-_KEPT_BROKER = ("topic_partitions", "topic_replication", "topic_note", "max_record_bytes", "batch_bytes")
+    source, settings, limit, found = _topics_ready(cfg, admin, source, settings)
+    kept.setup = Setup(key, limit, settings, replace(found, created=False))
+    producers_before = kept.producers(python_conf, cfg.topic, found.partitions)
+    return source, settings, found, admin.end_offsets(cfg.topic, partitions=found.partitions), producers_before
 
 
 def _topics_ready(
-    cfg: IngestConfig, admin: Admin, report: RunReport, source: csv_source.Source, settings: dict[str, str]
-) -> tuple[csv_source.Source, dict[str, str], record_size.Limit]:
+    cfg: IngestConfig, admin: Admin, source: csv_source.Source, settings: dict[str, str]
+) -> tuple[csv_source.Source, dict[str, str], record_size.Limit, Topics]:
     """The topics the run writes to, made or checked; records sized to the topic's limit
     (the source's parser takes out larger ones) and batches within it."""
-    _data_topic(cfg, admin, report)
-    ledger.ensure(admin, cfg.ledger_topic, report.broker["topic_replication"])
+    created, shape, note = _data_topic(cfg, admin)
+    ledger.ensure(admin, cfg.ledger_topic, shape.replication)
     dlq = cfg.dead_letter_topic
     if dlq:
         create_topic(admin, dlq, cfg.topic_partitions, cfg.replication_factor, {})
     topic_max = record_size.topic_max(admin, cfg.topic, cfg.topic_config)
     limit = record_size.limit(cfg.sink, settings, topic_max)
     source = size_checked(cfg, source, limit)
-    report.broker["max_record_bytes"] = limit.bytes
     # The producers' batches go to the dead-letter topic too: within its limit as well.
     batch_max = min(topic_max, record_size.topic_max(admin, dlq)) if dlq else topic_max
     settings = record_size.batches_within(settings, cfg.sink, batch_max)
-    report.broker["batch_bytes"] = int(settings["batch.size"])
     for writes_to in (cfg.topic, cfg.ledger_topic, *([dlq] if dlq else [])):
         admin.check_writable(writes_to)
-    return source, settings, limit
+    found = Topics(shape.partitions, shape.replication, limit.bytes, int(settings["batch.size"]), created, note)
+    return source, settings, limit, found
 
 
 def _task_delivery(
@@ -203,58 +217,53 @@ def _task_delivery(
 
 def _sent(
     cfg: IngestConfig,
-    admin: Admin,
-    report: RunReport,
-    source: csv_source.Source,
-    settings: dict[str, str],
-    servers: str,
+    ready: Ready,
     task_delivery: delivery.TaskDelivery,
     rate: float | None,
-    before: dict[int, int],
-    dlq_before: dict[int, int],
+    clock: RunClock,
     progress: Progress,
-) -> tuple[SendOutcome, dict[int, int] | None, tuple[dict[int, int], dict[int, int]] | None, list[int]]:
+) -> Sent:
     """The send itself, the broker-side rate sampled meanwhile; then the settled offsets
     (of the dead-letter topic too), or after a failed job whatever Kafka answers quickly."""
-    sampler = BrokerRateSampler(servers, cfg.topic, settings, on_sample=progress.update).start(first=before)
+    admin, before = ready.admin, ready.before
+    sampler = BrokerRateSampler(ready.servers, cfg.topic, ready.settings, on_sample=progress.update).start(first=before)
     after: dict[int, int] | None = None
     dead_letters = None
     try:
         try:
-            outcome = sinks.send(cfg.sink, source, settings, servers, task_delivery, rate)
+            outcome = sinks.send(cfg.sink, ready.source, ready.settings, ready.servers, task_delivery, rate)
         finally:
-            report.clock.end("sending")
+            clock.end("sending")
             progress.close()
         if outcome.error is None:
             sent = sum(st.rows_sent for st in outcome.stats)
             expected = reconcile.expected_growth(sent, [st.markers for st in outcome.stats if st.transactions])
             after = settled_offsets(admin, cfg.topic, before, expected or sent)
             if cfg.dead_letter_topic:
-                dead_letters = (dlq_before, admin.end_offsets(cfg.dead_letter_topic))
+                dead_letters = (ready.dead_letters_before, admin.end_offsets(cfg.dead_letter_topic))
         else:
             after = offsets_if_reachable(admin, cfg.topic)
     finally:
         # Its last sample is the settled offsets: commit markers follow a commit.
-        report.broker_rate = sampler.stop(last=after)
-    return outcome, after, dead_letters, list(sampler.readings)
+        curve = sampler.stop(last=after)
+    return Sent(outcome, task_delivery, ready.conf, before, after, dead_letters, ready.source, ready.producers_before,
+                ready.kept, list(sampler.readings), curve)  # fmt: skip
 
 
-def _data_topic(cfg: IngestConfig, admin: Admin, report: RunReport) -> None:
+def _data_topic(cfg: IngestConfig, admin: Admin) -> tuple[bool, TopicShape, str | None]:
     """Create the topic as asked (with room for large batches), or say how the existing one
-    differs from what was asked."""
-    if create_topic(admin, cfg.topic, cfg.topic_partitions, cfg.replication_factor, cfg.topic_config):
-        report.broker["topic_created"] = True
+    differs from what was asked: whether this run created it, its shape, the difference."""
+    created = create_topic(admin, cfg.topic, cfg.topic_partitions, cfg.replication_factor, cfg.topic_config)
     shape = admin.describe(cfg.topic, created=True)  # made just now, or seen (by a broker that may not be this one)
     if shape is None:  # deleted meanwhile, or its creation not yet known to the broker asked
         raise KafkaUnavailable(f"topic {cfg.topic}: not found right after it was made or seen; run again")
-    report.broker.update(topic_partitions=shape.partitions, topic_replication=shape.replication)
-    if not report.broker.get("topic_created") and (shape.partitions, shape.replication) != (
-        cfg.topic_partitions, cfg.replication_factor,
-    ):  # fmt: skip
-        report.broker["topic_note"] = (
+    note = None
+    if not created and (shape.partitions, shape.replication) != (cfg.topic_partitions, cfg.replication_factor):
+        note = (
             f"topic {cfg.topic} existed with {shape.partitions} partitions and replication {shape.replication}:"
             " --topic-partitions and --replication-factor apply to a topic the run creates"
         )
+    return created, shape, note
 
 
 def create_topic(admin: Admin, topic: str, partitions: int, replication: int, config: dict[str, str]) -> bool:
