@@ -14,8 +14,9 @@
 ``ingest`` is one run in a session the caller has; ``run`` the same with resources someone
 else holds: the command line's one run, or each batch of a watch (``kappa_ingest.watch``).
 Each step returns a typed result (``pipeline.sending.Ready``, ``.Sent``,
-``pipeline.accounting.Accounted``, ``pipeline.reconciling.Reconciled``, ...) that
-``pipeline.reported`` writes into the run's report, the one module that does.
+``pipeline.accounting.Accounted``, ``pipeline.reconciling.Reconciled``, ...), with the
+failure that ends the run if one does, and writes nothing into the run's report:
+``pipeline.reported`` does, then the failure is raised.
 Whatever happens, ``summary.json`` is written with the run's status (first before sending,
 with the run's plan, so that a killed run can be resumed), and the run's clock
 (``phases``) says where the time went from the command's start.
@@ -222,11 +223,14 @@ def _send(
         report.clock.end("sending")
         return source, None, outcome
     ledger_end = earlier.ledger_end if earlier else None
+    reported.add_kafka(report, kafka)  # a failed set-up's report says which Kafka it asked
     ready = sending.set_up(cfg, source, kafka, resources.kept(), skip, rate, ledger_end)
     reported.add_ready(cfg, report, ready)
     report.write(cfg.metrics)  # the run's plan, before anything is sent: --resume starts from it
     sent = sending.send(cfg, spark, ready, warming, rate, report.clock, echo)
     reported.add_sent(report, sent)
+    if sent.failure is not None:
+        raise sent.failure
     return ready.source, sent, sent.outcome  # its parser also takes out records too large for Kafka
 
 
@@ -257,6 +261,8 @@ def _account(
         return []
     accounted = accounting.account(cfg, source.plan, sent, inherited, elsewhere, earlier)
     reported.add_accounted(report, accounted)
+    if accounted.failure is not None:
+        raise accounted.failure
     return accounted.entries
 
 
@@ -277,8 +283,8 @@ def _settle(
     changed = changed_input(source.plan, cfg.run_id)  # a file that changed while read: not all of it was sent
     if held is not None and held.lost is not None:
         raise LockLost(f"{held.lost}; {accounting.LOCK_LOST_REST}")
-    if sent is not None and sent.after is not None:  # how far the topic moved, whatever follows
-        report.add_offsets(sent.before, sent.after)
+    if sent is not None:  # how far the topic moved, whatever follows
+        reported.add_offsets(report, sent)
     if outcome.error is not None:
         if changed is not None:
             raise changed from outcome.error
@@ -286,6 +292,8 @@ def _settle(
     if sent is not None:
         reconciled = reconciling.reconcile_run(cfg, sent, resumption, entries, reported.counted(report))
         reported.add_reconciled(report, reconciled)
+        if reconciled.failure is not None:
+            raise reconciled.failure
         if replay is not None:
             reported.add_replay(report, reprocess.check_replay(cfg, replay, sent.conf))
     if changed is not None:  # after the reconciliation: the report still says what the topic holds

@@ -34,6 +34,26 @@ def test_a_file_renamed_into_the_directory_wakes_the_watch_before_its_next_listi
     assert [f.path for f in out["value"]] == [str(landing / "a.csv")] and discovery.listings == 3
 
 
+def test_a_burst_of_renames_is_listed_once_it_is_over_not_at_its_first_file(tmp_path):
+    """A backlog moved in (here 40 renames 2 ms apart) is handed over whole, as one batch,
+    not as its first file and then the rest."""
+    landing, elsewhere = tmp_path / "landing", tmp_path / "tmp"
+    landing.mkdir(), elsewhere.mkdir()
+    for i in range(40):
+        (elsewhere / f"{i:02d}.csv").write_text("id\n1\n")
+    with Discovery(str(landing), min_age_s=0.0, period_s=3600.0) as discovery:
+        thread, out = _in_background(lambda: discovery.ready(wait_s=120.0))
+        for _ in range(2000):  # until it has listed the empty directory and waits (bounded: 20 s)
+            if discovery.listings == 1:
+                break
+            time.sleep(0.01)
+        for i in range(40):
+            os.rename(elsewhere / f"{i:02d}.csv", landing / f"{i:02d}.csv")
+            time.sleep(0.002)
+        thread.join(130)
+    assert len(out["value"]) == 40 and discovery.listings == 2
+
+
 def test_a_file_still_growing_is_listed_again_when_it_would_be_old_enough(tmp_path):
     (tmp_path / "a.csv").write_text("id\n1\n")
     with Discovery(str(tmp_path), min_age_s=0.5, period_s=3600.0) as discovery:

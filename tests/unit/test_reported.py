@@ -48,7 +48,7 @@ def test_the_reconciliation_writes_offsets_verdict_dead_letters_and_its_checks_i
     dead = DeadLetters("t-dlq", rows=5, found=4)
     reconciled = Reconciled(Verdict([("topic grew by rows_sent", True, 7, 7)], "offsets"),
                             [dead_letters_check("exactly-once", dead, 0)], other_producers=2, dead_letters=dead)  # fmt: skip
-    report.add_offsets(sent.before, sent.after)
+    reported.add_offsets(report, sent)
     reported.add_reconciled(report, reconciled)
     assert report.broker["offset_delta"] == 7 and report.broker["other_producers"] == 2
     assert report.dead_letter == {"topic": "t-dlq", "rows": 5, "found": 4}

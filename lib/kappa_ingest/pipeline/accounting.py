@@ -74,6 +74,7 @@ class Accounted:
     unplanned: int  # splits Spark read that the run did not plan (none, or the plan is wrong)
     without_rows: int | None  # planned units no row begins in (after a successful job), entered by the driver
     not_written: str | None  # why the driver's entries were not written (after a failed job)
+    failure: KafkaUnavailable | None = None  # they were not written after a successful job: the run fails
 
 
 @dataclass(frozen=True)
@@ -131,17 +132,18 @@ def account(
         ]
     # Spark's writer has no place for the spark sink's entries: written once their tasks succeeded.
     by_driver = [*(entries if cfg.sink == "spark" else []), *empty]
-    not_written = None
+    not_written, failure = None, None
     try:
         ledger.write(sent.conf, cfg.ledger_topic, by_driver)
     except KafkaUnavailable as e:
         if outcome.error is None:
-            raise
-        not_written = str(e)  # the job's own failure is the one to report
+            failure = e
+        else:
+            not_written = str(e)  # the job's own failure is the one to report
     delivered = seen | {e.unit for e in by_driver}
     missing = [u for u in planned if u not in delivered and u not in before]
     return Accounted(cfg.ledger_topic, [*entries, *inherited, *empty], len(planned), len(before), sorted(delivered), missing,
-                     len(unplanned), len(empty) if outcome.error is None else None, not_written)  # fmt: skip
+                     len(unplanned), len(empty) if outcome.error is None else None, not_written, failure)  # fmt: skip
 
 
 LOCK_LOST_REST = (

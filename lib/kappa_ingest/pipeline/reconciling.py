@@ -15,6 +15,7 @@ from kappa_ingest.delivery import guarantees as delivery
 from kappa_ingest.delivery import reconcile
 from kappa_ingest.delivery.ledger import Entry
 from kappa_ingest.delivery.resume import Resumption
+from kappa_ingest.errors import KappaError
 from kappa_ingest.kafka import topics
 from kappa_ingest.kafka.settings import kafka_python_connection
 from kappa_ingest.pipeline.sending import Sent
@@ -49,6 +50,7 @@ class Reconciled:
     checks: list[Check]  # the dead-letter topic's; the broker-side sampler's
     other_producers: int = 0  # other producers that wrote to the topic during the run
     dead_letters: DeadLetters | None = None
+    failure: KappaError | None = None  # the dead-letter topic could not be read back: the run fails
 
 
 def reconcile_run(
@@ -92,16 +94,19 @@ def reconcile_run(
         verdict = reconcile.check(cfg.delivery, counted.rows_sent, delta, growth, failed, found, cfg.run_id,
                                   sent_by_file, sent_by_transaction)  # fmt: skip
     checks: list[Check] = []
-    dead_letters = None
+    dead_letters, failure = None, None
     if sent.dead_letters is not None:
-        dead_letters = reconcile_dead_letters(cfg, sent, counted.rows_quarantined)
-        checks.append(dead_letters_check(cfg.delivery, dead_letters, failed))
+        try:
+            dead_letters = reconcile_dead_letters(cfg, sent, counted.rows_quarantined)
+            checks.append(dead_letters_check(cfg.delivery, dead_letters, failed))
+        except KappaError as e:  # the data topic's verdict is reported all the same
+            failure = e
     if sent.sampled:  # what its own client read in between
         low, high = sum(sent.before.values()), sum(sent.after.values())
         checks.append(("broker-side sampler's readings lie within the run's offsets",
                        low <= min(sent.sampled) and max(sent.sampled) <= high, f"{low}..{high}",
                        f"{min(sent.sampled)}..{max(sent.sampled)}"))  # fmt: skip
-    return Reconciled(verdict, checks, others, dead_letters)
+    return Reconciled(verdict, checks, others, dead_letters, failure)
 
 
 def offset_delta(before: dict[int, int], after: dict[int, int]) -> int:

@@ -1,7 +1,8 @@
 """The run report built from the steps' typed results: each step returns what it found
 (:class:`.sending.Ready`, :class:`.sending.Sent`, :class:`.accounting.Accounted`,
-:class:`.reconciling.Reconciled`, ...) and says nothing to the report itself; this is the
-one place that writes them into it, in the sections contract §3 names."""
+:class:`.reconciling.Reconciled`, ...) and writes nothing into the report itself; these
+write them into it, in the sections contract §3 names. (The report's own joins of
+Spark's records with the tasks' counts are ``RunReport.add_run`` and its peers.)"""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import asdict
 from typing import Any
 
 from kappa_ingest.config import IngestConfig
+from kappa_ingest.kafka.endpoint import KafkaEndpoint
 from kappa_ingest.pipeline.accounting import Accounted, Elsewhere, FailureEnded
 from kappa_ingest.pipeline.reconciling import Counted, Reconciled
 from kappa_ingest.pipeline.sending import Ready, Sent
@@ -18,11 +20,15 @@ from kappa_ingest.report.run import RunReport
 from kappa_ingest.reprocess import Compared
 
 
+def add_kafka(report: RunReport, kafka: KafkaEndpoint) -> None:
+    """The Kafka the run sends to."""
+    report.bootstrap_servers = kafka.servers()
+    report.broker["embedded"] = kafka.embedded
+
+
 def add_ready(cfg: IngestConfig, report: RunReport, ready: Ready) -> None:
     """The topics as set up, the offsets before, the tasks' transactions: the run's plan."""
     t = ready.topics
-    report.bootstrap_servers = ready.servers
-    report.broker["embedded"] = ready.embedded
     if t.created:
         report.broker["topic_created"] = True
     report.broker.update(topic_partitions=t.partitions, topic_replication=t.replication)
@@ -41,6 +47,12 @@ def add_ready(cfg: IngestConfig, report: RunReport, ready: Ready) -> None:
 def add_sent(report: RunReport, sent: Sent) -> None:
     """The topic's rate curve over the send (a failed job's too)."""
     report.broker_rate = sent.broker_rate
+
+
+def add_offsets(report: RunReport, sent: Sent) -> None:
+    """The topic's end offsets after the send, if Kafka said."""
+    if sent.after is not None:
+        report.add_offsets(sent.before, sent.after)
 
 
 def add_failure_ended(report: RunReport, ended: FailureEnded) -> None:
@@ -87,10 +99,10 @@ def add_reconciled(report: RunReport, r: Reconciled) -> None:
     report.add_verdict(r.verdict)
     if r.dead_letters is not None:
         report.dead_letter = asdict(r.dead_letters)
-    if report.broker_rate:  # its first and last readings are the run's own offsets before and after
-        report.broker["rate"] = broker_rate.figures(report.broker_rate)
     if r.other_producers:
         report.broker["other_producers"] = r.other_producers
+    if report.broker_rate:  # its first and last readings are the run's own offsets before and after
+        report.broker["rate"] = broker_rate.figures(report.broker_rate)
     for name, ok, expected, actual in r.checks:
         report.check(name, ok, expected, actual)
 

@@ -44,7 +44,6 @@ class Ready:
 
     source: csv_source.Source  # its parser taking out records too large for the topic
     servers: str
-    embedded: bool  # the broker is the one the run started
     topics: Topics
     settings: dict[str, str]  # the producers': batches within the topics' limits, the transaction timeout
     conf: dict  # librdkafka settings for the driver's own Kafka clients
@@ -69,11 +68,11 @@ class Sent:
     before: dict[int, int]
     after: dict[int, int] | None  # None: Kafka did not answer after a failed job
     dead_letters: tuple[dict[int, int], dict[int, int]] | None = None  # the dead-letter topic's offsets around it
-    source: csv_source.Source | None = None  # what was sent: the source, its parser checking record sizes
     producers_before: topics.Producers | None = None  # the topic's producers before it (who else wrote?)
     kept: Kept | None = None  # where the topic's producers after it are kept for the next run
     sampled: list[int] = field(default_factory=list)  # the broker-rate sampler's own readings (offsets totals)
     broker_rate: list[dict] = field(default_factory=list)  # the topic's rate curve, from its offsets
+    failure: KafkaUnavailable | None = None  # the job succeeded, and Kafka did not say where the topic ends
 
 
 def set_up(
@@ -103,7 +102,7 @@ def set_up(
         if not kept.coordinator_warm:
             coordinator = delivery.warm_coordinator(conf, task_delivery.scope)
     dlq_before = admin.end_offsets(cfg.dead_letter_topic) if cfg.dead_letter_topic else {}
-    return Ready(source, servers, kafka.embedded, found, settings, conf, before, dlq_before, producers_before,
+    return Ready(source, servers, found, settings, conf, before, dlq_before, producers_before,
                  task_delivery, pace_from, estimated, admin, kept, coordinator)  # fmt: skip
 
 
@@ -229,6 +228,7 @@ def _sent(
     sampler = BrokerRateSampler(ready.servers, cfg.topic, ready.settings, on_sample=progress.update).start(first=before)
     after: dict[int, int] | None = None
     dead_letters = None
+    failure = None
     try:
         try:
             outcome = sinks.send(cfg.sink, ready.source, ready.settings, ready.servers, task_delivery, rate)
@@ -238,16 +238,19 @@ def _sent(
         if outcome.error is None:
             sent = sum(st.rows_sent for st in outcome.stats)
             expected = reconcile.expected_growth(sent, [st.markers for st in outcome.stats if st.transactions])
-            after = settled_offsets(admin, cfg.topic, before, expected or sent)
-            if cfg.dead_letter_topic:
-                dead_letters = (ready.dead_letters_before, admin.end_offsets(cfg.dead_letter_topic))
+            try:
+                after = settled_offsets(admin, cfg.topic, before, expected or sent)
+                if cfg.dead_letter_topic:
+                    dead_letters = (ready.dead_letters_before, admin.end_offsets(cfg.dead_letter_topic))
+            except KafkaUnavailable as e:  # the run fails (exit 4), its report with the curve so far
+                after, dead_letters, failure = None, None, e
         else:
             after = offsets_if_reachable(admin, cfg.topic)
     finally:
         # Its last sample is the settled offsets: commit markers follow a commit.
         curve = sampler.stop(last=after)
-    return Sent(outcome, task_delivery, ready.conf, before, after, dead_letters, ready.source, ready.producers_before,
-                ready.kept, list(sampler.readings), curve)  # fmt: skip
+    return Sent(outcome, task_delivery, ready.conf, before, after, dead_letters, ready.producers_before, ready.kept,
+                list(sampler.readings), curve, failure)  # fmt: skip
 
 
 def _data_topic(cfg: IngestConfig, admin: Admin) -> tuple[bool, TopicShape, str | None]:

@@ -183,7 +183,9 @@ def read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None = None, path
     if paths is None:
         paths, _ = resolve_inputs(cfg.inputs)
     plan = pinned or make_plan(spark, cfg, paths)
-    read_bytes = sum(f.size for f in plan.files if f.path in {splits.canonical_file(p) for p in paths})
+    named = {splits.canonical_file(p) for p in paths}
+    reading = [f for f in plan.files if f.path in named]
+    read_bytes = sum(f.size for f in reading)
     open_cost = 0 if cfg.partitions else splits.OPEN_COST_BYTES
     if _split_per_task(cfg):
         # No two splits in one task where a task's rows are sorted but not shuffled (each
@@ -194,11 +196,9 @@ def read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None = None, path
         # into one task: a task per split instead.
         open_cost = plan.split_bytes
     elif cfg.incremental:
-        # A watch's batch: its small files spread over about two tasks a core (a task of
-        # many files has a transaction per file all the same; a task per file cost a
-        # 1,000-file backlog 2.3x its drain time in task start-ups: docs/watch.md).
-        tasks = 2 * max(1, spark.sparkContext.defaultParallelism)
-        open_cost = max(splits.OPEN_COST_BYTES, plan.split_bytes // max(1, -(-len(paths) // tasks)))
+        # A watch's batch: its small files in tasks of as many as make it shortest (docs/watch.md).
+        open_cost = splits.waves_open_cost([f.size for f in reading], plan.split_bytes,
+                                                 spark.sparkContext.defaultParallelism)  # fmt: skip
     local = all("://" not in p or p.startswith("file:") for p in paths)
     for key, value in splits.spark_conf(plan.split_bytes, open_cost, local).items():
         spark.conf.set(key, value)

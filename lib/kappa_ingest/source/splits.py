@@ -176,6 +176,56 @@ def default_split_bytes(sizes: Iterable[int], partitions: int | None, parallelis
 LISTED_ON_THE_DRIVER = 100_000  # input paths Spark lists itself rather than in a job of its own
 
 
+# A task's own start-up (its ledger reader, its Spark and Python round trips), in the time
+# of a small file's send: what a task per file would pay on every file.
+TASK_COST_FILES = 3
+
+
+def spark_packing(sizes: list[int], split_bytes: int, open_cost: int) -> list[int]:
+    """How many files each task holds as Spark 4 packs whole files (``FilePartition.
+    getFilePartitions``: largest first, a task closed when the next file would take it past
+    ``split_bytes``, each file before counted with the open cost)."""
+    tasks: list[int] = []
+    files, size = 0, 0
+    for s in sorted(sizes, reverse=True):
+        if files and size + s > split_bytes:
+            tasks.append(files)
+            files, size = 0, 0
+        files += 1
+        size += s + open_cost
+    return [*tasks, files] if files else tasks
+
+
+def waves_open_cost(sizes: list[int], split_bytes: int, cores: int) -> int:
+    """The open cost that makes Spark pack small files (a watch batch's) into tasks of as
+    many files as make the batch shortest on ``cores``: waves of tasks x (the most files
+    a task holds + a task's own cost), by Spark's packing of these files, Spark's own open
+    cost among the choices and none with more files a task than it (a 250-file batch of
+    432 KB files was 17 tasks on 2 cores, the last running alone while the other core
+    idled; now 18)."""
+    n = len(sizes)
+    if n == 0:
+        return OPEN_COST_BYTES
+    sizes = sorted(sizes, reverse=True)
+    small, large = sizes[-1], sizes[0]
+    most = max(spark_packing(sizes, split_bytes, OPEN_COST_BYTES))  # no task of more files than Spark's own
+    choices = {OPEN_COST_BYTES, max(0, split_bytes - small)}  # Spark's own; a file a task
+    for q in range(2, most + 1):
+        fits = (split_bytes - q * large) / (q - 1)  # q files fit, even the largest
+        if fits < 0:
+            break
+        spills = (split_bytes - (q + 1) * small) / q  # a q+1-th does not, even of the smallest
+        choices.add(max(0, int((fits + spills) / 2) if spills < fits else int(fits)))
+
+    def batch_time(cost: int) -> tuple[float, int]:
+        tasks = spark_packing(sizes, split_bytes, cost)
+        if max(tasks) > most:
+            return float("inf"), 0
+        return -(-len(tasks) // cores) * (max(tasks) + TASK_COST_FILES), len(tasks)  # a tie: fewer tasks
+
+    return min(sorted(choices), key=batch_time)
+
+
 def spark_conf(split_bytes: int, open_cost_bytes: int, local: bool = False) -> dict[str, str]:
     """Settings that make Spark's file scan split at exactly ``split_bytes``: with one
     minimum partition its bytes-per-core term is the whole input, so the split size is

@@ -21,6 +21,8 @@ from kappa_ingest.s3.access import S3Access, is_s3
 from kappa_ingest.watch.landing import Landed, Settling, list_landed
 
 READS = ("opened", "closed_no_write")  # events of files read, not changed: no reason to list again
+# A notification's burst: over once nothing happened for QUIET_S; listed after BURST_S at the latest.
+QUIET_S, BURST_S = 0.05, 1.0
 
 
 class Discovery:
@@ -85,9 +87,21 @@ class Discovery:
             if self._nudged.wait(max(0.0, wake - now)):
                 if self._woken:
                     return []
+                self._quiet()
                 continue
             if self.clock() >= deadline:
                 return []
+
+    def _quiet(self) -> None:
+        """After a notification, wait until the landing has been quiet for ``QUIET_S`` (at
+        most ``BURST_S``): a burst of renames (a backlog moved in at once) is listed once it
+        is over, as one batch, not as its first few files and then the rest."""
+        end = time.monotonic() + BURST_S
+        while not self._woken:
+            self._nudged.clear()
+            left = end - time.monotonic()
+            if left <= 0 or not self._nudged.wait(min(QUIET_S, left)):
+                return
 
 
 def _watched(where: str) -> tuple[str, bool]:
