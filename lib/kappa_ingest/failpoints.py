@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 ENV = "KAPPA_INGEST_HOLD_AT"
-MID_SEND = "mid-send"  # a transaction's first records handed to the producer
+MID_SEND = "mid-send"  # a transaction's first records at the broker (flushed), the transaction open
 BEFORE_COMMIT = "before-commit"
 COMMIT_RETRY = "commit-retry"  # a commit timed out (retriable), about to be called again
 AFTER_COMMIT = "after-commit"
@@ -26,13 +26,16 @@ WATCH_SENT = "watch-sent"  # a watch's driver, its batch committed, its files no
 LONGEST_S = 600.0
 
 
-def hold(point: str, name: str) -> None:
+def armed(point: str) -> bool:
+    """Whether a task reaching ``point`` will hold there."""
     spec = os.environ.get(ENV)
-    if not spec:
+    return bool(spec) and point in spec.partition(":")[0].split(",")
+
+
+def hold(point: str, name: str) -> None:
+    if not armed(point):
         return
-    wanted, _, directory = spec.partition(":")
-    if point not in wanted.split(","):
-        return
+    directory = os.environ[ENV].partition(":")[2]
     marker = Path(directory) / f"{name.replace('/', '_')}.{point}"
     # Whole or not at all: a test polling the directory reads the PID the moment the name appears.
     partial = marker.with_name(f".{marker.name}.{os.getpid()}")

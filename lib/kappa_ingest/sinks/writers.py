@@ -93,6 +93,10 @@ class Writer:
             self._lose_transaction()
         if self.first_send is not None:
             txid, self.first_send = self.first_send, None
+            if failpoints.armed(failpoints.MID_SEND) and self.producer is not None:
+                # Held with its records at the broker: a kill then lands on an open transaction
+                # the broker knows, not on records still in the producer's buffer.
+                self.producer.flush()
             failpoints.hold(failpoints.MID_SEND, txid)
 
     def send_dead_letters(self, letters: list[tuple[bytes, list[tuple[str, bytes]]]]) -> None:
