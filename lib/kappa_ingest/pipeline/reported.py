@@ -7,7 +7,6 @@ Spark's records with the tasks' counts are ``RunReport.add_run`` and its peers.)
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
 
 from kappa_ingest.config import IngestConfig
 from kappa_ingest.kafka.endpoint import KafkaEndpoint
@@ -122,9 +121,8 @@ def add_quarantine(report: RunReport, where: str, reasons: dict[str, int]) -> No
 def add_replay(report: RunReport, c: Compared) -> None:
     """Both topics of a replay compared."""
     assert report.reprocess is not None
-    replay: dict[str, Any] = report.reprocess
-    replay["compare"] = c.sides
+    report.reprocess["compare"] = c.sides
     if c.retention_warning:
-        replay["retention_warning"] = c.retention_warning
+        report.reprocess["retention_warning"] = c.retention_warning
     report.check("the new topic holds rows_sent records of this run (read_committed)",
                  c.new_records == report.rows_sent, report.rows_sent, c.new_records)  # fmt: skip

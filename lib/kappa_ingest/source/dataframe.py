@@ -268,13 +268,11 @@ def read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None = None, path
 
 
 def _store_tasks(plan: Plan, paths: list[str], open_cost: int) -> int:
-    """The tasks Spark's file scan would pack the splits of ``paths`` into (each task up to
-    a split's bytes, each file costing ``open_cost`` more), so that objects in a store are
-    read by as many tasks as local files of their sizes."""
+    """The tasks Spark's file scan would pack the splits of ``paths`` into, so that objects
+    in a store are read by as many tasks as local files of their sizes."""
     names = {splits.canonical_file(p) for p in paths}
     sizes = [length for f in plan.files if f.path in names for _, length in plan.splits(f)]
-    packed = -(-sum(n + open_cost for n in sizes) // max(1, plan.split_bytes))
-    return max(1, min(len(sizes), packed))
+    return max(1, len(splits.spark_packing(sizes, plan.split_bytes, open_cost)))
 
 
 def _moved_lines(
