@@ -44,3 +44,12 @@ def test_row_estimate_is_close(tmp_path, gz):
     path = datagen.generate("wide30", 50_000, tmp_path / "in.csv", gzip_output=gz)
     assert estimate_rows([str(path)], header=True) == pytest.approx(50_000, rel=0.05)
     assert estimate_rows(["hdfs:///x.csv"], header=True) is None
+
+
+def test_row_estimate_of_many_files_reads_a_sample_of_them(tmp_path, monkeypatch):
+    paths = [str(datagen.generate("debs2012", 200 + 10 * i, tmp_path / f"{i:03d}.csv", seed=i)) for i in range(100)]
+    opened: list[str] = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda p, *a, **k: (opened.append(p), real_open(p, *a, **k))[1])
+    assert estimate_rows(paths, header=True) == pytest.approx(sum(200 + 10 * i for i in range(100)), rel=0.05)
+    assert len(opened) <= 16

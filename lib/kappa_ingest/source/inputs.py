@@ -168,24 +168,34 @@ def check_head(
 
 
 SAMPLE_BYTES = 1 << 20
+# Files of a many-file input read for the estimate, spread over it; the others are taken to be
+# like them (a watch batch of 250 small files read them all: 0.2 s of every batch).
+SAMPLE_FILES = 16
 
 
 def estimate_rows(paths: list[str], header: bool) -> int | None:
     """Rows expected from the files' sizes and the line length of their first megabyte
-    (uncompressed size estimated for gzip); None for remote inputs."""
+    (uncompressed size estimated for gzip), of at most SAMPLE_FILES files of each kind
+    (plain, gzip); None for remote inputs."""
+    if any("://" in p or not os.path.isfile(p) for p in paths):
+        return None
     total_lines = 0.0
-    for p in paths:
-        if "://" in p or not os.path.isfile(p):
-            return None
-        size = os.path.getsize(p)
-        with open(p, "rb") as f:
-            head = f.read(SAMPLE_BYTES)
-        sample = head
-        if p.endswith(".gz"):
-            # Inflate the first compressed megabyte: its ratio scales the file's size.
-            sample = zlib.decompressobj(wbits=31).decompress(head)
-            size = int(size * len(sample) / max(1, len(head)))
-        lines = sample.count(b"\n") or 1
-        total_lines += size / (len(sample) / lines) if sample else 0
-        total_lines -= 1 if header else 0
-    return max(0, round(total_lines))
+    for kind in (False, True):
+        files = [p for p in paths if p.endswith(".gz") == kind]
+        if not files:
+            continue
+        step = -(-len(files) // SAMPLE_FILES)
+        per_byte: dict[str, float] = {p: _lines_per_byte(p) for p in files[::step]}
+        usual = sum(per_byte.values()) / len(per_byte)
+        total_lines += sum(os.path.getsize(p) * per_byte.get(p, usual) for p in files)
+    return max(0, round(total_lines - (len(paths) if header else 0)))
+
+
+def _lines_per_byte(path: str) -> float:
+    """Lines per byte of the file as stored, from its first megabyte (inflated for gzip)."""
+    with open(path, "rb") as f:
+        head = f.read(SAMPLE_BYTES)
+    if not head:
+        return 0.0
+    sample = zlib.decompressobj(wbits=31).decompress(head) if path.endswith(".gz") else head
+    return (sample.count(b"\n") or 1) / len(head)

@@ -196,19 +196,24 @@ def spark_packing(sizes: list[int], split_bytes: int, open_cost: int) -> list[in
     return [*tasks, files] if files else tasks
 
 
+def ingest_packing(sizes: list[int], cores: int) -> list[int]:
+    """How many files each task holds where ``ingest`` reads these files (whole, at its own split size)."""
+    return spark_packing(sizes, default_split_bytes(sizes, None, cores)[0], OPEN_COST_BYTES)
+
+
 def waves_open_cost(sizes: list[int], split_bytes: int, cores: int) -> int:
     """The open cost that makes Spark pack small files (a watch batch's) into tasks of as
     many files as make the batch shortest on ``cores``: waves of tasks x (the most files
     a task holds + a task's own cost), by Spark's packing of these files, Spark's own open
-    cost among the choices and none with more files a task than it (a 250-file batch of
-    432 KB files was 17 tasks on 2 cores, the last running alone while the other core
-    idled; now 18)."""
+    cost among the choices and none with more files a task than ``ingest`` would pack them
+    (a 250-file batch of 432 KB files was 17 tasks of 14 on 2 cores, the last running alone
+    while the other core idled; now 10 of 25, as ``ingest`` packs 29)."""
     n = len(sizes)
     if n == 0:
         return OPEN_COST_BYTES
     sizes = sorted(sizes, reverse=True)
     small, large = sizes[-1], sizes[0]
-    most = max(spark_packing(sizes, split_bytes, OPEN_COST_BYTES))  # no task of more files than Spark's own
+    most = max(ingest_packing(sizes, cores))  # no task of more files than ingest's
     choices = {OPEN_COST_BYTES, max(0, split_bytes - small)}  # Spark's own; a file a task
     for q in range(2, most + 1):
         fits = (split_bytes - q * large) / (q - 1)  # q files fit, even the largest
