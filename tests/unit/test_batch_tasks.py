@@ -1,7 +1,8 @@
 """A watch batch's small files packed into tasks of as many files as make the batch
 shortest: no last task running alone while the other cores idle (a 250-file batch of the
-backlog bench was 17 tasks of 14 on 2 cores), none of more files than ``ingest`` packs. The
-packing is Spark's own, simulated, and checked against a real Spark scan."""
+backlog bench was 17 tasks on 2 cores at Spark's own open cost), none of more files than
+``ingest`` or Spark's own packs. The packing is Spark's own, simulated, and checked against a
+real Spark scan."""
 
 from __future__ import annotations
 
@@ -41,8 +42,20 @@ def test_a_batch_is_never_longer_than_at_spark_own_open_cost_nor_its_tasks_large
     sizes = [rnd.randint(size * 7 // 10, size * 13 // 10) for _ in range(files)]
     tasks = _tasks(sizes, cores)
     usual = spark_packing(sizes, INCREMENTAL_SPLIT_BYTES, OPEN_COST_BYTES)
-    assert sum(tasks) == files and max(tasks) <= max(ingest_packing(sizes, cores))
+    assert sum(tasks) == files and max(tasks) <= max(*ingest_packing(sizes, cores), *usual)
     assert _time(tasks, cores) <= _time(usual, cores)
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_files_of_very_different_sizes_are_never_slower_than_at_spark_own_open_cost(seed):
+    """(With the cap of ``ingest``'s packing alone, one 60 MB file beside 16 small ones
+    went as 17 tasks of one file, and three of 5 MB as three tasks on two cores.)"""
+    rnd = random.Random(seed)
+    sizes = [rnd.choice([rnd.randint(1, 200_000), rnd.randint(1 << 20, 60 << 20)]) for _ in range(rnd.randint(1, 40))]
+    cores = rnd.choice([1, 2, 4, 16])
+    usual = spark_packing(sizes, INCREMENTAL_SPLIT_BYTES, OPEN_COST_BYTES)
+    assert _time(_tasks(sizes, cores), cores) <= _time(usual, cores)
+    assert _time(_tasks([60 << 20] + [100_000] * 16, 2), 2) <= _time([1, 16], 2)
 
 
 def test_a_few_files_are_spread_over_the_cores():

@@ -53,3 +53,13 @@ def test_row_estimate_of_many_files_reads_a_sample_of_them(tmp_path, monkeypatch
     monkeypatch.setattr("builtins.open", lambda p, *a, **k: (opened.append(p), real_open(p, *a, **k))[1])
     assert estimate_rows(paths, header=True) == pytest.approx(sum(200 + 10 * i for i in range(100)), rel=0.05)
     assert len(opened) <= 16
+
+
+def test_row_estimate_is_led_by_the_largest_files_not_by_empty_ones(tmp_path):
+    big = datagen.generate("debs2012", 20_000, tmp_path / "big.csv", seed=1)
+    small = [datagen.generate("wide30", 5, tmp_path / f"s{i:02d}.csv", seed=i) for i in range(16)]
+    empty = [tmp_path / f"e{i:02d}.csv" for i in range(16)]
+    for e in empty:
+        e.write_bytes(b"")
+    paths = [str(p) for p in (*small, big, *empty)]
+    assert estimate_rows(paths, header=True) == pytest.approx(20_000 + 16 * 5, rel=0.05)

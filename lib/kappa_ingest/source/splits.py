@@ -205,15 +205,16 @@ def waves_open_cost(sizes: list[int], split_bytes: int, cores: int) -> int:
     """The open cost that makes Spark pack small files (a watch batch's) into tasks of as
     many files as make the batch shortest on ``cores``: waves of tasks x (the most files
     a task holds + a task's own cost), by Spark's packing of these files, Spark's own open
-    cost among the choices and none with more files a task than ``ingest`` would pack them
-    (a 250-file batch of 432 KB files was 17 tasks of 14 on 2 cores, the last running alone
-    while the other core idled; now 10 of 25, as ``ingest`` packs 29)."""
+    cost among the choices and none with more files a task than ``ingest`` or Spark's own
+    would pack (a 250-file batch of 432 KB files was 17 tasks at Spark's own, 16 of 15 and the
+    last of 10 running alone while the other core idled; then 18 with a cap of 15; now 10 of
+    25, as ``ingest`` packs 29)."""
     n = len(sizes)
     if n == 0:
         return OPEN_COST_BYTES
     sizes = sorted(sizes, reverse=True)
     small, large = sizes[-1], sizes[0]
-    most = max(ingest_packing(sizes, cores))  # no task of more files than ingest's
+    most = max(*ingest_packing(sizes, cores), *spark_packing(sizes, split_bytes, OPEN_COST_BYTES))
     choices = {OPEN_COST_BYTES, max(0, split_bytes - small)}  # Spark's own; a file a task
     for q in range(2, most + 1):
         fits = (split_bytes - q * large) / (q - 1)  # q files fit, even the largest
