@@ -1,14 +1,79 @@
 """CPU seconds and peak resident memory of a command's whole process tree (the JVM, its
-Python workers, their producers), sampled a few times a second with psutil."""
+Python workers, their producers), sampled ten times a second with psutil; and each
+process's CPU over time, by group, so that a window of the run (its sending, as the broker
+saw it) can be charged to the processes that spent it."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psutil
+
+SAMPLE_S = 0.1
+
+# The groups a run's CPU is told by (issue 32: microseconds a row, by process).
+BROKER = "broker"
+SPARK_JVM = "Spark JVM"  # the driver's JVM (with the executors, under local[N])
+EXECUTOR_JVM = "executor JVMs"  # local-cluster and standalone executors
+PYTHON_WORKERS = "Python workers"
+DRIVER_PYTHON = "driver Python"
+PRODUCER_JVM = "producer JVM"  # Kafka's ProducerPerformance
+OTHER = "other"
+
+
+def process_group(cmdline: list[str]) -> str:
+    """The group a process's CPU is counted in, from its command line."""
+    line = " ".join(cmdline)
+    program = cmdline[0].rsplit("/", 1)[-1] if cmdline else ""
+    if program == "java" or program.startswith("java"):
+        if "ProducerPerformance" in line:
+            return PRODUCER_JVM
+        if "CoarseGrainedExecutorBackend" in line:
+            return EXECUTOR_JVM
+        if "kafka.Kafka" in line:
+            return BROKER
+        return SPARK_JVM
+    if "pyspark.daemon" in line or "pyspark.worker" in line or "worker_daemon" in line:
+        return PYTHON_WORKERS
+    if program.startswith("python") or "kappa-ingest" in line:
+        return DRIVER_PYTHON
+    return OTHER
+
+
+@dataclass
+class CpuTimeline:
+    """Each process's cumulative CPU seconds at each sample (wall-clock seconds, epoch)."""
+
+    times: list[float] = field(default_factory=list)
+    cpu: list[dict[int, float]] = field(default_factory=list)
+    groups: dict[int, str] = field(default_factory=dict)
+
+    def add(self, at: float, readings: dict[int, float]) -> None:
+        self.times.append(at)
+        self.cpu.append(readings)
+
+    def between(self, t0: float, t1: float) -> dict[str, float]:
+        """CPU seconds each group spent from ``t0`` to ``t1``: each process's cumulative CPU
+        read at both ends, interpolated between the samples around them (a process not yet
+        seen has spent nothing; one gone keeps its last reading)."""
+        spent: dict[str, float] = {}
+        for pid, group in self.groups.items():
+            used = self._at(pid, t1) - self._at(pid, t0)
+            spent[group] = spent.get(group, 0.0) + max(0.0, used)
+        return {g: round(s, 3) for g, s in sorted(spent.items())}
+
+    def _at(self, pid: int, t: float) -> float:
+        seen = [(at, r[pid]) for at, r in zip(self.times, self.cpu, strict=True) if pid in r]
+        if not seen or t <= seen[0][0]:
+            return 0.0 if not seen or t < seen[0][0] else seen[0][1]
+        for (a, ca), (b, cb) in itertools.pairwise(seen):
+            if a <= t <= b:
+                return ca + (cb - ca) * (t - a) / (b - a) if b > a else cb
+        return seen[-1][1]
 
 
 @dataclass
@@ -19,18 +84,27 @@ class Usage:
     peak_rss_mb: float
     stdout: str
     stderr: str
+    timeline: CpuTimeline = field(default_factory=CpuTimeline)
 
 
+# Long: one sampler thread beside the command, its readings kept for the window asked later.
 def run_measured(
-    cmd: list[str], env: dict[str, str] | None = None, timeout_s: float = 1800, cwd: str | None = None
+    cmd: list[str],
+    env: dict[str, str] | None = None,
+    timeout_s: float = 1800,
+    cwd: str | None = None,
+    beside: dict[int, str] | None = None,
 ) -> Usage:
-    """Run ``cmd`` to completion; its tree's CPU time (last reading of every process seen)
-    and the peak of its summed RSS."""
+    """Run ``cmd`` to completion; its tree's CPU time (last reading of every process seen),
+    the peak of its summed RSS, and every process's CPU over time; ``beside``: processes
+    outside the tree sampled too (pid: group; the broker), not counted in ``cpu_s``."""
     started = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
+    timeline = CpuTimeline(groups=dict(beside or {}))
     cpu: dict[int, float] = {}
     peak = 0.0
     done = threading.Event()
+    others = [psutil.Process(pid) for pid in beside or {}]
 
     def sample() -> None:
         nonlocal peak
@@ -41,15 +115,25 @@ def run_measured(
             except psutil.Error:
                 break
             rss = 0
+            readings: dict[int, float] = {}
             for p in procs:
                 try:
                     t = p.cpu_times()
-                    cpu[p.pid] = t.user + t.system
+                    if timeline.groups.get(p.pid, OTHER) == OTHER:  # (``env`` first, then what it runs)
+                        timeline.groups[p.pid] = process_group(p.cmdline())
+                    cpu[p.pid] = readings[p.pid] = t.user + t.system
                     rss += p.memory_info().rss
                 except psutil.Error:
                     continue
+            for p in others:
+                try:
+                    t = p.cpu_times()
+                    readings[p.pid] = t.user + t.system
+                except psutil.Error:
+                    continue
+            timeline.add(time.time(), readings)
             peak = max(peak, rss / 2**20)
-            done.wait(0.2)
+            done.wait(SAMPLE_S)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -60,7 +144,8 @@ def run_measured(
         sampler.join(5)
         if proc.poll() is None:
             proc.kill()
-    return Usage(proc.returncode, time.monotonic() - started, round(sum(cpu.values()), 2), round(peak, 1), out, err)
+    return Usage(proc.returncode, time.monotonic() - started, round(sum(cpu.values()), 2), round(peak, 1), out, err,
+                 timeline)  # fmt: skip
 
 
 def cpu_seconds(pid: int) -> float:

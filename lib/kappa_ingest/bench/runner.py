@@ -23,6 +23,7 @@ import pyarrow.csv as pcsv
 
 from kappa_ingest import datagen
 from kappa_ingest.bench import store as bench_store
+from kappa_ingest.bench.broker_clock import BrokerClock
 from kappa_ingest.bench.contestants import (
     BASELINE,
     CONTESTANTS,
@@ -31,7 +32,7 @@ from kappa_ingest.bench.contestants import (
     Contestant,
     Context,
 )
-from kappa_ingest.bench.monitor import cpu_seconds, run_measured
+from kappa_ingest.bench.monitor import BROKER, cpu_seconds, run_measured
 from kappa_ingest.kafka import broker as local_kafka
 from kappa_ingest.kafka.topics import Admin
 from kappa_ingest.report import plots
@@ -59,6 +60,11 @@ class RunResult:
     cpu_s: float
     broker_cpu_s: float
     peak_rss_mb: float
+    # The sending window on the broker's clock (the topic's offsets, the same for every
+    # contestant), its rate, and the CPU each group of processes spent in it, per row.
+    broker_window_s: float | None = None
+    broker_rows_per_s: float | None = None
+    window_cpu_us_per_row: dict[str, float] | None = None
 
 
 def payload_file(input_path: Path, out: Path) -> tuple[Path, float]:
@@ -105,7 +111,11 @@ def run_contestant(c: Contestant, ctx: Context, layout: str, repeat: int, admin:
         env.update(
             AWS_SHARED_CREDENTIALS_FILE=str(ctx.store.state_dir / "credentials"), AWS_EC2_METADATA_DISABLED="true"
         )
-    usage = run_measured(c.command(ctx, topic), env=env)
+    clock = BrokerClock(admin, topic, 2).start()
+    try:
+        usage = run_measured(c.command(ctx, topic), env=env, beside={broker_pid: BROKER})
+    finally:
+        clock.stop()
     broker_cpu = cpu_seconds(broker_pid) - broker_before
     if usage.returncode != 0:
         raise RuntimeError(f"{c.name} exited {usage.returncode}: {usage.stderr.strip()[-400:]}")
@@ -118,10 +128,19 @@ def run_contestant(c: Contestant, ctx: Context, layout: str, repeat: int, admin:
     if c.secure:
         admin.close()
     rate = timing.rows / timing.ingest_s
-    return RunResult(layout, ctx.rows, c.name, c.kind, repeat, timing.rows, broker_rows, round(timing.ingest_s, 3),
-                     round(timing.startup_s, 3), round(usage.wall_s, 3), round(rate, 1),
-                     round(rate * size / 1e6, 2), round(size, 1), usage.cpu_s, round(broker_cpu, 2),
-                     usage.peak_rss_mb)  # fmt: skip
+    result = RunResult(layout, ctx.rows, c.name, c.kind, repeat, timing.rows, broker_rows, round(timing.ingest_s, 3),
+                       round(timing.startup_s, 3), round(usage.wall_s, 3), round(rate, 1),
+                       round(rate * size / 1e6, 2), round(size, 1), usage.cpu_s, round(broker_cpu, 2),
+                       usage.peak_rss_mb)  # fmt: skip
+    window = clock.window(before, before + broker_rows)
+    if window is not None:
+        t0, t1 = window
+        result.broker_window_s = round(t1 - t0, 3)
+        result.broker_rows_per_s = round(timing.rows / (t1 - t0), 1)
+        result.window_cpu_us_per_row = {
+            group: round(s * 1e6 / timing.rows, 2) for group, s in usage.timeline.between(t0, t1).items()
+        }
+    return result
 
 
 def warm_up_broker(ctx: Context, layout: str, admin: Admin, broker_pid: int) -> None:
@@ -170,6 +189,7 @@ def summarise(results: list[RunResult]) -> list[dict[str, Any]]:
                 "command_to_exit_max_s": max(r.wall_s for r in rs),
                 # What the user waits for beyond the sending window: start-up, set-up, the end.
                 "fixed_cost_s": round(statistics.median(r.wall_s - r.ingest_s for r in rs), 2),
+                **_on_broker_clock(rs),
             }
         )
     for key in {(r["layout"], r["row_set"]) for r in rows}:
@@ -199,6 +219,7 @@ def summarise(results: list[RunResult]) -> list[dict[str, Any]]:
             naive = by_name.get(NAIVE_FORM.get(r["contestant"], ""))
             r["x_naive"] = round(r["rows_per_s"] / naive, 2) if naive else None
             r["x_ceiling"] = round(r["rows_per_s"] / ceiling, 3) if ceiling else None
+            _beyond_ceiling(r, next((m for m in mine if m["kind"] == "ceiling"), None))
             r["x_classic"] = round(r["rows_per_s"] / classic, 2) if classic else None
             r["x_plain_spark"] = round(r["rows_per_s"] / plain["rows_per_s"], 2) if plain else None
             # Command to exit as a share of plain Spark's on the same input (lower is better).
@@ -208,6 +229,34 @@ def summarise(results: list[RunResult]) -> list[dict[str, Any]]:
             )
     regression(rows)
     return sorted(rows, key=lambda r: (r["layout"], r["row_set"]))
+
+
+def _on_broker_clock(rs: list[RunResult]) -> dict[str, Any]:
+    """The runs' median rate and CPU per row by process group in their sending windows, as
+    the broker's offsets timed them (runs whose window the readings did not show left out)."""
+    timed = [r for r in rs if r.broker_rows_per_s and r.window_cpu_us_per_row is not None]
+    if not timed:
+        return {"broker_rows_per_s": None, "window_us_per_row": None}
+    groups = sorted({g for r in timed for g in r.window_cpu_us_per_row or {}})
+    per_group = {g: round(statistics.median((r.window_cpu_us_per_row or {}).get(g, 0.0) for r in timed), 2)
+                 for g in groups}  # fmt: skip
+    total = round(statistics.median(sum((r.window_cpu_us_per_row or {}).values()) for r in timed), 2)
+    return {"broker_rows_per_s": statistics.median(r.broker_rows_per_s or 0.0 for r in timed),
+            "broker_window_s": statistics.median(r.broker_window_s or 0.0 for r in timed),
+            "window_us_per_row": {**per_group, "total": total}}  # fmt: skip
+
+
+def _beyond_ceiling(r: dict[str, Any], ceiling: dict[str, Any] | None) -> None:
+    """The contestant's rate over the ceiling's on the broker's clock, and its CPU per row
+    beyond the ceiling's, in all and by process group (issue 32's measure)."""
+    mine, theirs = r.get("window_us_per_row"), (ceiling or {}).get("window_us_per_row")
+    rate, ceiling_rate = r.get("broker_rows_per_s"), (ceiling or {}).get("broker_rows_per_s")
+    r["x_ceiling_broker_clock"] = round(rate / ceiling_rate, 3) if rate and ceiling_rate else None
+    if mine is None or theirs is None:
+        r["us_per_row_beyond_ceiling"] = None
+        return
+    r["us_per_row_beyond_ceiling"] = {g: round(mine.get(g, 0.0) - theirs.get(g, 0.0), 2)
+                                      for g in sorted(set(mine) | set(theirs))}  # fmt: skip
 
 
 VERSUS = {c.name: c.versus for c in CONTESTANTS if c.versus}
@@ -235,6 +284,7 @@ def markdown(summary: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"{r['ingest_s']:.2f} | {r['fixed_cost_s']:.1f} | {_x(r.get('exit_vs_plain_spark'))} | "
             f"{r['cpu_us_per_row']} | {r['broker_cpu_s']:.1f} | {r['peak_rss_mb']:,.0f} |"
         )
+    lines += _cpu_markdown(summary)
     skipped = meta.get("skipped") or {}
     lines += [""] + [f"- skipped {name}: {why}" for name, why in skipped.items()]
     exits = {(r["layout"], r["row_set"], r["contestant"]): r["command_to_exit_s"] for r in summary}
@@ -252,6 +302,28 @@ def markdown(summary: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     ]
     lines += targets_markdown(checks(summary))
     return "\n".join(lines) + "\n"
+
+
+def _cpu_markdown(summary: list[dict[str, Any]]) -> list[str]:
+    """CPU per row in the sending window on the broker's clock, by process group, and what
+    each contestant spends beyond the ceiling in each."""
+    timed = [r for r in summary if r.get("window_us_per_row")]
+    if not timed:
+        return []
+    groups = sorted({g for r in timed for g in r["window_us_per_row"] if g != "total"})
+    lines = ["", "CPU µs per row in the sending window (the broker's clock: the topic's offsets read every 50 ms;"
+             " medians; [beyond the ceiling's])", "",
+             "| layout | input rows | contestant | rows/s, broker's clock | × ceiling | " + " | ".join(groups)
+             + " | total |", "|" + " --- |" * (len(groups) + 6)]  # fmt: skip
+    for r in timed:
+        beyond = r.get("us_per_row_beyond_ceiling") or {}
+        cells = [
+            f"{r['window_us_per_row'].get(g, 0.0):.2f}" + (f" [{beyond[g]:+.2f}]" if r["kind"] != "ceiling" and g in beyond else "")
+            for g in [*groups, "total"]
+        ]  # fmt: skip
+        lines.append(f"| {r['layout']} | {r['row_set']:,} | {r['contestant']} | {r['broker_rows_per_s']:,.0f} | "
+                     f"{_x(r.get('x_ceiling_broker_clock'))} | " + " | ".join(cells) + " |")  # fmt: skip
+    return lines
 
 
 @dataclass(frozen=True)

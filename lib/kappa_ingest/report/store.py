@@ -86,7 +86,8 @@ BENCH = _schema(
     ("run_id", S), ("layout", S), ("row_set", L), ("contestant", S), ("kind", S), ("repeat", INT), ("rows", L),
     ("broker_rows", L),
     ("ingest_s", D), ("startup_s", D), ("wall_s", D), ("rows_per_s", D), ("mb_per_s", D), ("record_bytes", D),
-    ("cpu_s", D), ("broker_cpu_s", D), ("peak_rss_mb", D),
+    ("cpu_s", D), ("broker_cpu_s", D), ("peak_rss_mb", D), ("broker_window_s", D), ("broker_rows_per_s", D),
+    ("window_cpu_us_per_row", S),
 )  # fmt: skip
 LEDGER = _schema(
     ("run_id", S), ("lineage", S), ("topic", S), ("file", S), ("split_start", L), ("split_length", L), ("part", INT),
@@ -205,7 +206,10 @@ def ledger_rows(entries: list[Any]) -> list[dict[str, Any]]:
 
 
 def record_bench(metrics_dir: MetricsDir, bench_id: str, runs: list[dict[str, Any]]) -> None:
-    append(metrics_dir, {"bench": [{**r, "run_id": bench_id} for r in runs]})
+    rows = [
+        {**r, "run_id": bench_id, "window_cpu_us_per_row": json.dumps(r.get("window_cpu_us_per_row"))} for r in runs
+    ]
+    append(metrics_dir, {"bench": rows})
 
 
 def exists(metrics_dir: MetricsDir, name: str = "runs") -> bool:

@@ -1,0 +1,83 @@
+"""The bench's CPU per row by process in the sending window on the broker's clock (issue
+32): a real child process's CPU read over time and charged to a window, the window found in
+the topic's offsets, and the table of what a contestant spends beyond the ceiling."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from kappa_ingest.bench.broker_clock import sending_window
+from kappa_ingest.bench.monitor import (
+    BROKER,
+    DRIVER_PYTHON,
+    EXECUTOR_JVM,
+    OTHER,
+    PRODUCER_JVM,
+    PYTHON_WORKERS,
+    SPARK_JVM,
+    process_group,
+    run_measured,
+)
+from kappa_ingest.bench.runner import RunResult, markdown, summarise
+
+# Sleeps 1 s, then spins 1 s of CPU, then sleeps 1 s: the spin is charged to its window alone.
+SPIN = "import time; time.sleep(1); t = time.process_time(); exec('while time.process_time() - t < 1: pass'); time.sleep(1)"
+
+
+def test_a_child_s_cpu_is_charged_to_the_window_it_was_spent_in():
+    usage = run_measured([sys.executable, "-c", SPIN])
+    assert usage.returncode == 0 and usage.cpu_s == pytest.approx(1.0, abs=0.3)
+    times = usage.timeline.times
+    start, end = times[0], times[-1]
+    assert usage.timeline.between(start, start + 0.8)[DRIVER_PYTHON] < 0.15  # its first second: asleep
+    assert usage.timeline.between(start + 0.8, end - 0.8)[DRIVER_PYTHON] == pytest.approx(1.0, abs=0.25)
+    assert usage.timeline.between(end - 0.8, end)[DRIVER_PYTHON] < 0.15
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "group"),
+    [
+        (["/usr/bin/java", "-cp", "x", "kafka.Kafka", "server.properties"], BROKER),
+        (["java", "-cp", "x", "org.apache.kafka.tools.ProducerPerformance", "--topic", "t"], PRODUCER_JVM),
+        (["/usr/lib/jvm/bin/java", "-cp", "x", "org.apache.spark.deploy.SparkSubmit", "pyspark-shell"], SPARK_JVM),
+        (["java", "org.apache.spark.executor.CoarseGrainedExecutorBackend", "--driver-url", "x"], EXECUTOR_JVM),
+        (["/work/.venv/bin/python", "-m", "pyspark.daemon"], PYTHON_WORKERS),
+        (["/work/.venv/bin/python", "-m", "kappa_ingest.spark.worker_daemon"], PYTHON_WORKERS),
+        (["/work/.venv/bin/python", "/work/.venv/bin/kappa-ingest", "ingest", "--input", "x"], DRIVER_PYTHON),
+        (["kcat", "-P", "-b", "x"], OTHER),
+    ],
+)
+def test_processes_are_told_apart_by_their_command_lines(cmdline, group):
+    assert process_group(cmdline) == group
+
+
+def test_the_window_runs_from_the_last_reading_before_the_first_record_to_the_first_with_all():
+    readings = [(0.0, 100), (0.1, 100), (0.2, 150), (0.3, 900), (0.4, 1100), (0.5, 1100)]
+    assert sending_window(readings, 100, 1100) == (0.1, 0.4)
+    assert sending_window(readings, 100, 1200) is None  # never all in
+    assert sending_window(readings[2:], 100, 1100) is None  # the start not seen
+
+
+def _run(name: str, kind: str, window_s: float, us: dict[str, float], i: int) -> RunResult:
+    rows = 1_000_000
+    return RunResult("wide30", rows, name, kind, i, rows, rows, window_s, 5.0, 20.0, rows / window_s, 50.0, 300.0,
+                     20.0, 3.0, 1500.0, window_s, rows / window_s, us)  # fmt: skip
+
+
+def test_a_contestant_s_cpu_beyond_the_ceiling_is_told_by_process():
+    results = [
+        *(_run("ceiling: ProducerPerformance", "ceiling", 3.0, {BROKER: 2.0, PRODUCER_JVM: 4.0}, i) for i in range(3)),
+        *(_run("kappa-ingest confluent exactly-once", "kappa-ingest", w, {BROKER: 2.5, PYTHON_WORKERS: p, SPARK_JVM: 1.0}, i)
+          for i, (w, p) in enumerate([(5.0, 6.0), (4.0, 5.0), (6.0, 7.0)])),
+    ]  # fmt: skip
+    summary = summarise(results)
+    mine = next(r for r in summary if r["kind"] == "kappa-ingest")
+    assert mine["window_us_per_row"] == {BROKER: 2.5, PYTHON_WORKERS: 6.0, SPARK_JVM: 1.0, "total": 9.5}
+    assert mine["x_ceiling_broker_clock"] == pytest.approx(0.6)  # 200,000 / 333,333 rows/s
+    assert mine["us_per_row_beyond_ceiling"] == {BROKER: 0.5, PRODUCER_JVM: -4.0, PYTHON_WORKERS: 6.0,
+                                                 SPARK_JVM: 1.0, "total": 3.5}  # fmt: skip
+    table = markdown(summary, {"command": "x", "started_at": "now", "machine": "2 cores"})
+    assert "| wide30 | 1,000,000 | kappa-ingest confluent exactly-once | 200,000 | 0.60 |" in table
+    assert "9.50 [+3.50] |" in table
