@@ -125,6 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument(
         "--watch-lab", action="store_true", help="a watch's batch overhead, the broker 100 ms away (root)"
     )
+    mode.add_argument(
+        "--profile", action="store_true", help="py-spy and perf profiles of a run's sending window (root)"
+    )
+    b.add_argument("--layout", choices=["wide30", "debs2012"], default="wide30", help="with --profile: the input")
+    b.add_argument("--seconds", type=float, default=3.0, help="with --profile: how long each profiler records")
     b.add_argument(
         "--entries", type=int, default=1_000_000, help="with --watch-start: ledger entries (default 1000000)"
     )
@@ -472,6 +477,11 @@ def _bench(args: argparse.Namespace) -> int:
         results = run_listing(Path(args.out), Path(args.data), args.objects, args.repeats,
                               " ".join(["kappa-ingest bench", *sys.argv[2:]]))  # fmt: skip
         return 0 if results["met"] else 1
+    elif args.profile:
+        from kappa_ingest.bench.profile import run_profile
+
+        run_profile(Path(args.out), Path(args.data), args.layout, args.rows or 1_000_000, args.seconds,
+                    " ".join(["kappa-ingest bench", *sys.argv[2:]]))  # fmt: skip
     elif args.watch_start:
         from kappa_ingest.bench.watch_start import run_watch_start
 
