@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--profile", action="store_true", help="py-spy and perf profiles of a run's sending window (root)"
     )
     b.add_argument("--layout", choices=["wide30", "debs2012"], default="wide30", help="with --profile: the input")
-    b.add_argument("--seconds", type=float, default=3.0, help="with --profile: how long each profiler records")
+    b.add_argument("--seconds", type=int, default=3, help="with --profile: how long each profiler records")
     b.add_argument(
         "--entries", type=int, default=1_000_000, help="with --watch-start: ledger entries (default 1000000)"
     )

@@ -47,6 +47,9 @@ def test_a_child_s_cpu_is_charged_to_the_window_it_was_spent_in():
         (["/work/.venv/bin/python", "-m", "kappa_ingest.spark.worker_daemon"], PYTHON_WORKERS),
         (["/work/.venv/bin/python", "/work/.venv/bin/kappa-ingest", "ingest", "--input", "x"], DRIVER_PYTHON),
         (["kcat", "-P", "-b", "x"], OTHER),
+        # The launcher, before it execs the JVM, names the workers' module in its arguments.
+        (["bash", "spark-submit", "--conf", "spark.python.daemon.module=kappa_ingest.spark.worker_daemon"], OTHER),
+        (["java", "-cp", "x", "org.apache.spark.deploy.SparkSubmit", "--conf", "a=worker_daemon", "x"], SPARK_JVM),
     ],
 )
 def test_processes_are_told_apart_by_their_command_lines(cmdline, group):

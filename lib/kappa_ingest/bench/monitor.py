@@ -26,21 +26,23 @@ OTHER = "other"
 
 
 def process_group(cmdline: list[str]) -> str:
-    """The group a process's CPU is counted in, from its command line."""
-    line = " ".join(cmdline)
+    """The group a process's CPU is counted in, from its command line as it is now (a
+    launcher script's pid becomes the JVM it execs: asked again at every sample)."""
     program = cmdline[0].rsplit("/", 1)[-1] if cmdline else ""
-    if program == "java" or program.startswith("java"):
+    line = " ".join(cmdline)
+    if program == "java":
         if "ProducerPerformance" in line:
             return PRODUCER_JVM
         if "CoarseGrainedExecutorBackend" in line:
             return EXECUTOR_JVM
-        if "kafka.Kafka" in line:
-            return BROKER
-        return SPARK_JVM
-    if "pyspark.daemon" in line or "pyspark.worker" in line or "worker_daemon" in line:
-        return PYTHON_WORKERS
-    if program.startswith("python") or "kappa-ingest" in line:
-        return DRIVER_PYTHON
+        return BROKER if "kafka.Kafka" in cmdline else SPARK_JVM
+    if program.startswith("python"):
+        module = cmdline[cmdline.index("-m") + 1] if "-m" in cmdline[:-1] else ""
+        return (
+            PYTHON_WORKERS
+            if module in ("pyspark.daemon", "pyspark.worker") or module.endswith("worker_daemon")
+            else DRIVER_PYTHON
+        )
     return OTHER
 
 
@@ -119,8 +121,7 @@ def run_measured(
             for p in procs:
                 try:
                     t = p.cpu_times()
-                    if timeline.groups.get(p.pid, OTHER) == OTHER:  # (``env`` first, then what it runs)
-                        timeline.groups[p.pid] = process_group(p.cmdline())
+                    timeline.groups[p.pid] = process_group(p.cmdline())
                     cpu[p.pid] = readings[p.pid] = t.user + t.system
                     rss += p.memory_info().rss
                 except psutil.Error:

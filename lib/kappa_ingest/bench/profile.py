@@ -84,13 +84,17 @@ def _profiled(data: Path, bootstrap: str, tmp: Path, out: Path, seconds: float) 
                 raise RuntimeError("bench --profile: the run ended or never sent before it could be profiled")
             time.sleep(0.05)
         jvm, worker = _processes(run.pid)
-        spy = subprocess.Popen([_tool("py-spy") or "py-spy", "record", "--native", "-r", "250", "-d", str(seconds),
+        spy = subprocess.Popen([_tool("py-spy") or "py-spy", "record", "--native", "-r", "250", "-d", str(round(seconds)),
                                 "-f", "raw", "-o", str(out / "worker.py-spy.txt"), "-p", str(worker)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
         perf = subprocess.run(["perf", "record", "-F", "499", "-p", str(jvm), "-o", str(tmp / "jvm.perf.data"),
                                "--", "sleep", str(seconds)], capture_output=True, timeout=seconds + 60)  # fmt: skip
         subprocess.run(["jcmd", str(jvm), "Compiler.perfmap"], capture_output=True, timeout=30)
-        spy.wait(seconds + 60)
+        spy_err, _ = spy.communicate(timeout=seconds + 60)
+        if spy.returncode != 0:
+            raise RuntimeError(
+                f"bench --profile: py-spy failed ({spy.returncode}) on worker {worker}: {spy_err.decode()[-500:]}"
+            )
     finally:
         run.wait(600)
         admin.close()
@@ -105,7 +109,7 @@ def _profiled(data: Path, bootstrap: str, tmp: Path, out: Path, seconds: float) 
             "top_total": _spy_top(out / "worker.py-spy.txt", leaf=False),
         },
         "commands": {
-            "worker": f"py-spy record --native -r 250 -d {seconds} -f raw -p WORKER_PID",
+            "worker": f"py-spy record --native -r 250 -d {round(seconds)} -f raw -p WORKER_PID",
             "jvm": f"perf record -F 499 -p JVM_PID -- sleep {seconds}; jcmd JVM_PID Compiler.perfmap; "
             "perf report --no-children --sort dso,symbol --stdio",
         },
@@ -114,13 +118,24 @@ def _profiled(data: Path, bootstrap: str, tmp: Path, out: Path, seconds: float) 
 
 def _processes(root: int) -> tuple[int, int]:
     """The run's Spark JVM and its busiest Python worker (over a fifth of a second)."""
-    procs = psutil.Process(root).children(recursive=True)
-    jvm = next(p.pid for p in procs if process_group(p.cmdline()) == SPARK_JVM)
-    workers = [p for p in procs if process_group(p.cmdline()) == PYTHON_WORKERS]
-    before = {p.pid: sum(p.cpu_times()[:2]) for p in workers}
+    groups: dict[str, list[psutil.Process]] = {}
+    for p in psutil.Process(root).children(recursive=True):
+        try:
+            groups.setdefault(process_group(p.cmdline()), []).append(p)
+        except psutil.Error:  # ended meanwhile
+            continue
+    workers = groups.get(PYTHON_WORKERS, [])
+    before = {p.pid: _cpu(p) for p in workers}
     time.sleep(0.2)
-    busiest = max(workers, key=lambda p: sum(p.cpu_times()[:2]) - before[p.pid])
-    return jvm, busiest.pid
+    busiest = max(workers, key=lambda p: _cpu(p) - before[p.pid])
+    return groups[SPARK_JVM][0].pid, busiest.pid
+
+
+def _cpu(p: psutil.Process) -> float:
+    try:
+        return sum(p.cpu_times()[:2])
+    except psutil.Error:
+        return 0.0
 
 
 def _spy_top(raw: Path, leaf: bool) -> list[tuple[str, float]]:
