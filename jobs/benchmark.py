@@ -6,10 +6,11 @@ Python script and plain Spark, on the same input and the same local broker.
 """
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
-from kappa_ingest.bench.runner import run_bench
+from kappa_ingest.bench.runner import regressed, run_bench
 from kappa_ingest.cli import exit_on_sigterm
 
 
@@ -34,10 +35,14 @@ def main(argv: list[str]) -> int:
     p.add_argument("--metrics-dir", default="metrics", help="the Delta metrics store the runs are appended to")
     args = p.parse_args(argv)
     exit_on_sigterm()  # stop the benchmark's broker on SIGTERM too
-    run_bench(args.layout or ["wide30", "debs2012"], args.rows or [10, 100_000, 1_000_000], args.only, args.repeats, Path(args.out),
-              Path(args.data), args.classic_rows, args.partitions, " ".join(["jobs/benchmark.py", *argv]),
-              Path(args.metrics_dir), args.baseline)  # fmt: skip
-    return 0
+    out = run_bench(args.layout or ["wide30", "debs2012"], args.rows or [10, 100_000, 1_000_000], args.only, args.repeats,
+                    Path(args.out), Path(args.data), args.classic_rows, args.partitions,
+                    " ".join(["jobs/benchmark.py", *argv]), Path(args.metrics_dir), args.baseline)  # fmt: skip
+    failed = regressed(json.loads((out / "results.json").read_text())["targets"])
+    for c in failed:
+        print(f"jobs/benchmark.py: regression: {c['layout']} {c['contestant']}: {c['measure']} {c['value']}"
+              f" (bound {c['bound']})", file=sys.stderr)  # fmt: skip
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

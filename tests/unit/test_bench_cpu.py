@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from kappa_ingest.bench.broker_clock import sending_window
+from kappa_ingest.bench.contestants import BASELINE, PLAIN_LINE_PATH
 from kappa_ingest.bench.monitor import (
     BROKER,
     DRIVER_PYTHON,
@@ -20,7 +21,7 @@ from kappa_ingest.bench.monitor import (
     process_group,
     run_measured,
 )
-from kappa_ingest.bench.runner import RunResult, markdown, summarise
+from kappa_ingest.bench.runner import RunResult, checks, markdown, regressed, summarise
 
 # Sleeps 1 s, then spins 1 s of CPU, then sleeps 1 s: the spin is charged to its window alone.
 SPIN = "import time; time.sleep(1); t = time.process_time(); exec('while time.process_time() - t < 1: pass'); time.sleep(1)"
@@ -84,3 +85,16 @@ def test_a_contestant_s_cpu_beyond_the_ceiling_is_told_by_process():
     table = markdown(summary, {"command": "x", "started_at": "now", "machine": "2 cores"})
     assert "| wide30 | 1,000,000 | kappa-ingest confluent exactly-once | 200,000 | 0.60 |" in table
     assert "9.50 [+3.50] |" in table
+
+
+@pytest.mark.parametrize(("today", "fails"), [(5.4, False), (5.6, True)])
+def test_the_line_path_s_cpu_a_row_grown_past_10_percent_of_the_baseline_s_fails_the_bench(today, fails):
+    results = [
+        *(_run("ceiling: ProducerPerformance", "ceiling", 3.0, {BROKER: 1.0, PRODUCER_JVM: 3.0}, i) for i in range(3)),
+        *(_run(BASELINE, "kappa-ingest", 4.0, {PYTHON_WORKERS: 4.0, BROKER: 1.0}, i) for i in range(3)),
+        *(_run(PLAIN_LINE_PATH, "kappa-ingest", 4.0, {PYTHON_WORKERS: today - 1.0, BROKER: 1.0}, i) for i in range(3)),
+    ]
+    found = checks(summarise(results))
+    assert [c["measure"] for c in regressed(found)] == (["x_baseline_cpu"] if fails else [])
+    beyond = next(c for c in found if c["measure"] == "us_beyond_ceiling")
+    assert beyond["value"] == pytest.approx(today - 4.0, abs=0.01) and not beyond["met"]  # wide30's bar: 1.2 µs

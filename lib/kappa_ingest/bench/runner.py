@@ -252,11 +252,12 @@ def _beyond_ceiling(r: dict[str, Any], ceiling: dict[str, Any] | None) -> None:
     mine, theirs = r.get("window_us_per_row"), (ceiling or {}).get("window_us_per_row")
     rate, ceiling_rate = r.get("broker_rows_per_s"), (ceiling or {}).get("broker_rows_per_s")
     r["x_ceiling_broker_clock"] = round(rate / ceiling_rate, 3) if rate and ceiling_rate else None
-    if mine is None or theirs is None:
-        r["us_per_row_beyond_ceiling"] = None
+    if mine is None or theirs is None or r["kind"] == "ceiling":
+        r["us_per_row_beyond_ceiling"] = r["us_beyond_ceiling"] = None
         return
     r["us_per_row_beyond_ceiling"] = {g: round(mine.get(g, 0.0) - theirs.get(g, 0.0), 2)
                                       for g in sorted(set(mine) | set(theirs))}  # fmt: skip
+    r["us_beyond_ceiling"] = r["us_per_row_beyond_ceiling"]["total"]
 
 
 VERSUS = {c.name: c.versus for c in CONTESTANTS if c.versus}
@@ -334,10 +335,11 @@ class Target:
     measure: str  # a key of the summary row
     bound: float
     at_most: bool = False  # a time: lower is better
+    layout: str | None = None  # this input layout only
 
     def check(self, row: dict[str, Any]) -> dict[str, Any] | None:
         value = row.get(self.measure)
-        if value is None:
+        if value is None or (self.layout is not None and row["layout"] != self.layout):
             return None
         met = value <= self.bound if self.at_most else value >= self.bound
         return {"layout": row["layout"], "row_set": row["row_set"], "contestant": row["contestant"],
@@ -371,7 +373,18 @@ TARGETS = [
     # No regression: the plain line path against the same path at the baseline commit (--baseline).
     Target(BASELINE, "x_baseline_rate", 1.0),
     Target(BASELINE, "x_baseline_exit", 1.0, at_most=True),
+    # Its CPU a row grown by no more than 10% (issue 32): a regression fails the bench.
+    Target(BASELINE, "x_baseline_cpu", 1.1, at_most=True),
+    # CPU a row beyond the ceiling's, on the broker's clock (issue 32).
+    Target(PLAIN_LINE_PATH, "us_beyond_ceiling", 1.2, at_most=True, layout="wide30"),
+    Target(PLAIN_LINE_PATH, "us_beyond_ceiling", 1.7, at_most=True, layout="debs2012"),
 ]
+REGRESSIONS = ("x_baseline_cpu",)  # targets whose miss fails the bench, not only reports it
+
+
+def regressed(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The regression checks this run failed."""
+    return [c for c in found if c["measure"] in REGRESSIONS and not c["met"]]
 
 
 def regression(summary: list[dict[str, Any]]) -> None:
@@ -384,6 +397,10 @@ def regression(summary: list[dict[str, Any]]) -> None:
         if now is not None:
             base["x_baseline_rate"] = round(now["rows_per_s"] / base["rows_per_s_min"], 3)
             base["x_baseline_exit"] = round(now["command_to_exit_s"] / base["command_to_exit_max_s"], 3)
+            # CPU a row in the sending window, all processes: medians, same clock, same run.
+            mine, theirs = now.get("window_us_per_row"), base.get("window_us_per_row")
+            if mine and theirs and theirs["total"]:
+                base["x_baseline_cpu"] = round(mine["total"] / theirs["total"], 3)
 
 
 def checks(summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
