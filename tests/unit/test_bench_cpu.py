@@ -27,6 +27,15 @@ from kappa_ingest.bench.runner import RunResult, checks, markdown, regressed, su
 SPIN = "import time; time.sleep(1); t = time.process_time(); exec('while time.process_time() - t < 1: pass'); time.sleep(1)"
 
 
+def test_a_python_process_under_the_command_is_a_worker_whatever_its_command_line():
+    """(A worker of the event-time path showed an empty command line: its CPU fell in "other".)"""
+    code = "import subprocess, sys; subprocess.run([sys.executable, '-c', " + repr(SPIN) + "])"
+    usage = run_measured([sys.executable, "-c", code])
+    assert set(usage.timeline.groups.values()) == {DRIVER_PYTHON, PYTHON_WORKERS}
+    times = usage.timeline.times
+    assert usage.timeline.between(times[0], times[-1])[PYTHON_WORKERS] == pytest.approx(1.0, abs=0.3)
+
+
 def test_a_child_s_cpu_is_charged_to_the_window_it_was_spent_in():
     usage = run_measured([sys.executable, "-c", SPIN])
     assert usage.returncode == 0 and usage.cpu_s == pytest.approx(1.0, abs=0.3)

@@ -46,6 +46,14 @@ def process_group(cmdline: list[str]) -> str:
     return OTHER
 
 
+def _group(p: psutil.Process, root: int) -> str:
+    """A process's group in a command's tree: a Python process other than the command itself
+    is one of Spark's Python workers, whatever its command line says (a worker of the
+    event-time path showed none at all)."""
+    group = process_group(p.cmdline() or [p.name()])
+    return PYTHON_WORKERS if group == DRIVER_PYTHON and p.pid != root else group
+
+
 @dataclass
 class CpuTimeline:
     """Each process's cumulative CPU seconds at each sample (wall-clock seconds, epoch)."""
@@ -121,7 +129,7 @@ def run_measured(
             for p in procs:
                 try:
                     t = p.cpu_times()
-                    timeline.groups[p.pid] = process_group(p.cmdline())
+                    timeline.groups[p.pid] = _group(p, proc.pid)
                     cpu[p.pid] = readings[p.pid] = t.user + t.system
                     rss += p.memory_info().rss
                 except psutil.Error:
