@@ -46,7 +46,7 @@ def process_group(cmdline: list[str]) -> str:
     return OTHER
 
 
-def _group(p: psutil.Process, root: int) -> str:
+def group_of(p: psutil.Process, root: int) -> str:
     """A process's group in a command's tree: a Python process other than the command itself
     is one of Spark's Python workers, whatever its command line says (a worker of the
     event-time path showed none at all)."""
@@ -129,7 +129,7 @@ def run_measured(
             for p in procs:
                 try:
                     t = p.cpu_times()
-                    timeline.groups[p.pid] = _group(p, proc.pid)
+                    timeline.groups[p.pid] = group_of(p, proc.pid)
                     cpu[p.pid] = readings[p.pid] = t.user + t.system
                     rss += p.memory_info().rss
                 except psutil.Error:

@@ -26,7 +26,7 @@ from pathlib import Path
 import psutil
 
 from kappa_ingest import datagen
-from kappa_ingest.bench.monitor import PYTHON_WORKERS, SPARK_JVM, process_group
+from kappa_ingest.bench.monitor import PYTHON_WORKERS, SPARK_JVM, group_of
 from kappa_ingest.kafka import broker as local_kafka
 from kappa_ingest.kafka.topics import Admin
 
@@ -79,7 +79,7 @@ def _profiled(data: Path, bootstrap: str, tmp: Path, out: Path, seconds: float) 
     run = _ingest(data, "profile", bootstrap, tmp)
     try:
         deadline = time.monotonic() + 300
-        while sum(admin.end_offsets("profile", 2.0).values() or [0]) == 0:  # the first records: sending began
+        while sum(admin.end_offsets("profile", 2.0).values()) == 0:  # the first records: sending began
             if run.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("bench --profile: the run ended or never sent before it could be profiled")
             time.sleep(0.05)
@@ -121,7 +121,7 @@ def _processes(root: int) -> tuple[int, int]:
     groups: dict[str, list[psutil.Process]] = {}
     for p in psutil.Process(root).children(recursive=True):
         try:
-            groups.setdefault(process_group(p.cmdline()), []).append(p)
+            groups.setdefault(group_of(p, root), []).append(p)
         except psutil.Error:  # ended meanwhile
             continue
     workers = groups.get(PYTHON_WORKERS, [])

@@ -237,13 +237,13 @@ def _on_broker_clock(rs: list[RunResult]) -> dict[str, Any]:
     timed = [r for r in rs if r.broker_rows_per_s and r.window_cpu_us_per_row is not None]
     if not timed:
         return {"broker_rows_per_s": None, "window_us_per_row": None}
-    groups = sorted({g for r in timed for g in r.window_cpu_us_per_row or {}})
-    per_group = {g: round(statistics.median((r.window_cpu_us_per_row or {}).get(g, 0.0) for r in timed), 2)
-                 for g in groups}  # fmt: skip
-    total = round(statistics.median(sum((r.window_cpu_us_per_row or {}).values()) for r in timed), 2)
-    return {"broker_rows_per_s": statistics.median(r.broker_rows_per_s or 0.0 for r in timed),
-            "broker_window_s": statistics.median(r.broker_window_s or 0.0 for r in timed),
-            "window_us_per_row": {**per_group, "total": total}}  # fmt: skip
+    cpu = [r.window_cpu_us_per_row for r in timed if r.window_cpu_us_per_row is not None]
+    per_group = {
+        g: round(statistics.median(c.get(g, 0.0) for c in cpu), 2) for g in sorted({g for c in cpu for g in c})
+    }
+    return {"broker_rows_per_s": statistics.median(r.broker_rows_per_s for r in timed if r.broker_rows_per_s),
+            "broker_window_s": statistics.median(r.broker_window_s for r in timed if r.broker_window_s),
+            "window_us_per_row": {**per_group, "total": round(statistics.median(sum(c.values()) for c in cpu), 2)}}  # fmt: skip
 
 
 def _beyond_ceiling(r: dict[str, Any], ceiling: dict[str, Any] | None) -> None:
