@@ -387,6 +387,7 @@ def writers(before: Producers, after: Producers) -> set[int]:
 
 
 FAILED_RUN_OFFSETS_TIMEOUT_S = 3.0
+SETTLE_FIRST_S, SETTLE_MAX_S = 0.01, 0.2  # between readings of a settling topic's offsets
 
 
 def settled_offsets(
@@ -405,8 +406,10 @@ def settled_offsets(
         after = admin.end_offsets(topic, partitions=partitions)
     deadline = time.monotonic() + timeout_s
     still_since = time.monotonic()
+    pause = SETTLE_FIRST_S  # the last commit's markers follow it by milliseconds: asked soon, then less often
     while sum(after.values()) - base < expected and time.monotonic() < deadline:
-        time.sleep(0.2)
+        time.sleep(pause)
+        pause = min(pause * 2, SETTLE_MAX_S)
         now = admin.end_offsets(topic, partitions=partitions)
         if sum(now.values()) != sum(after.values()):
             still_since = time.monotonic()

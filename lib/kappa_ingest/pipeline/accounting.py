@@ -5,7 +5,7 @@ failed job the transactions it left open ended."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyspark import SparkContext
 
@@ -75,6 +75,7 @@ class Accounted:
     without_rows: int | None  # planned units no row begins in (after a successful job), entered by the driver
     not_written: str | None  # why the driver's entries were not written (after a failed job)
     failure: KafkaUnavailable | None = None  # they were not written after a successful job: the run fails
+    unread: list[str] = field(default_factory=list)  # planned files no task read a line of (after a successful job)
 
 
 @dataclass(frozen=True)
@@ -112,8 +113,13 @@ def account(
     unplanned = seen - set(planned)
     read_files = {f.path for f in plan.files} if earlier is None else set(earlier.paths)
     empty: list[Entry] = []
+    unread: list[Unit] = []
     if outcome.error is None:
         files = {f.path: f for f in plan.files}
+        # A line begins where a file does: a file's first split that no task saw was not read
+        # (a reader that left the file out), never one to enter as holding no rows.
+        unread = [u for u in planned if u.start == 0 and u.parts == 1 and files[u.file].size and u.file in read_files
+                  and u not in seen and u not in before and u not in taken]  # fmt: skip
         empty = [
             Entry(
                 cfg.topic,
@@ -128,7 +134,7 @@ def account(
                 file_version=files[u.file].version,
             )
             for u in planned
-            if u.file in read_files and u not in seen and u not in before and u not in taken
+            if u.file in read_files and u not in seen and u not in before and u not in taken and u not in unread
         ]
     # Spark's writer has no place for the spark sink's entries: written once their tasks succeeded.
     by_driver = [*(entries if cfg.sink == "spark" else []), *empty]
@@ -143,7 +149,8 @@ def account(
     delivered = seen | {e.unit for e in by_driver}
     missing = [u for u in planned if u not in delivered and u not in before]
     return Accounted(cfg.ledger_topic, [*entries, *inherited, *empty], len(planned), len(before), sorted(delivered), missing,
-                     len(unplanned), len(empty) if outcome.error is None else None, not_written, failure)  # fmt: skip
+                     len(unplanned), len(empty) if outcome.error is None else None, not_written, failure,
+                     sorted({u.file for u in unread}))  # fmt: skip
 
 
 LOCK_LOST_REST = (

@@ -74,7 +74,8 @@ def add_elsewhere(report: RunReport, elsewhere: Elsewhere | None) -> None:
 def add_accounted(report: RunReport, a: Accounted) -> None:
     """The ledger's account of the run."""
     report.check("every split Spark read is one the run planned", not a.unplanned, 0, a.unplanned)
-    if a.without_rows is not None:
+    if a.without_rows is not None:  # the job succeeded: every file planned was read
+        report.check("every file the run planned was read by a task", not a.unread, 0, a.unread[:5])
         report.ledger["units_without_rows"] = a.without_rows
     if a.not_written is not None:
         report.ledger["driver_entries_not_written"] = a.not_written
