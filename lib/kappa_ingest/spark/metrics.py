@@ -19,6 +19,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 SETTLE_TIMEOUT_S = 20.0
+SETTLE_FIRST_S, SETTLE_MAX_S = 0.01, 0.2  # between readings of a settling status store
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,7 @@ def collect(spark: SparkSession, job_group: str) -> SparkRunMetrics:
     """
     api = StatusApi(spark)
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    pause = SETTLE_FIRST_S  # the bus is milliseconds behind a job that just ended: asked soon, then less often
     while True:
         jobs = [j for j in api.get("/jobs") if j.get("jobGroup") == job_group]
         stage_ids = sorted({s for j in jobs for s in j["stageIds"]})
@@ -138,7 +140,8 @@ def collect(spark: SparkSession, job_group: str) -> SparkRunMetrics:
         )
         if settled or time.monotonic() > deadline:
             break
-        time.sleep(0.2)
+        time.sleep(pause)
+        pause = min(pause * 2, SETTLE_MAX_S)
     stages: list[StageInfo] = []
     tasks: list[TaskInfo] = []
     for a in attempts:
