@@ -31,6 +31,7 @@ from kappa_ingest.sinks import dead_letter
 from kappa_ingest.sinks.task_stats import STATS_SCHEMA, TaskStats, TaskStatsParam
 from kappa_ingest.sinks.task_units import TaskInput
 from kappa_ingest.sinks.writers import MakeProducer, writer_for
+from kappa_ingest.source import split_reader
 from kappa_ingest.source.parsing import BatchParser, Parsed
 from kappa_ingest.source.records import Encoded, RecordSpec, encode_batch, wall_clock_ms
 from kappa_ingest.source.splits import Unit
@@ -157,6 +158,9 @@ def run_partitions(
         # run every 700 of them, cost ~4% of the CPU while sending (perf). Off during the task.
         collecting = gc.isenabled()
         gc.disable()
+        if parse.reads_splits and not task_input.mixed:  # its units known from its splits: opened ahead
+            batches = iter(handed := list(batches))
+            writer.upcoming([Unit(*split) for split in split_reader.handed_splits(handed)])
         try:
             writer.start()
             for enc in converted(lines_of(batches, parse, stats), task_input, convert):

@@ -6,7 +6,10 @@ One writer per way of delivering (:mod:`kappa_ingest.delivery.guarantees` says w
   unit under the unit's own transactional id. When a unit's first rows arrive, the previous
   unit is committed, the new unit's id initialised (any earlier writer of the unit has
   then committed, or been aborted and fenced), the ledger read on from where it was, and
-  the unit sent only if no entry of it is there.
+  the unit sent only if no entry of it is there. Where the task knows its units (it reads
+  its own splits), the next unit's id is initialised and the ledger read on, in that order,
+  on a thread (:class:`Opening`) while the unit before it is sent: a unit's round trips to
+  the transaction coordinator then cost the task nothing but the last one's commit.
 - :class:`TaskTransaction` (exactly-once over shuffled input): one transaction for the task
   under its part's id, initialised before the first row; each unit is checked against
   the ledger as its rows arrive, and all its entries committed with its records.
@@ -26,7 +29,8 @@ import json
 import random
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from kappa_ingest import failpoints
@@ -74,6 +78,9 @@ class Writer:
 
     def start(self) -> None:
         pass
+
+    def upcoming(self, units: list[Unit]) -> None:
+        """The units the task's rows will come from, in their order (where it knows them)."""
 
     def admit(self, unit: Unit) -> Entry | object | None:
         if unit in self.taken:
@@ -158,12 +165,13 @@ class Writer:
             time.sleep(0.5)
         self.stats.taken = json.dumps([asdict(u) for u in self.taken])
 
-    def _open(self, txid: str) -> PartitionProducer:
+    def _open(self, txid: str, spent: Spent | None = None) -> PartitionProducer:
         """A producer whose transactional id is initialised, the ledger read on after it, and
-        the run checked not superseded; ready to begin."""
+        the run checked not superseded; ready to begin. ``spent``: where its time and retries
+        are counted (else the task's statistics)."""
         assert self.tail is not None
         self.tail.warm()
-        producer = open_transactional(self.make, txid, self.d, self.stats)
+        producer = open_transactional(self.make, txid, self.d, spent or self.stats)
         try:
             self.tail.catch_up()
             holder = self.d.holder or self.d.run_id
@@ -218,6 +226,15 @@ class UnitTransactions(Writer):
         super().__init__(d, make_producer, stats)
         self.current: Unit | None = None
         self.ended: set[Unit] = set()
+        self._upcoming: list[Unit] = []
+        self._at: dict[Unit, int] = {}  # a unit's place among the upcoming
+        self._ahead: Opening | None = None  # the next unit's producer, being opened
+
+    def upcoming(self, units: list[Unit]) -> None:
+        self._upcoming, self._at = units, {u: i for i, u in enumerate(units)}
+
+    def start(self) -> None:
+        self._open_ahead(0)  # while the task reads its first lines
 
     def admit(self, unit: Unit) -> Entry | object | None:
         if unit == self.current:
@@ -227,8 +244,10 @@ class UnitTransactions(Writer):
         if unit in self.ended:  # rows of one unit must arrive together: its transaction has ended
             raise RuntimeError(f"rows of {unit.label()} arrived after its transaction ended (interleaved units)")
         self._end_unit()
-        producer = self._open(delivery.unit_id(self.d.scope, unit))
-        found = self._delivered(unit)
+        producer = self._producer_for(unit)
+        found = self._delivered(unit)  # (before the next one's opening reads the ledger on)
+        if unit in self._at:
+            self._open_ahead(self._at[unit] + 1)  # while this one is sent
         if found is not None:
             producer.close()
             self.ended.add(unit)
@@ -241,6 +260,31 @@ class UnitTransactions(Writer):
         self.producer, self.current, self.began = producer, unit, time.monotonic()
         self.first_send = delivery.unit_id(self.d.scope, unit)
         return None
+
+    def _open_ahead(self, i: int) -> None:
+        """Start opening the producer of the first unit from ``upcoming[i]`` on that the task
+        may send (not delivered before, nor taken over): its round trips while the task works."""
+        ti = self.task_input
+        assert ti is not None and self._ahead is None
+        for u in self._upcoming[i:]:
+            if u.length and u not in ti.skip and u not in ti.inherited and u not in ti.dropped and u not in self.taken:
+                self._ahead = Opening(self, u, delivery.unit_id(self.d.scope, u))
+                return
+
+    def _producer_for(self, unit: Unit) -> PartitionProducer:
+        """``unit``'s producer, initialised and the ledger read on after it: the one opened
+        ahead, or one opened now (the one ahead was another unit's: one no line begins in)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            if ahead.unit == unit:
+                return ahead.take(self.stats)
+            ahead.drop(self.stats)
+        return self._open(delivery.unit_id(self.d.scope, unit))
+
+    def _drop_ahead(self) -> None:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.drop(self.stats)
 
     def _end_unit(self) -> None:
         unit, producer = self.current, self.producer
@@ -268,7 +312,62 @@ class UnitTransactions(Writer):
 
     def finish(self) -> None:
         self._end_unit()
+        self._drop_ahead()  # before the ledger is read again here
         self._await_taken()
+
+    def abandon(self) -> None:
+        super().abandon()
+        self._drop_ahead()
+
+    def close(self) -> None:
+        self._drop_ahead()  # its thread reads the ledger: done before the reader closes
+        super().close()
+
+
+@dataclass
+class Spent:
+    """What opening a producer spent, counted apart from the task's statistics while it
+    runs on a thread of its own, and added to them once taken."""
+
+    transaction_ms: int = 0
+    init_retries: int = 0
+    retry_wait_ms: int = 0
+
+    def add_to(self, stats: TaskStats) -> None:
+        stats.transaction_ms += self.transaction_ms
+        stats.init_retries += self.init_retries
+        stats.retry_wait_ms += self.retry_wait_ms
+
+
+class Opening:
+    """A unit's producer opened on a thread of its own while the task sends the unit before
+    it (the first: while it reads its first lines), as :meth:`Writer._open` opens one: its
+    transactional id initialised, then the ledger read on. Whether the unit is sent is
+    decided when its rows arrive, by that reading (any earlier writer of the id had ended
+    when it was made): only time depends on opening it ahead. A producer opened for a unit
+    whose rows never come (no line begins in it) is closed; a failure to open it is the
+    task's only if the unit is sent. Whoever holds an Opening takes or drops it, and waits
+    for it either way, so that no initialisation of an id outlives the task."""
+
+    def __init__(self, writer: Writer, unit: Unit, txid: str) -> None:
+        self.unit = unit
+        self._spent = Spent()
+        pool = ThreadPoolExecutor(1, thread_name_prefix="next-unit")
+        self._future = pool.submit(writer._open, txid, self._spent)
+        pool.shutdown(wait=False)
+
+    def take(self, stats: TaskStats) -> PartitionProducer:
+        try:
+            return self._future.result()
+        finally:
+            self._spent.add_to(stats)
+
+    def drop(self, stats: TaskStats) -> None:
+        try:
+            producer = self.take(stats)
+        except Exception:  # noqa: BLE001 - its unit is not sent: not the task's failure
+            return
+        producer.close()
 
 
 class TaskTransaction(Writer):
@@ -363,7 +462,7 @@ def entry_for(task_input: TaskInput, d: TaskDelivery, stats: TaskStats, unit: Un
                  parts_by=d.parts_by, file_version=version)  # fmt: skip
 
 
-def open_transactional(make: MakeProducer, txid: str, d: TaskDelivery, stats: TaskStats) -> PartitionProducer:
+def open_transactional(make: MakeProducer, txid: str, d: TaskDelivery, stats: TaskStats | Spent) -> PartitionProducer:
     """A producer of ``txid`` with its transactions initialised: a retriable error is
     retried, a fatal one gets a new producer, within the delivery timeout, after a backoff."""
     t0 = time.monotonic()
@@ -409,7 +508,7 @@ def back_off_s(retry: int) -> float:
     return random.uniform(cap / 2, cap)
 
 
-def _back_off(retry: int, deadline: float, stats: TaskStats) -> None:
+def _back_off(retry: int, deadline: float, stats: TaskStats | Spent) -> None:
     wait = max(0.0, min(back_off_s(retry), deadline - time.monotonic()))
     stats.retry_wait_ms += round(wait * 1000)
     time.sleep(wait)

@@ -113,6 +113,16 @@ def frame(spark: SparkSession, plan: Plan, uris: list[str], tasks: int) -> tuple
     return df, len(groups)
 
 
+def handed_splits(handed: list[pa.RecordBatch]) -> list[tuple[str, int, int]]:
+    """The splits a task was handed (its frame's rows), in the order it reads them:
+    ``(file as the ledger names it, start, length)``."""
+    out: list[tuple[str, int, int]] = []
+    for b in handed:
+        files, starts, lengths = (b.column(c).to_pylist() for c in (FILE_COL, BLOCK_COL, BLOCK_LEN_COL))
+        out += [(canonical_file(f), s, n) for f, s, n in zip(files, starts, lengths, strict=True)]
+    return out
+
+
 def read(
     handed: Iterator[pa.RecordBatch],
     chunk_bytes: int = CHUNK_BYTES,

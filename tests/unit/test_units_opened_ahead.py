@@ -1,0 +1,165 @@
+"""A task that knows its units opens the next unit's producer on a thread while it sends the
+one before: the next id initialised, then the ledger read on, in that order, and the unit
+sent only if that reading lacks it. Scripted producers and a scripted ledger here; the real
+broker, kills and fences in test_exactly_once_recovery.py and test_exactly_once_zombies.py."""
+
+from __future__ import annotations
+
+import threading
+from itertools import pairwise
+
+import pyarrow as pa
+
+from kappa_ingest.delivery import guarantees
+from kappa_ingest.delivery.guarantees import TaskDelivery
+from kappa_ingest.delivery.ledger import Entry
+from kappa_ingest.sinks import writers
+from kappa_ingest.sinks.producer import TransactionFailed
+from kappa_ingest.sinks.task_stats import TaskStats
+from kappa_ingest.sinks.task_units import TaskInput, UnitTally
+from kappa_ingest.source import split_reader
+from kappa_ingest.source.columns import BLOCK_COL, BLOCK_LEN_COL, FILE_COL
+from kappa_ingest.source.splits import Unit
+
+UNITS = [Unit(f"/in/f{i}.csv", 0, 100) for i in range(4)]
+
+
+class Log:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+
+    def add(self, what: str, txid: str) -> None:
+        with self.lock:
+            self.events.append((what, txid))
+
+
+class Producer:
+    def __init__(self, log: Log, txid: str, fail_init: bool = False) -> None:
+        self.log, self.txid, self.fail_init, self.closed = log, txid, fail_init, False
+
+    def init_transactions(self, timeout_s: float) -> None:
+        self.log.add("init", self.txid)
+        if self.fail_init:
+            raise TransactionFailed("initialising", "scripted", fatal=False, abortable=False, retriable=False)
+
+    def begin(self) -> None:
+        self.log.add("begin", self.txid)
+
+    def send_ledger(self, topic: str, records: list) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def commit(self, timeout_s: float) -> None:
+        self.log.add("commit", self.txid)
+
+    partitions_touched = 1
+
+    def offset_runs(self) -> None:
+        return None
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class Tail:
+    """The ledger as a task reads it on: what it holds once ``catch_up`` is called."""
+
+    def __init__(self, log: Log, committed_by_then: dict[Unit, Entry]) -> None:
+        self.log, self.pending, self.entries, self.superseded = log, committed_by_then, {}, {}
+
+    def warm(self) -> None:
+        pass
+
+    def catch_up(self) -> None:
+        self.log.add("ledger", threading.current_thread().name)
+        self.entries.update(self.pending)
+
+    def close(self) -> None:
+        pass
+
+
+def _writer(log: Log, delivered: dict[Unit, Entry] | None = None, failing: str | None = None):
+    d = TaskDelivery("exactly-once", "r", "r", "t", None, {}, {u.file: (100, 1, "") for u in UNITS}, scope="s")
+    d = TaskDelivery(**{**d.__dict__, "ledger_topic": "_l", "ledger_start": {0: 0}})
+    made: list[Producer] = []
+
+    def make(txid: str | None) -> Producer:
+        made.append(Producer(log, txid or "", fail_init=txid == failing))
+        return made[-1]
+
+    stats = TaskStats(0, 0, 0, 0, "h")
+    w = writers.UnitTransactions.__new__(writers.UnitTransactions)
+    writers.Writer.__init__(w, d, make, stats)
+    w.tail = Tail(log, delivered or {})
+    w.current, w.ended, w._upcoming, w._at, w._ahead = None, set(), [], {}, None
+    w.task_input = TaskInput(0, admit=w.admit)
+    return w, made, stats
+
+
+def _admit(w: writers.UnitTransactions, u: Unit) -> Entry | object | None:
+    """``u``'s first rows arrive: admitted, and (if sent) tallied, as TaskInput does."""
+    found = w.admit(u)
+    if found is None:
+        w.task_input.tallies.setdefault(u, UnitTally(lines=1, rows_read=1, rows_sent=1))
+    return found
+
+
+def _id(u: Unit) -> str:
+    return guarantees.unit_id("s", u)
+
+
+def test_the_next_units_id_is_initialised_before_the_unit_before_it_commits():
+    log = Log()
+    w, made, _ = _writer(log)
+    w.upcoming(UNITS)
+    w.start()
+    for u in UNITS:
+        assert _admit(w, u) is None
+    w.finish()
+    w.close()
+    ev = log.events
+    for a, b in pairwise(UNITS):
+        assert ev.index(("init", _id(b))) < ev.index(("commit", _id(a)))  # opened ahead, while a was sent
+        assert ev.index(("init", _id(b))) < ev.index(("begin", _id(b)))
+    assert [e for e in ev if e[0] == "commit"] == [("commit", _id(u)) for u in UNITS]
+    assert len(made) == len(UNITS) and all(p.closed for p in made)
+
+
+def test_a_unit_the_ledger_shows_delivered_after_its_id_was_initialised_is_not_sent():
+    log = Log()
+    e = Entry("t", UNITS[2], 100, 1, "other", "r", "exactly-once", 5, 4, 4, 0, 40, 0, 0)
+    w, made, _ = _writer(log, {UNITS[2]: e})
+    w.upcoming(UNITS)
+    w.start()
+    assert _admit(w, UNITS[0]) is None and _admit(w, UNITS[1]) is None
+    assert _admit(w, UNITS[2]) is e  # read on after its init: sent by another writer
+    assert _admit(w, UNITS[3]) is None
+    w.finish()
+    w.close()
+    assert ("begin", _id(UNITS[2])) not in log.events and ("commit", _id(UNITS[2])) not in log.events
+    assert all(p.closed for p in made)
+
+
+def test_a_unit_opened_ahead_whose_rows_never_come_is_closed_and_its_failure_is_not_the_tasks():
+    log = Log()
+    w, made, _ = _writer(log, failing=_id(UNITS[1]))
+    w.upcoming(UNITS)
+    w.start()
+    assert _admit(w, UNITS[0]) is None
+    assert _admit(w, UNITS[2]) is None  # no line began in UNITS[1]: its opening failed, unused
+    w.finish()
+    w.close()
+    assert [e for e in log.events if e[0] == "commit"] == [("commit", _id(UNITS[0])), ("commit", _id(UNITS[2]))]
+    assert all(p.closed for p in made if not p.fail_init)
+
+
+def test_a_tasks_handed_splits_name_its_units_as_its_rows_do():
+    handed = [pa.RecordBatch.from_pydict({FILE_COL: ["file:/in/a%20b.csv", "file:/in/c.csv"], BLOCK_COL: [0, 5],
+                                          BLOCK_LEN_COL: [5, 9]})]  # fmt: skip
+    assert [Unit(*s) for s in split_reader.handed_splits(handed)] == [
+        Unit("/in/a b.csv", 0, 5),
+        Unit("/in/c.csv", 5, 9),
+    ]
