@@ -26,7 +26,7 @@ first. Its steps, each living in the folder named:
 The layers, bottom to top; a module imports only its own folder and lower lines
 (``tests/unit/test_layers.py`` holds the package to it):
 
-- ``errors``, ``paths``, ``processes``, ``failpoints``, ``datagen``: what everyone may use
+- ``errors``, ``paths``, ``processes``, ``failpoints``, ``settling``, ``datagen``: what everyone may use
 - ``native/``    the C loops (JSON values, the produce loop, read-back, gather) and their loader
 - ``kafka/``     settings, credentials, security, the embedded broker, topics;
   ``s3/``        object storage: an input's objects, their bytes, a metrics directory there, the local S3 server

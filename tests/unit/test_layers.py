@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "lib" / "kappa_ingest"
 # folder and anything on a lower line; a line with several names holds peers that may not
 # import each other round a loop.
 LAYERS = (
-    ("errors", "paths", "processes", "failpoints", "datagen"),
+    ("errors", "paths", "processes", "failpoints", "settling", "datagen"),
     ("native",),
     ("kafka", "s3"),
     ("source",),

@@ -65,38 +65,38 @@ class Producer:
 
 
 class Tail:
-    """The ledger as a task reads it on: what it holds once ``catch_up`` is called."""
+    """The ledger as a task reads it on. Another writer's entry of a unit is committed when
+    that unit's id is initialised here (the init ends the other writer's transaction, as the
+    coordinator does): a reading before the init does not see it, one after does."""
 
-    def __init__(self, log: Log, committed_by_then: dict[Unit, Entry]) -> None:
-        self.log, self.pending, self.entries, self.superseded = log, committed_by_then, {}, {}
+    def __init__(self, log: Log, other_writers: dict[Unit, Entry]) -> None:
+        self.log, self.other_writers, self.entries, self.superseded = log, other_writers, {}, {}
 
     def warm(self) -> None:
         pass
 
     def catch_up(self) -> None:
-        self.log.add("ledger", threading.current_thread().name)
-        self.entries.update(self.pending)
+        with self.log.lock:
+            initialised = {txid for what, txid in self.log.events if what == "init"}
+        self.entries.update((u, e) for u, e in self.other_writers.items() if _id(u) in initialised)
 
     def close(self) -> None:
         pass
 
 
-def _writer(log: Log, delivered: dict[Unit, Entry] | None = None, failing: str | None = None):
-    d = TaskDelivery("exactly-once", "r", "r", "t", None, {}, {u.file: (100, 1, "") for u in UNITS}, scope="s")
-    d = TaskDelivery(**{**d.__dict__, "ledger_topic": "_l", "ledger_start": {0: 0}})
+def _writer(log: Log, other_writers: dict[Unit, Entry] | None = None, failing: str | None = None):
+    d = TaskDelivery("exactly-once", "r", "r", "t", "_l", {}, {u.file: (100, 1, "") for u in UNITS}, scope="s",
+                     ledger_start={0: 0})  # fmt: skip
     made: list[Producer] = []
 
     def make(txid: str | None) -> Producer:
         made.append(Producer(log, txid or "", fail_init=txid == failing))
         return made[-1]
 
-    stats = TaskStats(0, 0, 0, 0, "h")
-    w = writers.UnitTransactions.__new__(writers.UnitTransactions)
-    writers.Writer.__init__(w, d, make, stats)
-    w.tail = Tail(log, delivered or {})
-    w.current, w.ended, w._upcoming, w._at, w._ahead = None, set(), [], {}, None
+    w = writers.UnitTransactions(d, make, TaskStats(0, 0, 0, 0, "h"))
+    w.tail = Tail(log, other_writers or {})
     w.task_input = TaskInput(0, admit=w.admit)
-    return w, made, stats
+    return w, made
 
 
 def _admit(w: writers.UnitTransactions, u: Unit) -> Entry | object | None:
@@ -113,7 +113,7 @@ def _id(u: Unit) -> str:
 
 def test_the_next_units_id_is_initialised_before_the_unit_before_it_commits():
     log = Log()
-    w, made, _ = _writer(log)
+    w, made = _writer(log)
     w.upcoming(UNITS)
     w.start()
     for u in UNITS:
@@ -131,7 +131,7 @@ def test_the_next_units_id_is_initialised_before_the_unit_before_it_commits():
 def test_a_unit_the_ledger_shows_delivered_after_its_id_was_initialised_is_not_sent():
     log = Log()
     e = Entry("t", UNITS[2], 100, 1, "other", "r", "exactly-once", 5, 4, 4, 0, 40, 0, 0)
-    w, made, _ = _writer(log, {UNITS[2]: e})
+    w, made = _writer(log, {UNITS[2]: e})
     w.upcoming(UNITS)
     w.start()
     assert _admit(w, UNITS[0]) is None and _admit(w, UNITS[1]) is None
@@ -145,7 +145,7 @@ def test_a_unit_the_ledger_shows_delivered_after_its_id_was_initialised_is_not_s
 
 def test_a_unit_opened_ahead_whose_rows_never_come_is_closed_and_its_failure_is_not_the_tasks():
     log = Log()
-    w, made, _ = _writer(log, failing=_id(UNITS[1]))
+    w, made = _writer(log, failing=_id(UNITS[1]))
     w.upcoming(UNITS)
     w.start()
     assert _admit(w, UNITS[0]) is None

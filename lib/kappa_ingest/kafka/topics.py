@@ -19,6 +19,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from kappa_ingest import settling
 from kappa_ingest.errors import KafkaUnavailable
 from kappa_ingest.kafka.settings import connection_conf
 
@@ -387,7 +388,6 @@ def writers(before: Producers, after: Producers) -> set[int]:
 
 
 FAILED_RUN_OFFSETS_TIMEOUT_S = 3.0
-SETTLE_FIRST_S, SETTLE_MAX_S = 0.01, 0.2  # between readings of a settling topic's offsets
 
 
 def settled_offsets(
@@ -406,10 +406,9 @@ def settled_offsets(
         after = admin.end_offsets(topic, partitions=partitions)
     deadline = time.monotonic() + timeout_s
     still_since = time.monotonic()
-    pause = SETTLE_FIRST_S  # the last commit's markers follow it by milliseconds: asked soon, then less often
+    waits = settling.pauses()  # the last commit's markers follow it by milliseconds
     while sum(after.values()) - base < expected and time.monotonic() < deadline:
-        time.sleep(pause)
-        pause = min(pause * 2, SETTLE_MAX_S)
+        time.sleep(next(waits))
         now = admin.end_offsets(topic, partitions=partitions)
         if sum(now.values()) != sum(after.values()):
             still_since = time.monotonic()

@@ -113,13 +113,13 @@ def account(
     unplanned = seen - set(planned)
     read_files = {f.path for f in plan.files} if earlier is None else set(earlier.paths)
     empty: list[Entry] = []
-    unread: list[Unit] = []
+    unread: set[Unit] = set()
     if outcome.error is None:
         files = {f.path: f for f in plan.files}
         # A line begins where a file does: a file's first split that no task saw was not read
         # (a reader that left the file out), never one to enter as holding no rows.
-        unread = [u for u in planned if u.start == 0 and u.parts == 1 and files[u.file].size and u.file in read_files
-                  and u not in seen and u not in before and u not in taken]  # fmt: skip
+        unread = {u for u in planned if u.start == 0 and u.parts == 1 and files[u.file].size and u.file in read_files
+                  and u not in seen and u not in before and u not in taken}  # fmt: skip
         empty = [
             Entry(
                 cfg.topic,

@@ -226,12 +226,10 @@ def read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None = None, path
         head = layouts[paths[0]]
         line_parser = LineParser(head.columns, cfg.delimiter, cfg.quote, head.header_line, by_file,
                                  encoding=cfg.encoding)  # fmt: skip
+        text: _TextScan | None = None
         if in_store:  # no Spark scan: the tasks read the objects' splits themselves
-            files = paths
-            splits_read = scan_tasks(plan, paths, open_cost)
+            files, splits_read = paths, scan_tasks(plan, paths, open_cost)
             line_parser = replace(line_parser, reads_splits=True, store=opening.store())
-            lines = split_reader.frame(spark, plan, files, splits_read)[0]
-            text = None
         else:
             text = _TextScan(spark, paths, line_parser)
             named = spark_names(paths)
@@ -245,15 +243,16 @@ def read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None = None, path
         own = split_reader.usable(files)
         own_frame = split_reader.frame(spark, plan, files, splits_read) if own else None
         own_scan = (own_frame[0], replace(line_parser, reads_splits=True)) if own_frame else None
-        moved = _moved_lines(spark, cfg, text.scan if text else (lambda: (lines, line_parser)), own_scan, typed,
-                             splits_read, plan.parts if pinned else None)  # fmt: skip
+        # Lines Spark reads, made where something needs them (in a store, the tasks' own reading is the only one).
+        scan = text.scan if text is not None else lambda: own_scan
+        moved = _moved_lines(spark, cfg, scan, own_scan, typed, splits_read, plan.parts if pinned else None)
         if moved is None:
             tasks = min(splits_read, cfg.partitions or splits_read)
             if own_frame is not None:
                 df, tasks = own_frame if tasks == splits_read else split_reader.frame(spark, plan, files, tasks)
                 line_parser = replace(line_parser, reads_splits=True)
             else:
-                lines = text.scan()[0] if text else lines
+                lines = scan()[0]
                 df = lines.coalesce(tasks) if tasks < splits_read else lines
             return Source(df, spec, _typed(line_parser, typed), "lines", tuple(paths), read_bytes, plan, tasks,
                           headers, types=_types(declared))  # fmt: skip

@@ -18,8 +18,9 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from kappa_ingest import settling
+
 SETTLE_TIMEOUT_S = 20.0
-SETTLE_FIRST_S, SETTLE_MAX_S = 0.01, 0.2  # between readings of a settling status store
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ def collect(spark: SparkSession, job_group: str) -> SparkRunMetrics:
     """
     api = StatusApi(spark)
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
-    pause = SETTLE_FIRST_S  # the bus is milliseconds behind a job that just ended: asked soon, then less often
+    waits = settling.pauses()  # the bus is milliseconds behind a job that just ended
     while True:
         jobs = [j for j in api.get("/jobs") if j.get("jobGroup") == job_group]
         stage_ids = sorted({s for j in jobs for s in j["stageIds"]})
@@ -140,8 +141,7 @@ def collect(spark: SparkSession, job_group: str) -> SparkRunMetrics:
         )
         if settled or time.monotonic() > deadline:
             break
-        time.sleep(pause)
-        pause = min(pause * 2, SETTLE_MAX_S)
+        time.sleep(next(waits))
     stages: list[StageInfo] = []
     tasks: list[TaskInfo] = []
     for a in attempts:
