@@ -20,13 +20,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from deltalake import DeltaTable
 from pyarrow.fs import FileSelector
 
 from helpers import consume_all, expected_rows, rows, s3_filesystem, s3_put
 from kappa_ingest import config, datagen
 from kappa_ingest.pipeline.resources import RunResources
-from kappa_ingest.report.store import table_path
+from kappa_ingest.report import store as metrics_store
 from kappa_ingest.watch.loop import Watch
 from kappa_ingest.watch.settings import WatchSettings
 
@@ -126,11 +125,11 @@ def test_files_that_land_are_sent_once_and_a_restart_sends_what_landed_meanwhile
     batch = again.watch.summary.batches[0].run_id
     report = json.loads((metrics / "runs" / batch / "summary.json").read_text())
     assert report["config"]["watch_id"] == "watch-once-2" and report["rows_sent"] == 200
-    files = DeltaTable(table_path(metrics, "watch_files")).to_pyarrow_table().to_pylist()
+    files = metrics_store.rows(metrics, "watch_files")
     assert sorted((f["watch_id"], Path(f["file"]).name, f["rows"]) for f in files) == [
         ("watch-once-1", "a.csv", 400), ("watch-once-1", "b.csv", 300), ("watch-once-2", "c.csv", 200)]  # fmt: skip
     assert all(f["committed_at"] >= f["landed_at"] and f["latency_s"] >= 0 for f in files)
-    runs = DeltaTable(table_path(metrics, "runs")).to_pyarrow_table().to_pylist()
+    runs = metrics_store.rows(metrics, "runs")
     assert {r["run_id"]: r["watch_id"] for r in runs}[batch] == "watch-once-2"
     _shown_as_timelines(metrics, w.watch.summary, again.watch.summary)
 
@@ -142,7 +141,6 @@ def _shown_as_timelines(metrics: Path, *summaries) -> None:
 
     import page_view
     from kappa_ingest.report import html, plots
-    from kappa_ingest.report import store as metrics_store
     from kappa_ingest.report import text as report_text
 
     entries = metrics_store.last_entries(str(metrics), 5)

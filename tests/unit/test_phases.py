@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from kappa_ingest.report.phases import RunClock, started_ago
+from kappa_ingest.report.phases import RunClock, started_at
 from kappa_ingest.report.run import RunReport, render
 
 
@@ -68,9 +68,21 @@ def test_a_process_start_is_the_kernels_to_the_tick():
     child = subprocess.Popen(["sleep", "60"])
     after = time.time()
     try:
-        start = time.time() - started_ago(child.pid)
+        start = started_at(child.pid)
     finally:
         child.kill()
         child.wait()
     tick = 1 / os.sysconf("SC_CLK_TCK")
     assert before - tick <= start <= after + tick, (before, start, after)
+
+
+def test_a_pause_between_the_two_clocks_readings_does_not_move_the_boot_time(monkeypatch):
+    """The first reading is paused 5 ms between the boot clock and the wall clock (as a busy
+    machine does); the answer is that of the unpaused reading after it."""
+    from kappa_ingest.report import phases
+
+    boot = iter([100.0, 100.005, 200.0, 200.00001])  # pause in the first pair, none in the second
+    wall = iter([1_000_100.005, 1_000_200.000005])
+    monkeypatch.setattr(phases.time, "clock_gettime", lambda _clock: next(boot))
+    monkeypatch.setattr(phases.time, "time", lambda: next(wall))
+    assert phases.boot_epoch() == pytest.approx(1_000_000.0, abs=1e-5)

@@ -184,12 +184,9 @@ def run_soak_watch(minutes: float, out_root: Path, seed: int = 7) -> Path:
 
 
 def _latencies(result: WatchSoak, metrics: Path) -> None:
-    from deltalake import DeltaTable
+    from kappa_ingest.report.store import rows as table_rows
 
-    from kappa_ingest.report.store import table_path
-
-    rows = sorted(DeltaTable(table_path(metrics, "watch_files")).to_pyarrow_table().to_pylist(),
-                  key=lambda r: r["committed_at"])  # fmt: skip
+    rows = table_rows(metrics, "watch_files", order_by="committed_at")
     lat = [r["latency_s"] for r in rows]
     if not lat:
         return

@@ -30,8 +30,8 @@ COLOURS = {"startup": "#cbd5e0", "setup": "#e2d4b7", "sending": "#9ac3e6", "reco
            "recording": "#e0c6e2"}  # fmt: skip
 
 
-def started_ago(pid: int | str = "self") -> float:
-    """Seconds since process ``pid`` started, from the kernel's own record (10 ms ticks).
+def started_at(pid: int | str = "self") -> float:
+    """Epoch seconds at which process ``pid`` started, from the kernel's own record (10 ms ticks).
 
     Not psutil's create_time: that adds the boot time rounded to whole seconds, up to a
     second off, which is a lot on a 10-second run.
@@ -39,7 +39,23 @@ def started_ago(pid: int | str = "self") -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     start_ticks = int(fields[19])  # field 22 of proc(5): starttime, counted from ")"'s next field as 3
-    return time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / os.sysconf("SC_CLK_TCK")
+    return boot_epoch() + start_ticks / os.sysconf("SC_CLK_TCK")
+
+
+def boot_epoch(tries: int = 5) -> float:
+    """The wall-clock time at which the boot clock read zero. The two clocks are read back
+    to back, and again if the process was paused between them (a busy machine did so by
+    ms), so that a pause there does not move the answer."""
+    best_gap, best = float("inf"), 0.0
+    for _ in range(tries):
+        before = time.clock_gettime(time.CLOCK_BOOTTIME)
+        wall = time.time()
+        gap = time.clock_gettime(time.CLOCK_BOOTTIME) - before
+        if gap < best_gap:
+            best_gap, best = gap, wall - (before + gap / 2)
+        if gap < 0.0001:
+            break
+    return best
 
 
 def process_start() -> float:
@@ -54,7 +70,7 @@ def process_start() -> float:
         except OSError:
             pass
     try:
-        return time.time() - started_ago(pid)
+        return started_at(pid)
     except (OSError, IndexError, ValueError):  # no /proc: from here on, then
         return time.time()
 

@@ -157,6 +157,14 @@ class Directory:
             return str(Path(self.root, *parts).resolve()), {}
         return self.join(*parts), delta_options(self.access)
 
+    def arrow_filesystem(self, *parts: str) -> Any:
+        """Arrow's own filesystem rooted at ``parts`` here (a Delta table's files, for a scan)."""
+        from pyarrow import fs
+
+        if self.access is None:
+            return fs.SubTreeFileSystem(str(Path(self.root, *parts).resolve()), fs.LocalFileSystem())
+        return fs.SubTreeFileSystem(self._key(*parts), self.access.filesystem())
+
     def check(self) -> None:
         """Refuse a store that cannot be reached, or a bucket that is not there, before a run
         needs it (exit 4, or exit 3 for a missing bucket)."""
