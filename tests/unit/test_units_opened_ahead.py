@@ -1,7 +1,9 @@
 """A task that knows its units opens the next unit's producer on a thread while it sends the
 one before: the next id initialised, then the ledger read on, in that order, and the unit
-sent only if that reading lacks it. Scripted producers and a scripted ledger here; the real
-broker, kills and fences in test_exactly_once_recovery.py and test_exactly_once_zombies.py."""
+sent only if that reading lacks it. A transaction its coordinator aborted, the task sends
+its units again, those it committed found in the ledger. Scripted producers and a scripted
+ledger here; the real broker, kills, pauses and fences in test_exactly_once_recovery.py,
+test_exactly_once_zombies.py and test_faults.py."""
 
 from __future__ import annotations
 
@@ -9,12 +11,13 @@ import threading
 from itertools import pairwise
 
 import pyarrow as pa
+import pytest
 
 from kappa_ingest.delivery import guarantees
 from kappa_ingest.delivery.guarantees import TaskDelivery
 from kappa_ingest.delivery.ledger import Entry
-from kappa_ingest.sinks import writers
-from kappa_ingest.sinks.producer import TransactionFailed
+from kappa_ingest.sinks import partition_runner, writers
+from kappa_ingest.sinks.producer import DeliveryFailed, TransactionFailed
 from kappa_ingest.sinks.task_stats import TaskStats
 from kappa_ingest.sinks.task_units import TaskInput, UnitTally
 from kappa_ingest.source import split_reader
@@ -35,8 +38,10 @@ class Log:
 
 
 class Producer:
-    def __init__(self, log: Log, txid: str, fail_init: bool = False) -> None:
+    def __init__(self, log: Log, txid: str, fail_init: bool = False, fail_flush: bool = False,
+                 abort_ok: bool = True) -> None:  # fmt: skip
         self.log, self.txid, self.fail_init, self.closed = log, txid, fail_init, False
+        self.fail_flush, self.abort_ok = fail_flush, abort_ok
 
     def init_transactions(self, timeout_s: float) -> None:
         self.log.add("init", self.txid)
@@ -50,10 +55,17 @@ class Producer:
         pass
 
     def flush(self) -> None:
-        pass
+        if self.fail_flush:  # as librdkafka fails a transaction's queue once it is abortable
+            raise DeliveryFailed("1 of 1 records not acknowledged by Kafka (Local: Purged in queue)")
 
     def commit(self, timeout_s: float) -> None:
         self.log.add("commit", self.txid)
+
+    def abort(self, timeout_s: float) -> None:
+        self.log.add("abort", self.txid)
+        if not self.abort_ok:
+            raise TransactionFailed("aborting", "scripted: no coordinator", fatal=False, abortable=False,
+                                    retriable=True)  # fmt: skip
 
     partitions_touched = 1
 
@@ -78,22 +90,33 @@ class Tail:
     def catch_up(self) -> None:
         with self.log.lock:
             initialised = {txid for what, txid in self.log.events if what == "init"}
+            committed = {txid for what, txid in self.log.events if what == "commit"}
         self.entries.update((u, e) for u, e in self.other_writers.items() if _id(u) in initialised)
+        self.entries.update((u, _entry(u, "r")) for u in UNITS if _id(u) in committed)  # the task's own, earlier
 
     def close(self) -> None:
         pass
 
 
-def _writer(log: Log, other_writers: dict[Unit, Entry] | None = None, failing: str | None = None):
+def _entry(u: Unit, run: str) -> Entry:
+    return Entry("t", u, 100, 1, run, "r", "exactly-once", 5, 4, 4, 0, 40, 0, 0)
+
+
+def _writer(log: Log, other_writers: dict[Unit, Entry] | None = None, failing: str | None = None,
+            stats: TaskStats | None = None, failing_flush: set[str] | None = None, abort_ok: bool = True):  # fmt: skip
+    """A writer of UNITS; ``failing_flush``: ids whose next producer's flush fails (once each)."""
     d = TaskDelivery("exactly-once", "r", "r", "t", "_l", {}, {u.file: (100, 1, "") for u in UNITS}, scope="s",
                      ledger_start={0: 0})  # fmt: skip
     made: list[Producer] = []
+    flaky = failing_flush if failing_flush is not None else set()
 
     def make(txid: str | None) -> Producer:
-        made.append(Producer(log, txid or "", fail_init=txid == failing))
+        fail_flush = txid in flaky
+        flaky.discard(txid)
+        made.append(Producer(log, txid or "", fail_init=txid == failing, fail_flush=fail_flush, abort_ok=abort_ok))
         return made[-1]
 
-    w = writers.UnitTransactions(d, make, TaskStats(0, 0, 0, 0, "h"))
+    w = writers.UnitTransactions(d, make, stats or TaskStats(0, 0, 0, 0, "h"))
     w.tail = Tail(log, other_writers or {})
     w.task_input = TaskInput(0, admit=w.admit)
     return w, made
@@ -130,7 +153,7 @@ def test_the_next_units_id_is_initialised_before_the_unit_before_it_commits():
 
 def test_a_unit_the_ledger_shows_delivered_after_its_id_was_initialised_is_not_sent():
     log = Log()
-    e = Entry("t", UNITS[2], 100, 1, "other", "r", "exactly-once", 5, 4, 4, 0, 40, 0, 0)
+    e = _entry(UNITS[2], "other")
     w, made = _writer(log, {UNITS[2]: e})
     w.upcoming(UNITS)
     w.start()
@@ -163,3 +186,59 @@ def test_a_tasks_handed_splits_name_its_units_as_its_rows_do():
         Unit("/in/a b.csv", 0, 5),
         Unit("/in/c.csv", 5, 9),
     ]
+
+
+def _send_all(w: writers.UnitTransactions, stats: TaskStats) -> None:
+    """The task's send, as the runner makes it: every unit's first rows, then finish."""
+    try:
+        w.upcoming(UNITS)
+        w.start()
+        for u in UNITS:
+            _admit(w, u)
+        w.finish()
+    except BaseException:
+        w.abandon()
+        raise
+    finally:
+        w.close()
+
+
+def _sent_with_reruns(log: Log, failing_flush: set[str], abort_ok: bool = True, replayable: bool = True) -> TaskStats:
+    def new_writer(stats: TaskStats) -> writers.UnitTransactions:
+        return _writer(log, stats=stats, failing_flush=failing_flush, abort_ok=abort_ok)[0]
+
+    return partition_runner.sent_with_reruns(_send_all, new_writer, TaskStats(0, 0, 0, 0, "h"), replayable)
+
+
+def test_a_transaction_its_coordinator_aborted_is_sent_again_and_the_units_committed_before_it_are_not():
+    log = Log()
+    stats = _sent_with_reruns(log, {_id(UNITS[1])}, abort_ok=True)
+    ev = log.events
+    assert [e for e in ev if e[0] == "commit"] == [("commit", _id(u)) for u in UNITS]  # each once, in order
+    assert ev.count(("abort", _id(UNITS[1]))) == 1 and ev.count(("begin", _id(UNITS[1]))) == 2
+    assert ev.count(("begin", _id(UNITS[0]))) == 1  # committed before the abort: found in the ledger, not sent
+    assert ev.index(("abort", _id(UNITS[1]))) < ev.index(("commit", _id(UNITS[1])))
+    assert stats.aborted == 1 and stats.transactions == 3  # the send that succeeded: UNITS[1:]
+
+
+def test_a_transaction_not_aborted_by_its_coordinator_or_a_task_that_cannot_read_its_splits_again_fails():
+    for abort_ok, replayable in ((False, True), (True, False)):
+        log = Log()
+        with pytest.raises(DeliveryFailed, match="Purged in queue"):
+            _sent_with_reruns(log, {_id(UNITS[1])}, abort_ok=abort_ok, replayable=replayable)
+        assert log.events.count(("begin", _id(UNITS[0]))) == 1  # not run again
+        assert ("commit", _id(UNITS[1])) not in log.events
+
+
+def test_a_task_sends_again_at_most_reruns_times():
+    log = Log()
+    ids = [_id(UNITS[1])]
+    failing: set[str] = set(ids)
+
+    def new_writer(stats: TaskStats) -> writers.UnitTransactions:
+        failing.update(ids)  # every send's transaction of UNITS[1] is aborted
+        return _writer(log, stats=stats, failing_flush=failing)[0]
+
+    with pytest.raises(DeliveryFailed):
+        partition_runner.sent_with_reruns(_send_all, new_writer, TaskStats(0, 0, 0, 0, "h"), True)
+    assert log.events.count(("abort", ids[0])) == partition_runner.RERUNS + 1

@@ -27,15 +27,18 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from kappa_ingest.delivery.guarantees import TaskDelivery
-from kappa_ingest.sinks import dead_letter
+from kappa_ingest.sinks import dead_letter, task_notes
+from kappa_ingest.sinks.producer import DeliveryFailed
 from kappa_ingest.sinks.task_stats import STATS_SCHEMA, TaskStats, TaskStatsParam
-from kappa_ingest.sinks.task_units import TaskInput
-from kappa_ingest.sinks.writers import MakeProducer, writer_for
+from kappa_ingest.sinks.task_units import TaskInput, mixes
+from kappa_ingest.sinks.writers import MakeProducer, Writer, writer_for
 from kappa_ingest.source import split_reader
 from kappa_ingest.source.parsing import BatchParser, Parsed
 from kappa_ingest.source.records import Encoded, RecordSpec, encode_batch, wall_clock_ms
 from kappa_ingest.source.splits import Unit
 from kappa_ingest.source.task_input import lines_of
+
+RERUNS = 2  # times a task sends its units again after a transaction its coordinator aborted
 
 
 @dataclass
@@ -124,6 +127,31 @@ def parse_at(parse: BatchParser, rows: pa.RecordBatch, unit: Unit, task_input: T
         raise e.located(unit.start, task_input.position(unit), parse.counts_lines) from None
 
 
+def sent_with_reruns(
+    send: Callable[[Writer, TaskStats], None],
+    new_writer: Callable[[TaskStats], Writer],
+    stats: TaskStats,
+    replayable: bool,
+) -> TaskStats:
+    """``send`` the task's units through a new writer; the statistics of the send that
+    succeeded. librdkafka's rule for an abortable error is to abort, then start over: a
+    task that can read its splits again (``replayable``) whose failed transaction its
+    coordinator aborted sends its units again, up to RERUNS times (the units it committed
+    are in the ledger by then). Any other failure is the task's."""
+    reruns = 0
+    while True:
+        writer = new_writer(stats)
+        try:
+            send(writer, stats)
+            return stats
+        except DeliveryFailed as e:
+            if not replayable or not writer.rolled_back or reruns == RERUNS:
+                raise
+            task_notes.note(f"a transaction was aborted ({e}); the task sent its units again")
+        reruns += 1
+        stats = stats.again()
+
+
 def run_partitions(
     df: DataFrame,
     spec: RecordSpec,
@@ -136,11 +164,9 @@ def run_partitions(
     """Send every partition of ``df`` through its own writer; one TaskStats per task."""
     acc = df.sparkSession.sparkContext.accumulator({}, TaskStatsParam())
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        stats = TaskStats.current()
+    def send(batches: Iterator[pa.RecordBatch], writer: Writer, stats: TaskStats, splits: list[Unit] | None) -> None:
         parse = parser.fresh()
         pacing = Pacer(*delivery.pace) if delivery.pace else Throttle(rate_per_task)
-        writer = writer_for(delivery, make_producer, stats)
         task_input = TaskInput(stats.partition, delivery.parts, delivery.skip, writer.admit, delivery.ordered)
         writer.task_input = task_input
 
@@ -154,13 +180,8 @@ def run_partitions(
             task_input.add(unit, rows.num_rows, parsed, enc)
             return parsed, enc
 
-        # A batch makes a few hundred Python objects and no cycles: the cyclic collector,
-        # run every 700 of them, cost ~4% of the CPU while sending (perf). Off during the task.
-        collecting = gc.isenabled()
-        gc.disable()
-        if parse.reads_splits and not task_input.mixed:  # its units known from its splits: opened ahead
-            batches = iter(handed := list(batches))
-            writer.upcoming([Unit(*split) for split in split_reader.handed_splits(handed)])
+        if splits is not None:  # its units known from its splits: opened ahead
+            writer.upcoming(splits)
         try:
             writer.start()
             for enc in converted(lines_of(batches, parse, stats), task_input, convert):
@@ -174,6 +195,25 @@ def run_partitions(
             raise
         finally:
             writer.close()
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        stats = TaskStats.current()
+        # A batch makes a few hundred Python objects and no cycles: the cyclic collector,
+        # run every 700 of them, cost ~4% of the CPU while sending (perf). Off during the task.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            handed = splits = None
+            if parser.reads_splits and not mixes(delivery.parts, delivery.ordered):  # split after split
+                handed = list(batches)
+                splits = [Unit(*split) for split in split_reader.handed_splits(handed)]
+            stats = sent_with_reruns(
+                lambda writer, stats: send(iter(handed) if handed is not None else batches, writer, stats, splits),
+                lambda stats: writer_for(delivery, make_producer, stats),
+                stats,
+                replayable=handed is not None,
+            )
+        finally:
             if collecting:
                 gc.enable()
         acc.add({stats.task_id: stats})

@@ -64,6 +64,16 @@ class TaskStats:
             started_ms=wall_clock_ms(),
         )
 
+    def again(self) -> TaskStats:
+        """Fresh statistics for the task's units sent again after a transaction its
+        coordinator aborted: what it sent before counts no more (the units it committed are
+        found in the ledger, as a retried attempt finds them); its start, and the time and
+        transactions it spent on them, still do."""
+        return TaskStats(self.task_id, self.stage_id, self.partition, self.attempt, self.host,
+                         started_ms=self.started_ms, aborted=self.aborted, commit_retries=self.commit_retries,
+                         init_retries=self.init_retries, retry_wait_ms=self.retry_wait_ms,
+                         transaction_ms=self.transaction_ms)  # fmt: skip
+
     def add(self, parsed: Parsed, enc: Encoded) -> None:
         self.rows_read += parsed.rows_read
         self.rows_sent += enc.rows

@@ -44,7 +44,7 @@ class TaskInput:
         self.part = partition if parts > 1 else 0
         self.parts = parts
         self.ordered = ordered  # rows sorted by event time: processed unit by unit, sent in their order
-        self.mixed = parts > 1 or ordered  # rows of several splits interleaved
+        self.mixed = mixes(parts, ordered)
         self.skip = skip
         self.admit = admit
         self.tallies: dict[Unit, UnitTally] = {}
@@ -100,3 +100,9 @@ class TaskInput:
         if enc is not None:
             t.rows_sent += enc.rows
             t.bytes_sent += enc.nbytes
+
+
+def mixes(parts: int, ordered: bool) -> bool:
+    """Whether a task's rows come from several splits interleaved (a shuffle's parts, an
+    ordered replay's sort), rather than split after split."""
+    return parts > 1 or ordered

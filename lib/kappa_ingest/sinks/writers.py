@@ -17,8 +17,9 @@ One writer per way of delivering (:mod:`kappa_ingest.delivery.guarantees` says w
   the start; entries written once Kafka acknowledged the records.
 
 Transactional errors follow librdkafka's rules: a retriable one is retried (an init or a
-commit the coordinator did not answer in time), an abortable one aborts, a fatal one
-drops the producer without another call (a new producer is made for an init). A fenced
+commit the coordinator did not answer in time), an abortable one aborts (``rolled_back``
+says whether the coordinator did: the runner then sends the task's units again), a fatal
+one drops the producer without another call (a new producer is made for an init). A fenced
 producer means another writer took the unit over: the task sends no more of it, and
 counts it delivered once that writer's entry is in the ledger (``taken`` until then).
 """
@@ -75,6 +76,7 @@ class Writer:
         self.began = 0.0  # when the open transaction began (time.monotonic)
         self.first_send: str | None = None  # the id of a transaction that has sent nothing yet
         self.taken: dict[Unit, None] = {}  # units another writer took over, not yet seen in the ledger
+        self.rolled_back = False  # a failed transaction was aborted by its coordinator: nothing of it counts
 
     def start(self) -> None:
         pass
@@ -121,7 +123,7 @@ class Writer:
         another call (a fatal error; whoever initialises its id next ends it)."""
         producer, self.producer = self.producer, None
         if producer is not None and self.d.transactional:
-            _abort(producer, self.stats)
+            self.rolled_back |= _abort(producer, self.stats)
         if producer is not None:
             producer.close()
 
@@ -202,10 +204,10 @@ class Writer:
         except TransactionFailed as e:
             if e.fenced:
                 return False
-            _abort(producer, self.stats, e)
+            self.rolled_back |= _abort(producer, self.stats, e)
             raise
         except BaseException:
-            _abort(producer, self.stats)
+            self.rolled_back |= _abort(producer, self.stats)
             raise
         self.stats.transactions += 1
         self.stats.markers = -1 if touched is None or self.stats.markers < 0 else self.stats.markers + touched
@@ -553,12 +555,14 @@ def _explained(e: TransactionFailed, t0: float, d: TaskDelivery) -> TransactionF
     )
 
 
-def _abort(producer: PartitionProducer, stats: TaskStats, error: BaseException | None = None) -> None:
-    """Abort the open transaction, unless ``error`` left the producer unusable (fatal)."""
+def _abort(producer: PartitionProducer, stats: TaskStats, error: BaseException | None = None) -> bool:
+    """Abort the open transaction, unless ``error`` left the producer unusable (fatal);
+    whether its coordinator aborted it."""
     if isinstance(error, TransactionFailed) and error.fatal:
-        return
+        return False
     try:
         producer.abort(ABORT_TIMEOUT_S)
-        stats.aborted += 1
     except Exception:  # noqa: BLE001 - the task's own error is the one to report
-        pass  # an unreachable coordinator: whoever initialises the id next (or the next run) ends it
+        return False  # an unreachable coordinator: whoever initialises the id next (or the next run) ends it
+    stats.aborted += 1
+    return True
