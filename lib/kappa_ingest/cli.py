@@ -177,26 +177,41 @@ def run_ingest(args: argparse.Namespace, cfg: Any = None, replay: Any = None) ->
     cfg = cfg or config.load(args)
     importing = threading.Thread(target=_import_pipeline, name="imports", daemon=True)
     with RunResources(cfg) as resources:
+        what = "Spark did not start: "
         try:
-            input_bytes, work = _before_spark(cfg, resources)
-            if work is not None and work.nothing_left:  # Spark never starts
-                from kappa_ingest.report.recording import nothing_left
+            input_bytes = _checked(cfg)
+            work = None
+            if cfg.incremental or cfg.resume:  # what is left decides whether Spark starts at all
+                work = _kafka_before_spark(cfg, resources)
+                if work is not None and work.nothing_left:  # Spark never starts
+                    from kappa_ingest.report.recording import nothing_left
 
-                servers = resources.servers() if cfg.incremental else cfg.bootstrap_servers
-                resources.close()
-                nothing_left(cfg, work, servers, clock, held=resources.held)
-                return 0
+                    servers = resources.servers() if cfg.incremental else cfg.bootstrap_servers
+                    resources.close()
+                    nothing_left(cfg, work, servers, clock, held=resources.held)
+                    return 0
+                deciding = None
+            else:  # the topic's lock is taken while the JVM starts: at 100 ms, seconds of round trips
+                deciding = Outcome(lambda: _kafka_before_spark(cfg, resources), "lock")
             # The pipeline's imports (Arrow, polars, the Delta writer: ~0.8 s) run while the JVM starts.
             importing.start()
-            resources.start_spark(f"kappa-ingest {cfg.run_id}", {**_sorting_memory(cfg), **_spark_conf(args)},
-                                  quick_jit(input_bytes))  # fmt: skip
+            try:
+                resources.start_spark(f"kappa-ingest {cfg.run_id}", {**_sorting_memory(cfg), **_spark_conf(args)},
+                                      quick_jit(input_bytes))  # fmt: skip
+            except BaseException:
+                if deciding is not None:
+                    deciding.wait()  # a lock it took is let go with the rest; Spark's failure is the run's
+                raise
+            if deciding is not None:
+                what = ""
+                work = deciding.result()
         except BaseException as e:
             # The run writes its report from here on; before it, this does.
             resources.close()
             # Imported here: at the top it would load the pipeline's libraries before the JVM starts.
             from kappa_ingest.report import recording
 
-            recording.failed_report(cfg, clock, e, what="Spark did not start: ")
+            recording.failed_report(cfg, clock, e, what=what)
             raise
         importing.join()
         from kappa_ingest.ingest import run  # imported by now
@@ -205,27 +220,65 @@ def run_ingest(args: argparse.Namespace, cfg: Any = None, replay: Any = None) ->
     return 0
 
 
-def _before_spark(cfg: Any, resources: Any) -> tuple[int, Any]:
-    """The input's size; and, where it can be known before Spark starts, the run's work
-    (with the lock taken): a second run exits 6, and one with nothing left never starts Spark."""
+class Outcome:
+    """``call()`` run on a thread of its own from now; ``result()`` waits for it and
+    returns what it returned, or raises what it raised."""
+
+    def __init__(self, call: Any, name: str) -> None:
+        import threading
+
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                self._value = call()
+            except BaseException as e:  # noqa: BLE001 - raised again by result()
+                self._error = e
+
+        self._thread = threading.Thread(target=run, name=name, daemon=True)
+        self._thread.start()
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def result(self) -> Any:
+        self.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def _checked(cfg: Any) -> int:
+    """What is checked before Spark starts, so that a bad run fails in a second: the
+    inputs, the metrics directory, a configured Kafka, an expectation suite. The input's
+    size."""
     from kappa_ingest.preflight import preflight
-    from kappa_ingest.spark.session import launched_by_spark_submit
 
     input_bytes = preflight(cfg)
-    if cfg.expectations:  # a malformed suite is refused before Spark starts
+    if cfg.expectations:
         from kappa_ingest import quality
 
         quality.load(cfg.expectations)
+    return input_bytes
+
+
+def _kafka_before_spark(cfg: Any, resources: Any) -> Any:
+    """The run's Kafka opened (an embedded broker starts beside Spark) and, where the run
+    needs Kafka now, the topic's lock taken (a second run exits 6) and the run's work read
+    (``--resume``, ``--incremental``: what the ledger lacks); None where that waits for Spark."""
+    from kappa_ingest.spark.session import launched_by_spark_submit
+
     if not cfg.resume and launched_by_spark_submit():  # the master is known only once the session is up
-        return input_bytes, None
-    resources.open_kafka(cfg.spark_master or "local[*]")  # an embedded broker starts beside Spark
+        return None
+    resources.open_kafka(cfg.spark_master or "local[*]")
     # Waited for only where the run needs Kafka now; else the run takes the lock once Spark is up.
     if not (cfg.bootstrap_servers or cfg.incremental):
-        return input_bytes, None
+        return None
     from kappa_ingest.delivery.work import prepare
 
     resources.hold()
-    return input_bytes, prepare(cfg, resources.servers)
+    return prepare(cfg, resources.servers)
 
 
 def _sorting_memory(cfg: Any) -> dict[str, str]:
