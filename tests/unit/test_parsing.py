@@ -51,6 +51,19 @@ def test_rejects_carry_reason_file_and_text():
     assert out.rows_read == 6
 
 
+def test_a_quoted_field_left_open_with_an_even_count_of_quotes_is_rejected_wherever_it_is():
+    """1,a"b,"c: a quote inside a field, then a quoted field not closed on its line. Arrow's
+    reader ran it on into the next lines (the batch then failed: "Arrays were not all the
+    same length"); it is quarantined, in the middle of a batch and as its last line alike."""
+    reason = "a quoted field not closed on its line (one with a newline needs --multiline)"
+    for raw in ([b'1,a"b,"c', b"2,x,y", b'3,"p""q","r"s'], [b"2,x,y", b'3,"p""q","r"s', b'1,a"b,"c']):
+        out = LineParser(("id", "name", "val"))(lines_batch(raw, block=7))
+        assert [[r[c] for c in ("id", "name", "val")] for r in out.rows.to_pylist()] == [["2", "x", "y"],
+                                                                                        ["3", 'p"q', "rs"]]  # fmt: skip
+        assert {r["line"]: r["reason"] for r in out.rejects.to_pylist()} == {'1,a"b,"c': reason}
+        assert out.rows_read == 3
+
+
 def test_header_is_dropped_once_per_file_and_bom_removed():
     p = LineParser(("a", "b"), header_line="a,b")
     first = p(lines_batch(["\ufeffa,b".encode(), b"1,2"], file="x.csv"))

@@ -243,6 +243,18 @@ class LineParser:
             good_lines = lines.take(pa.array(idx)).view(pa.string()) if len(idx) else pa.array([], pa.string())
         kept = self.wanted or columns
         table, bad = self._parse(good_lines, columns, kept)
+        last = good_lines.slice(len(good_lines) - 1) if len(good_lines) else good_lines
+        if table.num_rows + len(bad) != len(good_lines) or _open_quoted(last, self.delimiter, self.quote).any():
+            # Arrow's reader ran a quoted field left open (an even count of quotes, one of them
+            # inside a field: 1,a"b,"c) on into the next lines (or, the batch's last, to its
+            # end): such lines out, the rest parsed again.
+            open_quote = np.zeros(n, dtype=bool)
+            open_quote[idx[_open_quoted(good_lines, self.delimiter, self.quote)]] = True
+            reasons.append((open_quote, "a quoted field not closed on its line (one with a newline needs --multiline)"))
+            keep &= ~open_quote
+            idx = np.flatnonzero(keep)
+            good_lines = lines.take(pa.array(idx)).view(pa.string()) if len(idx) else pa.array([], pa.string())
+            table, bad = self._parse(good_lines, columns, kept)
         if bad:
             # Group by field count: each count is its own reason.
             by_count: dict[int, list[int]] = {}
@@ -357,6 +369,19 @@ class LineParser:
                 reject_batch(files.take(pos), pa.array([reason] * len(pos), pa.string()), pa.array(text, pa.string()))
             )
         return pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
+
+
+def _open_quoted(lines: pa.Array, delimiter: str, quote: str) -> np.ndarray:
+    """Which lines end inside a quoted field, read as Arrow's CSV reader reads a field: a
+    quote opens one only at the field's start, a doubled quote inside it is a quote, and
+    after its closing quote the field runs on to the delimiter. (Per line in Python: only
+    for a batch where Arrow's rows did not come out one per line.)"""
+    import re
+
+    d, q = re.escape(delimiter.encode()), re.escape(quote.encode())
+    field_ = rb"(?:%s(?:[^%s]|%s%s)*%s[^%s]*|(?:[^%s%s][^%s]*)?)" % (q, q, q, q, q, d, d, q, d)
+    whole = re.compile(rb"%s(?:%s%s)*" % (field_, d, field_), re.DOTALL)
+    return np.array([whole.fullmatch(line) is None for line in lines.view(pa.binary()).to_pylist()], dtype=bool)
 
 
 def _replaced(lines: pa.Array, values_at: dict[int, bytes]) -> pa.Array:
