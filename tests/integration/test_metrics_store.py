@@ -140,6 +140,25 @@ def test_stage_and_task_times_lie_inside_the_run(store):
     assert len(run_row["tasks"]) == len(summary["tasks"])
 
 
+def test_a_runs_spark_metrics_are_its_job_groups_alone(spark):
+    """Two groups' jobs in one session (as a watch's batches are): each collects its own
+    stages and tasks, none of the other's."""
+    from kappa_ingest.spark import metrics as spark_metrics
+
+    sc = spark.sparkContext
+    counts = {}
+    for group, parts in (("metrics-group-a", 3), ("metrics-group-b", 2)):
+        sc.setJobGroup(group, group)
+        counts[group] = sc.parallelize(range(parts * 10), parts).map(lambda x: x + 1).count()
+    sc.setJobGroup("tests", "tests")
+    a, b = (spark_metrics.collect(spark, g) for g in ("metrics-group-a", "metrics-group-b"))
+    assert counts == {"metrics-group-a": 30, "metrics-group-b": 20}
+    assert [s.num_tasks for s in a.stages] == [3] and [s.num_tasks for s in b.stages] == [2]
+    assert (
+        len(a.tasks) == 3 and len(b.tasks) == 2 and not {s.stage_id for s in a.stages} & {s.stage_id for s in b.stages}
+    )
+
+
 def test_html_page_is_self_contained_with_figures(store):
     metrics, summary, _ = store
     page = render_html(metrics_store.run(metrics, summary["run_id"]))

@@ -115,7 +115,7 @@ def warm(spark: SparkSession) -> None:
 
     def ask() -> None:
         try:
-            StatusApi(spark).get("/jobs")
+            StatusApi(spark).get("/allexecutors")  # small, however many jobs the application ran
         except Exception:  # noqa: BLE001 - only a head start; collect() asks again
             pass
 
@@ -130,10 +130,12 @@ def collect(spark: SparkSession, job_group: str) -> SparkRunMetrics:
     until every stage of the group's jobs is settled.
     """
     api = StatusApi(spark)
+    tracker = spark.sparkContext.statusTracker()
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     waits = settling.pauses()  # the bus is milliseconds behind a job that just ended
     while True:
-        jobs = [j for j in api.get("/jobs") if j.get("jobGroup") == job_group]
+        # The group's own jobs, not every job the application kept (a watch's batches add up to Spark's 1,000).
+        jobs = [api.get(f"/jobs/{job_id}") for job_id in sorted(tracker.getJobIdsForGroup(job_group))]
         stage_ids = sorted({s for j in jobs for s in j["stageIds"]})
         attempts = [a for sid in stage_ids for a in api.get(f"/stages/{sid}?details=false")]
         settled = all(j["status"] != "RUNNING" for j in jobs) and all(
