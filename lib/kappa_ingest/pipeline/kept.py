@@ -78,11 +78,18 @@ class Kept:
 
     def producers(self, admin_conf: dict[str, Any], topic: str, partitions: int) -> Producers | None:
         """The topic's producers now (:func:`~kappa_ingest.kafka.topics.producers`), through a
-        kept client; None if the brokers did not say."""
-        try:
-            return self.ask("producers", admin_conf, 5.0, lambda c: producers(admin_conf, topic, partitions, client=c))
-        except Exception:  # noqa: BLE001 - not seen: the run is read back
-            return None
+        kept client; None if the brokers did not say, asked twice (a second client, made
+        afresh: a busy machine's first one once missed its 5 s, a just-made topic's leaders
+        may have moved)."""
+        for _ in range(2):
+            try:
+                found = self.ask("producers", admin_conf, 5.0,
+                                 lambda c: producers(admin_conf, topic, partitions, client=c))  # fmt: skip
+            except Exception:  # noqa: BLE001 - not seen: asked again, else the run is read back
+                continue
+            if found is not None:
+                return found
+        return None
 
     def ask(self, name: str, admin_conf: dict[str, Any], timeout_s: float, question: Callable[[Any], T]) -> T:
         """``question(client)`` through the kafka-python admin client kept as ``name`` (made
