@@ -101,3 +101,61 @@ def test_fresh_parser_forgets_seen_files():
 )
 def test_malformed_detail(line, reason):
     assert malformed_detail(line, 3, ",", '"') == reason
+
+
+def arrows_fields(line: str) -> list[str] | None:
+    """One line's fields as Arrow's CSV reader's state machine reads them (a quote opens a
+    quoted part only at a field's start; a doubled quote in it is a quote; after it the
+    field runs on to the delimiter); None if a quoted part is still open at the end."""
+    fields, i, n = [], 0, len(line)
+    while True:
+        value = []
+        if i < n and line[i] == '"':
+            i += 1
+            while True:
+                if i >= n:
+                    return None
+                if line[i] == '"':
+                    if i + 1 < n and line[i + 1] == '"':
+                        value.append('"')
+                        i += 2
+                        continue
+                    i += 1
+                    break
+                value.append(line[i])
+                i += 1
+        while i < n and line[i] != ",":
+            value.append(line[i])
+            i += 1
+        fields.append("".join(value))
+        if i >= n:
+            return fields
+        i += 1
+
+
+def test_random_lines_are_read_as_arrows_state_machine_reads_them():
+    """Lines of delimiters, quotes (doubled, inside fields, left open), empty fields and
+    non-ASCII text, at random, in batches (an open quote lands last in some): each kept line
+    is the row the state machine reads, each other one rejected for its reason."""
+    import random
+
+    rng = random.Random(7)
+    pieces = ["a", "bc", ",", ",", '"', '""', '"""', "é", " ", ";", "🎉", "x,y", "\\"]
+    lines = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 14))) for _ in range(4000)]
+    for start in range(0, len(lines), 400):
+        batch = lines[start : start + 400]
+        out = LineParser(("x", "y", "z"))(lines_batch([line.encode() for line in batch], block=9))
+        want_rows, want_rejects = [], {}
+        for line in batch:
+            fields = arrows_fields(line)
+            if line.count('"') % 2:
+                want_rejects[line] = "unbalanced quotes (a quoted field with a newline needs --multiline)"
+            elif fields is None:
+                want_rejects[line] = "a quoted field not closed on its line (one with a newline needs --multiline)"
+            elif len(fields) != 3:
+                want_rejects[line] = f"{len(fields)} fields where the header has 3"
+            else:
+                want_rows.append([f or None for f in fields])
+        assert [[r[c] for c in ("x", "y", "z")] for r in out.rows.to_pylist()] == want_rows
+        assert {r["line"]: r["reason"] for r in out.rejects.to_pylist()} == want_rejects
+        assert len(want_rows) > 20 and len(want_rejects) > 20

@@ -373,13 +373,14 @@ class LineParser:
 
 def _open_quoted(lines: pa.Array, delimiter: str, quote: str) -> np.ndarray:
     """Which lines end inside a quoted field, read as Arrow's CSV reader reads a field: a
-    quote opens one only at the field's start, a doubled quote inside it is a quote, and
+    quote opens one only at the field's start, a doubled quote inside it is a quote (taken
+    greedily, as the reader takes it: never a close and a reopen), and
     after its closing quote the field runs on to the delimiter. (Per line in Python: only
     for a batch where Arrow's rows did not come out one per line.)"""
     import re
 
     d, q = re.escape(delimiter.encode()), re.escape(quote.encode())
-    field_ = rb"(?:%s(?:[^%s]|%s%s)*%s[^%s]*|(?:[^%s%s][^%s]*)?)" % (q, q, q, q, q, d, d, q, d)
+    field_ = rb"(?:%s(?:[^%s]|%s%s)*+%s[^%s]*|(?:[^%s%s][^%s]*)?)" % (q, q, q, q, q, d, d, q, d)
     whole = re.compile(rb"%s(?:%s%s)*" % (field_, d, field_), re.DOTALL)
     return np.array([whole.fullmatch(line) is None for line in lines.view(pa.binary()).to_pylist()], dtype=bool)
 
