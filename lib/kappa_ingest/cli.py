@@ -167,6 +167,7 @@ def run_ingest(args: argparse.Namespace, cfg: Any = None, replay: Any = None) ->
     embedded broker beside Spark if the run needs one, then run the job; Spark and the
     broker are stopped before recording."""
     import threading
+    from concurrent.futures import ThreadPoolExecutor, wait
 
     from kappa_ingest import config
     from kappa_ingest.pipeline.resources import RunResources
@@ -192,7 +193,9 @@ def run_ingest(args: argparse.Namespace, cfg: Any = None, replay: Any = None) ->
                     return 0
                 deciding = None
             else:  # the topic's lock is taken while the JVM starts: at 100 ms, seconds of round trips
-                deciding = Outcome(lambda: _kafka_before_spark(cfg, resources), "lock")
+                pool = ThreadPoolExecutor(1, thread_name_prefix="lock")
+                deciding = pool.submit(_kafka_before_spark, cfg, resources)
+                pool.shutdown(wait=False)
             # The pipeline's imports (Arrow, polars, the Delta writer: ~0.8 s) run while the JVM starts.
             importing.start()
             try:
@@ -200,7 +203,7 @@ def run_ingest(args: argparse.Namespace, cfg: Any = None, replay: Any = None) ->
                                       quick_jit(input_bytes))  # fmt: skip
             except BaseException:
                 if deciding is not None:
-                    deciding.wait()  # a lock it took is let go with the rest; Spark's failure is the run's
+                    wait([deciding])  # a lock it took is let go with the rest; Spark's failure is the run's
                 raise
             if deciding is not None:
                 what = ""
@@ -218,35 +221,6 @@ def run_ingest(args: argparse.Namespace, cfg: Any = None, replay: Any = None) ->
 
         run(cfg, resources, clock, work, replay=replay, release_early=True)
     return 0
-
-
-class Outcome:
-    """``call()`` run on a thread of its own from now; ``result()`` waits for it and
-    returns what it returned, or raises what it raised."""
-
-    def __init__(self, call: Any, name: str) -> None:
-        import threading
-
-        self._value: Any = None
-        self._error: BaseException | None = None
-
-        def run() -> None:
-            try:
-                self._value = call()
-            except BaseException as e:  # noqa: BLE001 - raised again by result()
-                self._error = e
-
-        self._thread = threading.Thread(target=run, name=name, daemon=True)
-        self._thread.start()
-
-    def wait(self) -> None:
-        self._thread.join()
-
-    def result(self) -> Any:
-        self.wait()
-        if self._error is not None:
-            raise self._error
-        return self._value
 
 
 def _checked(cfg: Any) -> int:

@@ -18,7 +18,9 @@ header; a batch holds rows of one file (one ledger unit).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
+from functools import cache
 from typing import Any, Protocol
 
 import numpy as np
@@ -374,15 +376,19 @@ class LineParser:
 def _open_quoted(lines: pa.Array, delimiter: str, quote: str) -> np.ndarray:
     """Which lines end inside a quoted field, read as Arrow's CSV reader reads a field: a
     quote opens one only at the field's start, a doubled quote inside it is a quote (taken
-    greedily, as the reader takes it: never a close and a reopen), and
-    after its closing quote the field runs on to the delimiter. (Per line in Python: only
-    for a batch where Arrow's rows did not come out one per line.)"""
-    import re
+    greedily, as the reader takes it: never a close and a reopen), and after its closing
+    quote the field runs on to the delimiter. (Per line in Python: a batch's last line, and
+    all of a batch where Arrow's rows did not come out one per line.)"""
+    whole = _whole_line(delimiter, quote)
+    return np.array([whole.fullmatch(line) is None for line in lines.view(pa.binary()).to_pylist()], dtype=bool)
 
+
+@cache
+def _whole_line(delimiter: str, quote: str) -> re.Pattern[bytes]:
+    """A line whose every quoted part is closed, as a pattern (:func:`_open_quoted`)."""
     d, q = re.escape(delimiter.encode()), re.escape(quote.encode())
     field_ = rb"(?:%s(?:[^%s]|%s%s)*+%s[^%s]*|(?:[^%s%s][^%s]*)?)" % (q, q, q, q, q, d, d, q, d)
-    whole = re.compile(rb"%s(?:%s%s)*" % (field_, d, field_), re.DOTALL)
-    return np.array([whole.fullmatch(line) is None for line in lines.view(pa.binary()).to_pylist()], dtype=bool)
+    return re.compile(rb"%s(?:%s%s)*" % (field_, d, field_), re.DOTALL)
 
 
 def _replaced(lines: pa.Array, values_at: dict[int, bytes]) -> pa.Array:
