@@ -17,7 +17,8 @@ def test_librdkafka_names_and_types():
     conf = ks.for_confluent(SETTINGS, "h:1")
     assert conf == {"bootstrap.servers": "h:1", "partitioner": "murmur2_random", "allow.auto.create.topics": False, "acks": "all", "enable.idempotence": True, "linger.ms": 20,
                     "batch.size": 1048576, "compression.type": "lz4", "queue.buffering.max.kbytes": 65536,
-                    "message.max.bytes": 2097152, "batch.num.messages": 1_000_000}  # fmt: skip
+                    "message.max.bytes": 2097152, "batch.num.messages": 1_000_000,
+                    "queue.buffering.max.messages": 1_000_000}  # fmt: skip
 
 
 def test_librdkafka_batches_are_bounded_by_batch_size_alone():

@@ -1,6 +1,7 @@
 """A task that knows its units opens the next unit's producer on a thread while it sends the
 one before: the next id initialised, then the ledger read on, in that order, and the unit
-sent only if that reading lacks it. A transaction its coordinator aborted, the task sends
+sent only if that reading lacks it; meanwhile the unit's first rows are converted, and
+counted and sent only once it is admitted. A transaction its coordinator aborted, the task sends
 its units again, those it committed found in the ledger. Scripted producers and a scripted
 ledger here; the real broker, kills, pauses and fences in test_exactly_once_recovery.py,
 test_exactly_once_zombies.py and test_faults.py."""
@@ -16,7 +17,7 @@ import pytest
 from kappa_ingest.delivery import guarantees
 from kappa_ingest.delivery.guarantees import TaskDelivery
 from kappa_ingest.delivery.ledger import Entry
-from kappa_ingest.sinks import partition_runner, writers
+from kappa_ingest.sinks import early, partition_runner, writers
 from kappa_ingest.sinks.producer import DeliveryFailed, TransactionFailed
 from kappa_ingest.sinks.task_stats import TaskStats
 from kappa_ingest.sinks.task_units import TaskInput, UnitTally
@@ -39,11 +40,13 @@ class Log:
 
 class Producer:
     def __init__(self, log: Log, txid: str, fail_init: bool = False, fail_flush: bool = False,
-                 abort_ok: bool = True) -> None:  # fmt: skip
+                 abort_ok: bool = True, gate: threading.Event | None = None) -> None:  # fmt: skip
         self.log, self.txid, self.fail_init, self.closed = log, txid, fail_init, False
-        self.fail_flush, self.abort_ok = fail_flush, abort_ok
+        self.fail_flush, self.abort_ok, self.gate = fail_flush, abort_ok, gate
 
     def init_transactions(self, timeout_s: float) -> None:
+        if self.gate is not None:  # the coordinator's round trips, as long as the test holds them
+            assert self.gate.wait(10)
         self.log.add("init", self.txid)
         if self.fail_init:
             raise TransactionFailed("initialising", "scripted", fatal=False, abortable=False, retriable=False)
@@ -103,7 +106,8 @@ def _entry(u: Unit, run: str) -> Entry:
 
 
 def _writer(log: Log, other_writers: dict[Unit, Entry] | None = None, failing: str | None = None,
-            stats: TaskStats | None = None, failing_flush: set[str] | None = None, abort_ok: bool = True):  # fmt: skip
+            stats: TaskStats | None = None, failing_flush: set[str] | None = None, abort_ok: bool = True,
+            gate: threading.Event | None = None):  # fmt: skip
     """A writer of UNITS; ``failing_flush``: ids whose next producer's flush fails (once each)."""
     d = TaskDelivery("exactly-once", "r", "r", "t", "_l", {}, {u.file: (100, 1, "") for u in UNITS}, scope="s",
                      ledger_start={0: 0})  # fmt: skip
@@ -113,7 +117,8 @@ def _writer(log: Log, other_writers: dict[Unit, Entry] | None = None, failing: s
     def make(txid: str | None) -> Producer:
         fail_flush = txid in flaky
         flaky.discard(txid)
-        made.append(Producer(log, txid or "", fail_init=txid == failing, fail_flush=fail_flush, abort_ok=abort_ok))
+        made.append(Producer(log, txid or "", fail_init=txid == failing, fail_flush=fail_flush, abort_ok=abort_ok,
+                             gate=gate))  # fmt: skip
         return made[-1]
 
     w = writers.UnitTransactions(d, make, stats or TaskStats(0, 0, 0, 0, "h"))
@@ -242,3 +247,98 @@ def test_a_task_sends_again_at_most_reruns_times():
     with pytest.raises(DeliveryFailed):
         partition_runner.sent_with_reruns(_send_all, new_writer, TaskStats(0, 0, 0, 0, "h"), True)
     assert log.events.count(("abort", ids[0])) == partition_runner.RERUNS + 1
+
+
+def _rows(u: Unit, n: int) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({FILE_COL: [f"file:{u.file}"] * n, BLOCK_COL: [u.start] * n,
+                                       BLOCK_LEN_COL: [u.length] * n})  # fmt: skip
+
+
+class Enc:
+    nbytes = 10
+
+
+def _held_while_opening(other_writers: dict[Unit, Entry]) -> tuple[list, writers.UnitTransactions, Log]:
+    """A task's four batches of UNITS[0], its id's init held until two are converted."""
+    log, gate = Log(), threading.Event()
+    w, _ = _writer(log, other_writers, gate=gate)
+    w.upcoming(UNITS[:1])
+    w.start()
+    held_lines: list[int] = []
+
+    def convert(u: Unit, rows: pa.RecordBatch, held: int) -> tuple:
+        held_lines.append(held)
+        assert ("begin", _id(u)) not in log.events
+        if len(held_lines) == 2:
+            gate.set()
+            for _ in range(1000):  # until its opening is done (bounded)
+                if not w.waiting():
+                    break
+                threading.Event().wait(0.005)
+        return ("parsed", u, held), Enc()
+
+    got = list(early.converted_early(iter([_rows(UNITS[0], 3) for _ in range(4)]), w.task_input, w.waiting,
+                                     w.waits_for, convert))  # fmt: skip
+    assert held_lines == [0, 3]  # converted while the id initialised, then no more
+    assert [e is not None for _, e in got] == [True, True, False, False]
+    return got, w, log
+
+
+def test_a_units_first_rows_are_converted_while_its_id_initialises_and_sent_once_it_is_admitted():
+    got, w, log = _held_while_opening({})
+    counted = []
+
+    def convert(u: Unit, rows: pa.RecordBatch, e: early.Early | None) -> tuple:
+        counted.append(e.taken()[0] if e is not None else ("now", u))
+        w.task_input.tallies.setdefault(u, UnitTally(lines=3, rows_read=3, rows_sent=3))
+        return None, Enc()
+
+    assert len(list(partition_runner.converted(iter(got), w.task_input, convert))) == 4
+    assert counted == [("parsed", UNITS[0], 0), ("parsed", UNITS[0], 3), ("now", UNITS[0]), ("now", UNITS[0])]
+    assert log.events.index(("init", _id(UNITS[0]))) < log.events.index(("begin", _id(UNITS[0])))
+    w.finish()
+    w.close()
+
+
+def test_rows_converted_while_their_unit_waited_are_dropped_unseen_when_the_ledger_then_shows_it_delivered():
+    e = _entry(UNITS[0], "other")
+    got, w, log = _held_while_opening({UNITS[0]: e})
+    counted = []
+    enc = partition_runner.converted(iter(got), w.task_input, lambda *a: counted.append(a))
+    assert list(enc) == [] and counted == []
+    assert w.task_input.inherited == {UNITS[0]: e} and w.task_input.lines_dropped == 12
+    assert ("begin", _id(UNITS[0])) not in log.events
+    w.finish()
+    w.close()
+
+
+def _scripted(waits: list[bool], units: list[Unit], fail_at: int = -1, held_bytes: int = early.HELD_BYTES):
+    """converted_early over one batch of each of ``units``, the writer waiting as ``waits``
+    says at each question."""
+    answers = iter(waits)
+    ti = TaskInput(0)
+    done: list[tuple[Unit, int]] = []
+
+    def convert(u: Unit, rows: pa.RecordBatch, held: int) -> tuple:
+        if len(done) == fail_at:
+            raise ValueError("scripted")
+        done.append((u, held))
+        return None, Enc()
+
+    batches = [_rows(u, 2) for u in units]
+    got = list(early.converted_early(iter(batches), ti, lambda: True, lambda u: next(answers, False), convert,
+                                     held_bytes))  # fmt: skip
+    return got, done
+
+
+def test_early_conversion_stops_at_its_bound_at_another_units_rows_and_at_an_error_kept_for_its_taking():
+    a, b = UNITS[0], UNITS[1]
+    # (the held are admitted before the next batch is asked for: the unit no longer waits then)
+    got, done = _scripted([True, True, False], [a, a, a], held_bytes=20)
+    assert done == [(a, 0), (a, 2)] and [e is not None for _, e in got] == [True, True, False]
+    got, done = _scripted([True, True, True, False, False], [a, b, b])
+    assert done == [(a, 0), (b, 0)] and [e is not None for _, e in got] == [True, True, False]
+    got, done = _scripted([True, True, False], [a, a, a], fail_at=1)
+    assert done == [(a, 0)] and [e is not None for _, e in got] == [True, True, False]
+    with pytest.raises(ValueError, match="scripted"):
+        got[1][1].taken()

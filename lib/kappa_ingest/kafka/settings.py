@@ -202,6 +202,12 @@ def _check_value(name: str, value: str, translation: Translation) -> None:
 # (1,000,000): batches are bounded by batch.size alone, as Java's are. The largest record is
 # still max.request.size's (the parser quarantines larger ones before they reach the producer).
 BATCH_RECORDS_MAX = 1_000_000
+# librdkafka holds at most 100,000 records queued by default: 29 MB of 290-byte records, less
+# than two partitions' 8 MB batches in flight and filling behind them on a long link, so the
+# producer stalled the task (at 100 ms of round trip a task's sending took 0.9 s longer).
+# Records, then, as many as a run's batches need; the bytes queued stay bounded by
+# queue.buffering.max.kbytes (librdkafka's 1 GB; --kafka-opt buffer.memory sets it).
+QUEUED_RECORDS_MAX = 1_000_000
 REQUEST_MAX_DEFAULT = 1_000_000
 REQUEST_FRAMING = 64 * 1024
 
@@ -212,7 +218,7 @@ def for_confluent(settings: dict[str, str], bootstrap_servers: str) -> dict[str,
     # Streams) and kafka-python by murmur2: with it a key lands in the same partition whichever
     # client wrote it, so topics stay co-partitioned with what other producers write.
     conf: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "partitioner": "murmur2_random", **NO_AUTO_CREATE,
-                            "batch.num.messages": BATCH_RECORDS_MAX}  # fmt: skip
+                            "batch.num.messages": BATCH_RECORDS_MAX, "queue.buffering.max.messages": QUEUED_RECORDS_MAX}  # fmt: skip
     for name, value in _plain(settings).items():
         target, convert = TABLE[name][0]  # type: ignore[misc]
         conf[target] = convert(value)

@@ -2,7 +2,8 @@
 
 Each Spark partition gets its producers inside the partition function, never on the
 driver or per record (Spark's "design patterns for foreachRDD"). The runner parses and
-converts each Arrow batch (:func:`kappa_ingest.source.records.encode_batch`), hands it to the
+converts each Arrow batch (:func:`kappa_ingest.source.records.encode_batch`; the first
+ones while the writer still waits on Kafka for their unit: :mod:`.early`), hands it to the
 task's writer (:mod:`.writers`: transactions per unit or per task, or acknowledged
 sends), throttles or paces if asked, and ends the task with one statistics row.
 
@@ -28,6 +29,7 @@ from pyspark.sql import DataFrame
 
 from kappa_ingest.delivery.guarantees import TaskDelivery
 from kappa_ingest.sinks import dead_letter, task_notes
+from kappa_ingest.sinks.early import Early, converted_early
 from kappa_ingest.sinks.producer import DeliveryFailed
 from kappa_ingest.sinks.task_stats import STATS_SCHEMA, TaskStats, TaskStatsParam
 from kappa_ingest.sinks.task_units import TaskInput, mixes
@@ -99,14 +101,17 @@ class Pacer:
 
 
 def converted(
-    batches: Iterator[pa.RecordBatch], task_input: TaskInput, convert: Callable[[Unit, pa.RecordBatch], tuple]
+    batches: Iterator[tuple[pa.RecordBatch, Early | None]],
+    task_input: TaskInput,
+    convert: Callable[[Unit, pa.RecordBatch, Early | None], tuple],
 ) -> Iterator[Encoded]:
-    """Each unit's rows converted (``convert``); in an ordered run (rows sorted by event
-    time, several splits interleaved) a batch's pieces are put back in the batch's order."""
-    for batch in batches:
+    """Each unit's rows converted (``convert``, given the batch's early conversion where
+    one was made: :mod:`.early`); in an ordered run (rows sorted by event time, several
+    splits interleaved) a batch's pieces are put back in the batch's order."""
+    for batch, early in batches:
         pieces, where = [], []
         for unit, rows, at in task_input.units_at(batch):
-            parsed, enc = convert(unit, rows)
+            parsed, enc = convert(unit, rows, early)
             if not task_input.ordered:
                 yield enc
                 continue
@@ -116,15 +121,16 @@ def converted(
             yield Encoded.merge(pieces, where)
 
 
-def parse_at(parse: BatchParser, rows: pa.RecordBatch, unit: Unit, task_input: TaskInput) -> Parsed:
-    """``parse(rows)``, the rows of ``unit``; a record too large for Kafka under
-    ``--strict-size`` is named by its line (or record) in its file."""
+def parse_at(parse: BatchParser, rows: pa.RecordBatch, unit: Unit, task_input: TaskInput, held: int = 0) -> Parsed:
+    """``parse(rows)``, the rows of ``unit`` after ``held`` lines of it not yet counted; a
+    record too large for Kafka under ``--strict-size`` is named by its line (or record) in
+    its file."""
     from kappa_ingest.source.record_size import RecordTooLarge
 
     try:
         return parse(rows)
     except RecordTooLarge as e:
-        raise e.located(unit.start, task_input.position(unit), parse.counts_lines) from None
+        raise e.located(unit.start, task_input.position(unit) + held, parse.counts_lines) from None
 
 
 def sent_with_reruns(
@@ -170,9 +176,12 @@ def run_partitions(
         task_input = TaskInput(stats.partition, delivery.parts, delivery.skip, writer.admit, delivery.ordered)
         writer.task_input = task_input
 
-        def convert(unit: Unit, rows: pa.RecordBatch) -> tuple[Parsed, Encoded]:
-            parsed = parse_at(parse, rows, unit, task_input)
-            enc = encode_batch(parsed.rows, spec.with_columns(parsed.columns), clock())
+        def conversion(unit: Unit, rows: pa.RecordBatch, held: int = 0) -> tuple[Parsed, Encoded]:
+            parsed = parse_at(parse, rows, unit, task_input, held)
+            return parsed, encode_batch(parsed.rows, spec.with_columns(parsed.columns), clock())
+
+        def convert(unit: Unit, rows: pa.RecordBatch, early: Early | None) -> tuple[Parsed, Encoded]:
+            parsed, enc = early.taken() if early is not None else conversion(unit, rows)
             if delivery.dead_letter_topic and parsed.rejects.num_rows:
                 writer.send_dead_letters(dead_letter.records(rows, parsed, unit, task_input.position(unit),
                                                              spec.run_id, parser.counts_lines))  # fmt: skip
@@ -184,7 +193,9 @@ def run_partitions(
             writer.upcoming(splits)
         try:
             writer.start()
-            for enc in converted(lines_of(batches, parse, stats), task_input, convert):
+            lines = lines_of(batches, parse, stats)
+            early = converted_early(lines, task_input, writer.waiting, writer.waits_for, conversion)
+            for enc in converted(early, task_input, convert):
                 for lo, hi in pacing.slices(enc):
                     writer.send(enc.slice(lo, hi))
             writer.finish()

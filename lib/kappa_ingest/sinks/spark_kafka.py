@@ -64,7 +64,7 @@ def send(
         task_input = TaskInput(ctx.partitionId(), delivery.parts, delivery.skip, ordered=delivery.ordered)
         letters: list = []
 
-        def convert(unit: Unit, rows: pa.RecordBatch) -> tuple[Parsed, Encoded]:
+        def convert(unit: Unit, rows: pa.RecordBatch, _early: None) -> tuple[Parsed, Encoded]:
             parsed = parse_at(parse, rows, unit, task_input)
             enc = encode_batch(parsed.rows, spec.with_columns(parsed.columns), clock())
             if dead_letters and parsed.rejects.num_rows:
@@ -74,7 +74,8 @@ def send(
             task_input.add(unit, rows.num_rows, parsed, enc)
             return parsed, enc
 
-        for enc in converted(lines_of(batches, parse, stats), task_input, convert):
+        # Nothing waits on Kafka here to admit a unit (Spark's sink writes what it is given).
+        for enc in converted(((b, None) for b in lines_of(batches, parse, stats)), task_input, convert):
             for lo, hi in pacing.slices(enc):
                 batch = kafka_batch(enc.slice(lo, hi), spec.run_id)
                 yield _to(batch, delivery.topic) if dead_letters else batch

@@ -62,11 +62,8 @@ class TaskInput:
     def units_at(self, batch: pa.RecordBatch) -> Iterator[tuple[Unit, pa.RecordBatch, np.ndarray | None]]:
         """One batch's rows unit by unit, with where they were in the batch (mixed input)."""
         for spark_file, start, length, rows, at in segments(batch, mixed=self.mixed):
-            name = self._names.get(spark_file)
-            if name is None:
-                name = self._names[spark_file] = canonical_file(spark_file)
-            unit = Unit(name, start, length, self.part, self.parts)
-            if unit in self.skip or unit in self.inherited or unit in self.dropped:
+            unit = self._unit(spark_file, start, length)
+            if self._passed(unit):
                 self.lines_dropped += rows.num_rows
                 continue
             found = self.admit(unit) if self.admit is not None else None
@@ -78,6 +75,29 @@ class TaskInput:
                 self.lines_dropped += rows.num_rows
                 continue
             yield unit, rows, at
+
+    def sole_unit(self, batch: pa.RecordBatch) -> Unit | None:
+        """The unit a batch is all of, where its rows are to be processed (None: rows of
+        several units, or of one passed over)."""
+        if self.mixed:
+            return None
+        found = list(segments(batch))
+        if len(found) != 1:
+            return None
+        spark_file, start, length, _, _ = found[0]
+        unit = self._unit(spark_file, start, length)
+        return None if self._passed(unit) else unit
+
+    def _unit(self, spark_file: str, start: int, length: int) -> Unit:
+        name = self._names.get(spark_file)
+        if name is None:
+            name = self._names[spark_file] = canonical_file(spark_file)
+        return Unit(name, start, length, self.part, self.parts)
+
+    def _passed(self, unit: Unit) -> bool:
+        """Whether ``unit``'s rows are passed over: delivered before, or found delivered or
+        taken over since."""
+        return unit in self.skip or unit in self.inherited or unit in self.dropped
 
     def drop(self, unit: Unit) -> UnitTally:
         """Forget what was sent of ``unit`` (another writer took it over: its transaction was

@@ -13,8 +13,12 @@ One writer per way of delivering (:mod:`kappa_ingest.delivery.guarantees` says w
 - :class:`TaskTransaction` (exactly-once over shuffled input): one transaction for the task
   under its part's id, initialised before the first row; each unit is checked against
   the ledger as its rows arrive, and all its entries committed with its records.
-- :class:`Acknowledged` (at-least-once, and the dry run): one producer; the ledger read at
-  the start; entries written once Kafka acknowledged the records.
+- :class:`Acknowledged` (at-least-once, and the dry run): one producer; the ledger read on a
+  thread as the task starts, before any unit is admitted; entries written once Kafka
+  acknowledged the records.
+
+While a unit waits on those round trips (``waits_for``: its id initialising, the ledger
+being read), the runner converts its first rows, sent only once it is admitted (:mod:`.early`).
 
 Transactional errors follow librdkafka's rules: a retriable one is retried (an init or a
 commit the coordinator did not answer in time), an abortable one aborts (``rolled_back``
@@ -30,7 +34,8 @@ import json
 import random
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent import futures
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
@@ -88,6 +93,15 @@ class Writer:
         if unit in self.taken:
             return DROP
         return self._delivered(unit)
+
+    def waiting(self) -> bool:
+        """Whether round trips to Kafka are under way that admitting a unit may wait for."""
+        return False
+
+    def waits_for(self, unit: Unit) -> bool:
+        """Whether admitting ``unit`` now would wait for round trips under way (the runner
+        converts its rows meanwhile: :mod:`.early`)."""
+        return False
 
     def _delivered(self, unit: Unit) -> Entry | None:
         found = self.tail.entries.get(unit) if self.tail is not None else None
@@ -263,6 +277,12 @@ class UnitTransactions(Writer):
         self.first_send = delivery.unit_id(self.d.scope, unit)
         return None
 
+    def waiting(self) -> bool:
+        return self.current is None and self._ahead is not None and not self._ahead.ready()
+
+    def waits_for(self, unit: Unit) -> bool:
+        return self.waiting() and self._ahead is not None and self._ahead.unit == unit
+
     def _open_ahead(self, i: int) -> None:
         """Start opening the producer of the first unit from ``upcoming[i]`` on that the task
         may send (not delivered before, nor taken over): its round trips while the task works."""
@@ -358,6 +378,9 @@ class Opening:
         self._future = pool.submit(writer._open, txid, self._spent)
         pool.shutdown(wait=False)
 
+    def ready(self) -> bool:
+        return self._future.done()
+
     def take(self, stats: TaskStats) -> PartitionProducer:
         try:
             return self._future.result()
@@ -417,16 +440,42 @@ class TaskTransaction(Writer):
 
 
 class Acknowledged(Writer):
+    _reading: Future[None] | None = None  # the ledger's reading, on a thread while the task converts its first rows
+
     def start(self) -> None:
-        if self.tail is not None:
-            self.tail.catch_up()
         self.producer = self.make(None)
+        if self.tail is not None:
+            pool = ThreadPoolExecutor(1, thread_name_prefix="ledger")
+            self._reading = pool.submit(self.tail.catch_up)
+            pool.shutdown(wait=False)
+
+    def _read(self) -> None:
+        reading, self._reading = self._reading, None
+        if reading is not None:
+            reading.result()
+
+    def admit(self, unit: Unit) -> Entry | object | None:
+        self._read()
+        return super().admit(unit)
+
+    def waiting(self) -> bool:
+        return self._reading is not None and not self._reading.done()
+
+    def waits_for(self, unit: Unit) -> bool:
+        return self.waiting()
+
+    def close(self) -> None:
+        reading, self._reading = self._reading, None
+        if reading is not None:  # done before the reader closes
+            futures.wait([reading])
+        super().close()
 
     def _lose_transaction(self) -> None:  # no transaction to lose: a fenced idempotent producer is a failure
         raise Fenced("the producer was fenced")
 
     def finish(self) -> None:
         assert self.producer is not None and self.task_input is not None
+        self._read()  # (a task with no rows admitted none)
         self.producer.flush()
         entries = [entry_for(self.task_input, self.d, self.stats, u) for u in self.task_input.tallies]
         if self.d.ledger_topic is not None and entries and not isinstance(self.producer, Discard):
