@@ -194,7 +194,7 @@ def run_ingest(args: argparse.Namespace, cfg: Any = None, replay: Any = None) ->
                 deciding = None
             else:  # the topic's lock is taken while the JVM starts: at 100 ms, seconds of round trips
                 pool = ThreadPoolExecutor(1, thread_name_prefix="lock")
-                deciding = pool.submit(_kafka_before_spark, cfg, resources)
+                deciding = pool.submit(_kafka_beside_spark, cfg, resources)
                 pool.shutdown(wait=False)
             # The pipeline's imports (Arrow, polars, the Delta writer: ~0.8 s) run while the JVM starts.
             importing.start()
@@ -235,6 +235,14 @@ def _checked(cfg: Any) -> int:
 
         quality.load(cfg.expectations)
     return input_bytes
+
+
+def _kafka_beside_spark(cfg: Any, resources: Any) -> Any:
+    """:func:`_kafka_before_spark`, and the set-up's connection made, while the JVM starts."""
+    work = _kafka_before_spark(cfg, resources)
+    if work is not None and not cfg.dry_run:
+        resources.kept().admin(cfg.producer_settings()).check_reachable()
+    return work
 
 
 def _kafka_before_spark(cfg: Any, resources: Any) -> Any:

@@ -224,7 +224,8 @@ def _send(
         return source, None, outcome
     ledger_end = earlier.ledger_end if earlier else None
     reported.add_kafka(report, kafka)  # a failed set-up's report says which Kafka it asked
-    ready = sending.set_up(cfg, source, kafka, resources.kept(), skip, rate, ledger_end)
+    checked = resources.held.ledger_checked if resources.held is not None else None
+    ready = sending.set_up(cfg, source, kafka, resources.kept(), skip, rate, ledger_end, checked)
     reported.add_ready(cfg, report, ready)
     report.write(cfg.metrics)  # the run's plan, before anything is sent: --resume starts from it
     sent = sending.send(cfg, spark, ready, warming, rate, report.clock, echo)

@@ -112,3 +112,24 @@ def test_a_ledger_less_replicated_than_the_topic_is_refused(spark, kafka3, tmp_p
     with pytest.raises(UsageError, match=r"'ledger-one-copy' has 1 replica\(s\), fewer than the data topic's 3") as e:
         _run(spark, kafka3, tmp_path, path, "replicated-data", "ledger-one-copy")
     assert "kafka-reassign-partitions.sh" in str(e.value) and '"replicas":[1,2,3]' in str(e.value)
+
+
+def test_a_brokers_settings_are_asked_once_whatever_is_asked_of_them_and_by_how_many(kafka):
+    """A run asks two (a created topic's limit, the transactions' timeout), two threads at
+    once (one asks ahead): one DescribeConfigs answers both."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with Admin(kafka.bootstrap_servers) as admin:
+        asked, describe = [], admin._configs
+
+        def counted(kind, name):
+            asked.append(name)
+            return describe(kind, name)
+
+        admin._configs = counted
+        names = ["message.max.bytes", "transaction.max.timeout.ms", "message.max.bytes"]
+        with ThreadPoolExecutor(3) as pool:
+            values = list(pool.map(admin.broker_setting, names))
+        assert len(asked) == 1
+        assert values[0] == values[2] and int(values[0]) > 0 and int(values[1]) >= 60_000
+        assert admin.broker_setting("no.such.setting") is None and len(asked) == 1

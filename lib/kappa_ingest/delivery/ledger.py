@@ -441,7 +441,7 @@ def ensure(admin: Admin, ledger_topic: str, data_replication: int = 1) -> None:
     shape = admin.describe(ledger_topic)
     if shape is None:
         config = {**TOPIC_CONFIG, "min.insync.replicas": str(2 if replicas >= 3 else 1)}
-        admin.ensure_topic(ledger_topic, 1, replicas, config)
+        admin.ensure_topic(ledger_topic, 1, replicas, config, seen_absent=True)
         return
     bs = admin.bootstrap_servers
     if shape.partitions != 1:

@@ -152,6 +152,7 @@ class Lock:
     lost: str | None = None
     renewal_failures: int = 0
     position: int = 0  # the ledger offset read up to
+    ledger_checked: int | None = None  # the data replication the ledger was found right for as the lock was taken
     _on_lost: Callable[[str], None] | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -318,11 +319,15 @@ def hold(cfg: Any, servers: str) -> Lock:
     with Admin(servers, settings) as admin:
         admin.check_reachable()  # first: a refused password says so at once
         existing = admin.describe(cfg.topic)
-        ledger.ensure(admin, cfg.ledger_topic, existing.replication if existing else cfg.replication_factor)
+        replication = existing.replication if existing else cfg.replication_factor
+        ledger.ensure(admin, cfg.ledger_topic, replication)
     conf, admin_conf = connection_conf(settings, servers), kafka_python_connection(settings, servers)
     scope = delivery.scope_prefix(cfg.topic, cfg.lineage, cfg.incremental)
     if not cfg.lock:
-        return Lock(
+        lock = Lock(
             conf, cfg.ledger_topic, None, lingering=delivery.end_lingering(conf, admin_conf, cfg.topic, [scope])
         )
-    return acquire(conf, admin_conf, cfg.ledger_topic, cfg.topic, cfg.run_id, cfg.lineage, scope, cfg.lock_lease_s)
+    else:
+        lock = acquire(conf, admin_conf, cfg.ledger_topic, cfg.topic, cfg.run_id, cfg.lineage, scope, cfg.lock_lease_s)
+    lock.ledger_checked = replication
+    return lock

@@ -61,7 +61,8 @@ class Admin:
         self.user = conf.get("sasl.username")
         self.client = AdminClient(conf)
         self._watermarks = Watermarks(conf)
-        self._broker_settings: dict[str, str] = {}
+        self._broker_settings: dict[str, str | None] | None = None
+        self._asking_broker = threading.Lock()  # a second asker waits for the first's answer
 
     def _unavailable(self, what: str, cause: object) -> KafkaUnavailable:
         self.client.poll(0)  # serves error_cb: a refused password is the cause to name
@@ -125,10 +126,17 @@ class Admin:
         return None if shape is None else shape.partitions
 
     def ensure_topic(
-        self, topic: str, partitions: int, replication_factor: int, config: dict[str, str] | None = None
+        self,
+        topic: str,
+        partitions: int,
+        replication_factor: int,
+        config: dict[str, str] | None = None,
+        seen_absent: bool = False,
     ) -> bool:
-        """Create ``topic`` if absent (with ``config``); True if this call created it."""
-        if self.partitions(topic) is not None:
+        """Create ``topic`` if absent (with ``config``); True if this call created it.
+        ``seen_absent``: the caller has just seen it absent (not asked again; one that
+        appeared meanwhile is found by the creation)."""
+        if not seen_absent and self.partitions(topic) is not None:
             return False
         futures = self.client.create_topics([NewTopic(topic, partitions, replication_factor, config=config or {})])
         try:
@@ -231,32 +239,36 @@ class Admin:
 
     def broker_setting(self, name: str) -> str | None:
         """A broker's value of ``name`` (the first broker's), or None if it cannot be read
-        (no DESCRIBE_CONFIGS permission, say). Asked once per connection: a watch's batches
-        share one, and one that fails is dropped with what it knew."""
-        if name in self._broker_settings:
-            return self._broker_settings[name]
-        try:
-            broker = min(self.client.list_topics(timeout=TIMEOUT_S).brokers)
-        except (KafkaException, ValueError):
-            return None
-        value = self._setting(ConfigResource.Type.BROKER, str(broker), name)
-        if value is not None:
-            self._broker_settings[name] = value
-        return value
+        (no DESCRIBE_CONFIGS permission, say). All its settings asked at once, once per
+        connection: a run asks two, a watch's batches share one, and one that fails is
+        dropped with what it knew."""
+        with self._asking_broker:
+            if self._broker_settings is None:
+                try:
+                    broker = min(self.client.list_topics(timeout=TIMEOUT_S).brokers)
+                except (KafkaException, ValueError):
+                    return None
+                self._broker_settings = self._configs(ConfigResource.Type.BROKER, str(broker))
+                if self._broker_settings is None:
+                    return None
+            return self._broker_settings.get(name)
+
+    def warm(self, topic: str) -> None:
+        """Start connecting the end offsets' client (on a thread), asking ``topic``."""
+        self._watermarks.warm(topic)
 
     def topic_setting(self, topic: str, name: str) -> str | None:
         """The topic's value of ``name`` (its own, or the brokers' default it inherits), or
         None if the topic does not exist or its configs cannot be read."""
-        return self._setting(ConfigResource.Type.TOPIC, topic, name)
+        return (self._configs(ConfigResource.Type.TOPIC, topic) or {}).get(name)
 
-    def _setting(self, kind: ConfigResource.Type, resource_name: str, name: str) -> str | None:
+    def _configs(self, kind: ConfigResource.Type, resource_name: str) -> dict[str, str | None] | None:
         try:
             resource = ConfigResource(kind, resource_name)
             entries = self.client.describe_configs([resource])[resource].result(TIMEOUT_S)
         except (KafkaException, ValueError, TimeoutError):
             return None
-        entry = entries.get(name)
-        return entry.value if entry is not None else None
+        return {name: entry.value for name, entry in entries.items()}
 
     def close(self) -> None:
         """Release the consumer and the admin client (this AdminClient has no close(): its

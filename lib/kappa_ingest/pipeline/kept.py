@@ -21,6 +21,7 @@ from kappa_ingest.kafka.topics import Admin, Producers, producers, python_admin
 from kappa_ingest.source.record_size import Limit
 
 T = TypeVar("T")
+PRODUCERS_TIMEOUT_S = 5.0  # the producers' question, each time it is asked
 
 
 @dataclass(frozen=True)
@@ -83,13 +84,26 @@ class Kept:
         may have moved)."""
         for _ in range(2):
             try:
-                found = self.ask("producers", admin_conf, 5.0,
+                found = self.ask("producers", admin_conf, PRODUCERS_TIMEOUT_S,
                                  lambda c: producers(admin_conf, topic, partitions, client=c))  # fmt: skip
             except Exception:  # noqa: BLE001 - not seen: asked again, else the run is read back
                 continue
             if found is not None:
                 return found
         return None
+
+    def connect(self, name: str, admin_conf: dict[str, Any], timeout_s: float) -> None:
+        """Make the client kept as ``name`` now (its connection's round trips while the
+        caller does something else), if it is not made yet; a failure is the question's to
+        meet again. Not beside another call on ``name``."""
+        conf, client = self._python.get(name, (None, None))
+        if client is not None and conf == admin_conf:
+            return
+        self._drop(name)
+        try:
+            self._python[name] = (admin_conf, python_admin(admin_conf, timeout_s))
+        except Exception:  # noqa: BLE001 - asked again when the question comes
+            pass
 
     def ask(self, name: str, admin_conf: dict[str, Any], timeout_s: float, question: Callable[[Any], T]) -> T:
         """``question(client)`` through the kafka-python admin client kept as ``name`` (made

@@ -7,6 +7,7 @@ offsets read (``Sent``)."""
 from __future__ import annotations
 
 import threading
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
@@ -22,7 +23,7 @@ from kappa_ingest.kafka import topics
 from kappa_ingest.kafka.endpoint import KafkaEndpoint
 from kappa_ingest.kafka.settings import connection_conf, kafka_python_connection
 from kappa_ingest.kafka.topics import QUERY_TIMEOUT_S, Admin, TopicShape, offsets_if_reachable, settled_offsets
-from kappa_ingest.pipeline.kept import Kept, Setup, Topics
+from kappa_ingest.pipeline.kept import PRODUCERS_TIMEOUT_S, Kept, Setup, Topics
 from kappa_ingest.report.broker_rate import BrokerRateSampler
 from kappa_ingest.report.phases import RunClock
 from kappa_ingest.report.progress import Progress
@@ -83,16 +84,20 @@ def set_up(
     skip: frozenset[Unit],
     rate: float | None,
     ledger_start: dict[int, int] | None,
+    ledger_checked: int | None = None,
 ) -> Ready:
     """Set up the topics and read their offsets; what the tasks need; the transaction
     coordinator warmed meanwhile. ``kept``: the driver's Kafka connection and what an
     earlier run of the process found (:mod:`.kept`). ``ledger_start``: where the run's
-    reading of the ledger ended (its tasks read on from there); None: from its end now."""
+    reading of the ledger ended (its tasks read on from there); None: from its end now.
+    ``ledger_checked``: the data replication the ledger was just found right for (as the
+    run took its lock), if it was."""
     servers = kafka.servers()
     asked = cfg.producer_settings()
     conf = connection_conf(asked, servers)
-    with ThreadPoolExecutor(1, thread_name_prefix="set-up") as pool:
-        source, settings, found, before, producers_before = _ready(cfg, kept, source, asked, servers, pool)
+    with ThreadPoolExecutor(2, thread_name_prefix="set-up") as pool:
+        source, settings, found, before, producers_before = _ready(cfg, kept, source, asked, servers, pool,
+                                                                   ledger_checked)  # fmt: skip
     admin = kept.admin(asked)  # (made again if the set-up found the topic changed)
     estimated = estimate_rows(list(source.files), cfg.header)  # each file's first megabyte read: once
     task_delivery, pace_from = _task_delivery(cfg, admin, source, conf, skip, rate, ledger_start, estimated)
@@ -137,6 +142,7 @@ def _ready(
     settings: dict[str, str],
     servers: str,
     pool: ThreadPoolExecutor,
+    ledger_checked: int | None,
 ) -> tuple[csv_source.Source, dict[str, str], Topics, dict[int, int], topics.Producers | None]:
     """The topics ready (made, checked, records sized to their limits), then the topic's
     producers and its end offsets before the run, in that order (a producer that writes
@@ -163,30 +169,55 @@ def _ready(
         kept.forget()  # deleted, or partitions added, since (or no offsets in a moment): set up again
         admin = kept.admin(settings)
     admin.check_reachable()
-    source, settings, limit, found = _topics_ready(cfg, admin, source, settings)
+    # Meanwhile: the brokers' settings (a created topic's limit, the transactions' timeout),
+    # the end offsets' client (asking the ledger: a new topic is not there yet) and the
+    # producers' client, each connecting.
+    pool.submit(admin.broker_setting, "message.max.bytes")
+    admin.warm(cfg.ledger_topic)
+    connecting = pool.submit(kept.connect, "producers", python_conf, PRODUCERS_TIMEOUT_S)
+    try:
+        source, settings, limit, found = _topics_ready(cfg, admin, source, settings, ledger_checked)
+    finally:
+        futures.wait([connecting])  # one thread at a time on a kept client
     kept.setup = Setup(key, limit, settings, replace(found, created=False))
     producers_before = kept.producers(python_conf, cfg.topic, found.partitions)
     return source, settings, found, admin.end_offsets(cfg.topic, partitions=found.partitions), producers_before
 
 
 def _topics_ready(
-    cfg: IngestConfig, admin: Admin, source: csv_source.Source, settings: dict[str, str]
+    cfg: IngestConfig, admin: Admin, source: csv_source.Source, settings: dict[str, str], ledger_checked: int | None
 ) -> tuple[csv_source.Source, dict[str, str], record_size.Limit, Topics]:
-    """The topics the run writes to, made or checked; records sized to the topic's limit
-    (the source's parser takes out larger ones) and batches within it."""
+    """The topics the run writes to, made or checked (the ledger again unless it was just
+    found right for the data topic's replication); records sized to the topic's limit (the
+    source's parser takes out larger ones) and batches within it."""
     created, shape, note = _data_topic(cfg, admin)
-    ledger.ensure(admin, cfg.ledger_topic, shape.replication)
     dlq = cfg.dead_letter_topic
-    if dlq:
+
+    def ledger_ready() -> None:
+        if ledger_checked != shape.replication:
+            ledger.ensure(admin, cfg.ledger_topic, shape.replication)
+        admin.check_writable(cfg.ledger_topic)
+
+    def dead_letters_ready() -> int:
+        assert dlq
         create_topic(admin, dlq, cfg.topic_partitions, cfg.replication_factor, {})
-    topic_max = record_size.topic_max(admin, cfg.topic, cfg.topic_config)
+        admin.check_writable(dlq)
+        return record_size.topic_max(admin, dlq)
+
+    # The three topics' questions side by side (each a round trip or a few: seconds on a long
+    # link, one after the other); their answers, and errors, taken in one order.
+    with ThreadPoolExecutor(3, thread_name_prefix="topics") as pool:
+        ledger_checked = pool.submit(ledger_ready)
+        dlq_max = pool.submit(dead_letters_ready) if dlq else None
+        topic_writable = pool.submit(admin.check_writable, cfg.topic)
+        topic_max = record_size.topic_max(admin, cfg.topic, cfg.topic_config)
+        topic_writable.result()
+        ledger_checked.result()
+        # The producers' batches go to the dead-letter topic too: within its limit as well.
+        batch_max = min(topic_max, dlq_max.result()) if dlq_max is not None else topic_max
     limit = record_size.limit(cfg.sink, settings, topic_max)
     source = size_checked(cfg, source, limit)
-    # The producers' batches go to the dead-letter topic too: within its limit as well.
-    batch_max = min(topic_max, record_size.topic_max(admin, dlq)) if dlq else topic_max
     settings = record_size.batches_within(settings, cfg.sink, batch_max)
-    for writes_to in (cfg.topic, cfg.ledger_topic, *([dlq] if dlq else [])):
-        admin.check_writable(writes_to)
     found = Topics(shape.partitions, shape.replication, limit.bytes, int(settings["batch.size"]), created, note)
     return source, settings, limit, found
 
@@ -275,7 +306,8 @@ def create_topic(admin: Admin, topic: str, partitions: int, replication: int, co
     if admin.partitions(topic) is not None:
         return False
     broker_max = int(admin.broker_setting("message.max.bytes") or record_size.BROKER_MAX_DEFAULT)
-    return admin.ensure_topic(topic, partitions, replication, record_size.created_topic_config(config, broker_max))
+    config = record_size.created_topic_config(config, broker_max)
+    return admin.ensure_topic(topic, partitions, replication, config, seen_absent=True)
 
 
 def size_checked(cfg: IngestConfig, source: csv_source.Source, limit: record_size.Limit) -> csv_source.Source:
