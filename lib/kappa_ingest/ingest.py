@@ -329,17 +329,19 @@ def _finish(
             resources.forget()  # what Kafka answered it is not trusted by the next run (a watch's next batch)
         except Exception as e:  # noqa: BLE001 - the report is written all the same
             print(f"kappa-ingest: warning: closing the driver's Kafka clients: {first_line(e)[:200]}", file=sys.stderr)
-    if release_early:
-        resources.release_lock()  # while Kafka is still there: an embedded broker stops next
+    if release_early and resources.held is not None:
+        resources.held.stop_renewing()  # its summary is final: no renewal, nor loss, after it
     if resources.held is not None:
         report.delivery["lock"] = resources.held.summary()
     if resources.recorder is not None:  # a watch's batch: its next one starts while its rows are written
+        if release_early:
+            resources.release_lock()
         recording.record_later(resources.recorder, cfg, report, entries)
         return
     releasing = None
     if release_early:
         releasing = threading.Thread(target=_release, args=(resources,), name="release")
-        releasing.start()  # Spark and Kafka stop while the store is written
+        releasing.start()  # the lock let go, then Spark and Kafka stopped, while the store is written
     path = recording.record(cfg, report, releasing, entries)
     if echo:
         print(render(report.summary()))
@@ -347,8 +349,11 @@ def _finish(
 
 
 def _release(resources: RunResources) -> None:
-    """Let go of Spark and Kafka before recording; a failure here is a warning, not a lost report."""
+    """Let go of the topic's lock (while Kafka is still there: an embedded broker stops
+    next), then of Spark and Kafka, while the run is recorded; a failure here is a warning,
+    not a lost report."""
     try:
+        resources.release_lock()
         resources.stop_spark_and_kafka()
     except Exception as e:  # noqa: BLE001 - the run is over; its report must still be written
         print(f"kappa-ingest: warning: stopping Spark or Kafka: {first_line(e)[:200]}", file=sys.stderr)

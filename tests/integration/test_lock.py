@@ -72,6 +72,23 @@ def test_a_second_run_is_refused_naming_the_first_until_it_releases(kafka, tmp_p
     assert second.taken_over == []
 
 
+def test_a_lock_whose_renewals_stopped_for_its_summary_is_still_withdrawn_by_its_release_once(kafka, tmp_path):
+    """A run ends: renewals stopped (its report's summary is final), then the claim withdrawn
+    on a thread while the run is recorded; a second release withdraws nothing more."""
+    first = lock.hold(_cfg(kafka, "stopped-then-released", "run-a", tmp_path), kafka.bootstrap_servers)
+    first.stop_renewing()
+    assert first.summary()["held"] and "run-a" in _claims(kafka, "stopped-then-released")
+    with pytest.raises(LockHeld):  # stopped renewing: still held until withdrawn
+        lock.hold(_cfg(kafka, "stopped-then-released", "run-b", tmp_path), kafka.bootstrap_servers)
+    first.release()
+    assert "run-a" not in _claims(kafka, "stopped-then-released")
+    second = lock.hold(_cfg(kafka, "stopped-then-released", "run-b", tmp_path), kafka.bootstrap_servers)
+    first.release()  # once: the second run's claim stays
+    assert "run-b" in _claims(kafka, "stopped-then-released")
+    second.release()
+    assert second.taken_over == []
+
+
 def test_a_dead_runs_lock_is_taken_over_and_its_open_transaction_ended(kafka, tmp_path):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # a process of this host that no longer exists

@@ -157,6 +157,7 @@ class Lock:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _mutex: threading.Lock = field(default_factory=threading.Lock)
+    _released: bool = False
 
     def on_lost(self, callback: Callable[[str], None]) -> None:
         """Call ``callback(reason)`` once if another run takes the lock over (at once if it has)."""
@@ -206,18 +207,23 @@ class Lock:
         if self._on_lost is not None:
             self._on_lost(reason)
 
-    def release(self) -> None:
-        """Withdraw the claim, once (best effort: a run that cannot is found dead by the next one).
-        A renewal under way ends first: once this returns, ``on_lost`` is never called."""
+    def stop_renewing(self) -> None:
+        """Stop renewing the claim. A renewal under way ends first: once this returns,
+        ``on_lost`` is never called and :meth:`summary` is final."""
         with self._mutex:
-            if self._stop.is_set():
-                return
             self._stop.set()
-        if self.claim is None:
-            return
         thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
+        if self.claim is not None and thread is not None and thread is not threading.current_thread():
             thread.join(RELEASE_TIMEOUT_S + LOOK_TIMEOUT_S + 1)
+
+    def release(self) -> None:
+        """Withdraw the claim, once (best effort: a run that cannot is found dead by the next
+        one); its renewals stopped first if they were not."""
+        self.stop_renewing()
+        with self._mutex:
+            if self._released or self.claim is None:
+                return
+            self._released = True
         _HELD.discard(self.claim.run_id)
         try:
             _write(self.conf, self.ledger_topic, self.claim.key(), None, RELEASE_TIMEOUT_S)
