@@ -260,6 +260,12 @@ def _sent(
     after: dict[int, int] | None = None
     dead_letters = None
     failure = None
+    connecting = None
+    if task_delivery.transactional and ready.producers_before is not None:  # the reconciliation's client, meanwhile
+        admin_conf = kafka_python_connection(cfg.producer_settings(), ready.servers)
+        connecting = threading.Thread(target=ready.kept.connect, name="transactions-client",
+                                      args=("transactions", admin_conf, delivery.ABORT_TIMEOUT_S))  # fmt: skip
+        connecting.start()
     try:
         try:
             outcome = sinks.send(cfg.sink, ready.source, ready.settings, ready.servers, task_delivery, rate)
@@ -280,6 +286,8 @@ def _sent(
     finally:
         # Its last sample is the settled offsets: commit markers follow a commit.
         curve = sampler.stop(last=after)
+        if connecting is not None:
+            connecting.join()  # one thread at a time on a kept client
     return Sent(outcome, task_delivery, ready.conf, before, after, dead_letters, ready.producers_before, ready.kept,
                 list(sampler.readings), curve, failure)  # fmt: skip
 
