@@ -108,7 +108,20 @@ class Kept:
     def ask(self, name: str, admin_conf: dict[str, Any], timeout_s: float, question: Callable[[Any], T]) -> T:
         """``question(client)`` through the kafka-python admin client kept as ``name`` (made
         the first time, and again for other settings); one whose question failed, or found
-        nothing, is dropped (the next is made afresh). One thread at a time per name."""
+        nothing, is dropped (the next is made afresh). A client made before this question
+        (connected while the run sent, or for a watch's last batch) that fails it is asked
+        again through a new one: it may know a broker that has died since. One thread at a
+        time per name."""
+        conf, client = self._python.get(name, (None, None))
+        made_before = client is not None and conf == admin_conf
+        try:
+            return self._ask(name, admin_conf, timeout_s, question)
+        except Exception:
+            if not made_before:
+                raise
+        return self._ask(name, admin_conf, timeout_s, question)  # (the failed one was dropped)
+
+    def _ask(self, name: str, admin_conf: dict[str, Any], timeout_s: float, question: Callable[[Any], T]) -> T:
         try:
             conf, client = self._python.get(name, (None, None))
             if client is None or conf != admin_conf:
