@@ -22,7 +22,7 @@ class Client:
 def made(monkeypatch):
     clients: list[Client] = []
 
-    def python_admin(conf, timeout_s):
+    def python_admin(conf, timeout_s, bootstrap_timeout_s=None):
         clients.append(Client(len(clients)))
         return clients[-1]
 

@@ -334,7 +334,8 @@ def _scripted(waits: list[bool], units: list[Unit], fail_at: int = -1, held_byte
 def test_early_conversion_stops_at_its_bound_at_another_units_rows_and_at_an_error_kept_for_its_taking():
     a, b = UNITS[0], UNITS[1]
     # (the held are admitted before the next batch is asked for: the unit no longer waits then)
-    got, done = _scripted([True, True, False], [a, a, a], held_bytes=20)
+    bound = 2 * (_rows(a, 2).nbytes + Enc.nbytes)  # two batches' lines and records
+    got, done = _scripted([True, True, False], [a, a, a], held_bytes=bound)
     assert done == [(a, 0), (a, 2)] and [e is not None for _, e in got] == [True, True, False]
     got, done = _scripted([True, True, True, False, False], [a, b, b])
     assert done == [(a, 0), (b, 0)] and [e is not None for _, e in got] == [True, True, False]

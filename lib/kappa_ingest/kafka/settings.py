@@ -205,9 +205,12 @@ BATCH_RECORDS_MAX = 1_000_000
 # librdkafka holds at most 100,000 records queued by default: 29 MB of 290-byte records, less
 # than two partitions' 8 MB batches in flight and filling behind them on a long link, so the
 # producer stalled the task (at 100 ms of round trip a task's sending took 0.9 s longer).
-# Records, then, as many as a run's batches need; the bytes queued stay bounded by
-# queue.buffering.max.kbytes (librdkafka's 1 GB; --kafka-opt buffer.memory sets it).
+# Records, then, as many as a run's batches need; the bytes bounded instead, at 256 MB (8
+# partitions' 8 MB batches in flight and filling behind them, twice over), not librdkafka's
+# 1 GB: it is the Python worker's memory, outside what Spark accounts for (--kafka-opt
+# buffer.memory sets it).
 QUEUED_RECORDS_MAX = 1_000_000
+QUEUED_KBYTES_MAX = 256 * 1024
 REQUEST_MAX_DEFAULT = 1_000_000
 REQUEST_FRAMING = 64 * 1024
 
@@ -218,7 +221,8 @@ def for_confluent(settings: dict[str, str], bootstrap_servers: str) -> dict[str,
     # Streams) and kafka-python by murmur2: with it a key lands in the same partition whichever
     # client wrote it, so topics stay co-partitioned with what other producers write.
     conf: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "partitioner": "murmur2_random", **NO_AUTO_CREATE,
-                            "batch.num.messages": BATCH_RECORDS_MAX, "queue.buffering.max.messages": QUEUED_RECORDS_MAX}  # fmt: skip
+                            "batch.num.messages": BATCH_RECORDS_MAX, "queue.buffering.max.messages": QUEUED_RECORDS_MAX,
+                            "queue.buffering.max.kbytes": QUEUED_KBYTES_MAX}  # fmt: skip
     for name, value in _plain(settings).items():
         target, convert = TABLE[name][0]  # type: ignore[misc]
         conf[target] = convert(value)

@@ -364,11 +364,14 @@ def high_watermarks(conf: dict[str, Any], topic: str, partitions: int, timeout_s
 Producers = dict[tuple[int, int], tuple[int, int]]  # (partition, producer id) -> (epoch, last sequence)
 
 
-def python_admin(admin_conf: dict[str, Any], timeout_s: float) -> Any:
-    """A kafka-python admin client (it asks what confluent-kafka cannot: KIP-664's producers and transactions)."""
+def python_admin(admin_conf: dict[str, Any], timeout_s: float, bootstrap_timeout_s: float | None = None) -> Any:
+    """A kafka-python admin client (it asks what confluent-kafka cannot: KIP-664's producers
+    and transactions); ``bootstrap_timeout_s``: how long it may take to connect (else 30 s)."""
     from kafka.admin import KafkaAdminClient
 
     conf = {k: v for k, v in admin_conf.items() if k in KafkaAdminClient.DEFAULT_CONFIG}
+    if bootstrap_timeout_s is not None:
+        conf["bootstrap_timeout_ms"] = int(bootstrap_timeout_s * 1000)
     return KafkaAdminClient(**conf, request_timeout_ms=int(timeout_s * 1000))
 
 

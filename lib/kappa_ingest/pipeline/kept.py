@@ -22,6 +22,7 @@ from kappa_ingest.source.record_size import Limit
 
 T = TypeVar("T")
 PRODUCERS_TIMEOUT_S = 5.0  # the producers' question, each time it is asked
+CONNECT_AHEAD_S = 3.0  # a client connected ahead of its question (as a failed run's offsets are asked)
 
 
 @dataclass(frozen=True)
@@ -95,13 +96,14 @@ class Kept:
     def connect(self, name: str, admin_conf: dict[str, Any], timeout_s: float) -> None:
         """Make the client kept as ``name`` now (its connection's round trips while the
         caller does something else), if it is not made yet; a failure is the question's to
-        meet again. Not beside another call on ``name``."""
+        meet again. Connecting is bounded by CONNECT_AHEAD_S, so that a run whose brokers
+        went away is not held up by it. Not beside another call on ``name``."""
         conf, client = self._python.get(name, (None, None))
         if client is not None and conf == admin_conf:
             return
         self._drop(name)
         try:
-            self._python[name] = (admin_conf, python_admin(admin_conf, timeout_s))
+            self._python[name] = (admin_conf, python_admin(admin_conf, timeout_s, CONNECT_AHEAD_S))
         except Exception:  # noqa: BLE001 - asked again when the question comes
             pass
 

@@ -207,12 +207,12 @@ def _topics_ready(
     # The three topics' questions side by side (each a round trip or a few: seconds on a long
     # link, one after the other); their answers, and errors, taken in one order.
     with ThreadPoolExecutor(3, thread_name_prefix="topics") as pool:
-        ledger_checked = pool.submit(ledger_ready)
+        ledger_done = pool.submit(ledger_ready)
         dlq_max = pool.submit(dead_letters_ready) if dlq else None
         topic_writable = pool.submit(admin.check_writable, cfg.topic)
         topic_max = record_size.topic_max(admin, cfg.topic, cfg.topic_config)
+        ledger_done.result()  # a ledger not as it must be is said first (exit 2), as before
         topic_writable.result()
-        ledger_checked.result()
         # The producers' batches go to the dead-letter topic too: within its limit as well.
         batch_max = min(topic_max, dlq_max.result()) if dlq_max is not None else topic_max
     limit = record_size.limit(cfg.sink, settings, topic_max)

@@ -22,8 +22,9 @@ from kappa_ingest.source.parsing import Parsed
 from kappa_ingest.source.records import Encoded
 from kappa_ingest.source.splits import Unit
 
-# The records held at most: what a task converts in ~1 s, more than 100 ms of round trip asks.
-HELD_BYTES = 64 * 1024 * 1024
+# The lines and records held at most: what a task converts in ~1 s, more than 100 ms of round
+# trip asks (a wide30 batch of 9,200 lines: 2.7 MB of lines, 5.3 MB of records).
+HELD_BYTES = 96 * 1024 * 1024
 
 Convert = Callable[[Unit, pa.RecordBatch, int], tuple[Parsed, Encoded]]
 
@@ -58,7 +59,8 @@ def converted_early(
     """Each batch with its early conversion, or None. While the writer waits on Kafka for
     the unit a batch is all of (``waiting()``, then ``waits_for(unit)``), that batch and the
     unit's next ones are converted (``convert(unit, rows, lines of the unit held before)``)
-    and held, until the wait is over or ``held_bytes`` of records are held; then handed on."""
+    and held, until the wait is over or ``held_bytes`` of lines and records are held; then
+    handed on."""
     it = iter(batches)
     pushed: pa.RecordBatch | None = None
     while True:
@@ -76,7 +78,7 @@ def converted_early(
             early = _convert(convert, unit, batch, lines)
             held.append((batch, early))
             lines += batch.num_rows
-            size += early.nbytes
+            size += batch.nbytes + early.nbytes  # (a batch of rejects holds its lines all the same)
             if early.error is not None or size >= held_bytes or not waits_for(unit):
                 break
             batch = next(it, None)
