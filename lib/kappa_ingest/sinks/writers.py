@@ -37,7 +37,7 @@ from collections.abc import Callable
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from kappa_ingest import failpoints
 from kappa_ingest.delivery import guarantees as delivery
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from kappa_ingest.sinks.task_stats import TaskStats
 
 MakeProducer = Callable[[str | None], PartitionProducer]
+T = TypeVar("T")
 COMMIT_CALL_S = 10.0  # one commit call's wait at most; a retriable timeout is called again (see commit())
 NEW_PRODUCERS = 3  # producers tried for one init whose producer failed fatally
 TAKEN_WAIT_S = 60.0  # how long a task waits to see the entry of a unit another writer took over
@@ -346,6 +347,15 @@ class UnitTransactions(Writer):
         super().close()
 
 
+def on_thread(name: str, call: Callable[..., T], *args: object) -> Future[T]:
+    """``call(*args)`` on a thread of its own from now: its round trips while the task works."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix=name)
+    try:
+        return pool.submit(call, *args)
+    finally:
+        pool.shutdown(wait=False)
+
+
 @dataclass
 class Spent:
     """What opening a producer spent, counted apart from the task's statistics while it
@@ -374,9 +384,7 @@ class Opening:
     def __init__(self, writer: Writer, unit: Unit, txid: str) -> None:
         self.unit = unit
         self._spent = Spent()
-        pool = ThreadPoolExecutor(1, thread_name_prefix="next-unit")
-        self._future = pool.submit(writer._open, txid, self._spent)
-        pool.shutdown(wait=False)
+        self._future = on_thread("next-unit", writer._open, txid, self._spent)
 
     def ready(self) -> bool:
         return self._future.done()
@@ -445,9 +453,7 @@ class Acknowledged(Writer):
     def start(self) -> None:
         self.producer = self.make(None)
         if self.tail is not None:
-            pool = ThreadPoolExecutor(1, thread_name_prefix="ledger")
-            self._reading = pool.submit(self.tail.catch_up)
-            pool.shutdown(wait=False)
+            self._reading = on_thread("ledger", self.tail.catch_up)
 
     def _read(self) -> None:
         reading, self._reading = self._reading, None
