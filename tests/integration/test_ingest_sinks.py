@@ -133,7 +133,7 @@ def test_a_key_lands_in_the_partition_javas_partitioner_gives_it(edge_runs, sink
 @pytest.mark.parametrize(("sink", "mode"), DELIVERIES)
 def test_a_topic_the_run_creates_takes_the_largest_batches_its_sink_sends(kafka, edge_runs, sink, mode):
     """A batch must hold a round trip's records on a long link (docs/lab.md): the run gives
-    the topic it creates room for 8 MB batches, the confluent sink's, and a record larger
+    the topic it creates room for 16 MB batches, the confluent sink's, and a record larger
     than the producer's max.request.size is still quarantined (records too large)."""
     from kappa_ingest.kafka.topics import Admin
     from kappa_ingest.source import record_size

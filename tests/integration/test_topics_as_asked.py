@@ -6,16 +6,20 @@ command that fixes it)."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from helpers import consume_all, expected_rows, rows
 from kappa_ingest import config, datagen
-from kappa_ingest.errors import UsageError
+from kappa_ingest.errors import KafkaUnavailable, UsageError
 from kappa_ingest.ingest import ingest
 from kappa_ingest.kafka.topics import Admin
+from kappa_ingest.source import record_size
 
 pytestmark = pytest.mark.integration
 INTERNAL = {"__consumer_offsets", "__transaction_state"}
@@ -133,3 +137,44 @@ def test_a_brokers_settings_are_asked_once_whatever_is_asked_of_them_and_by_how_
         assert len(asked) == 1
         assert values[0] == values[2] and int(values[0]) > 0 and int(values[1]) >= 60_000
         assert admin.broker_setting("no.such.setting") is None and len(asked) == 1
+
+
+@pytest.fixture(scope="module")
+def kafka_managed(tmp_path_factory):
+    """A broker with a managed cluster's topic policy (tests/java: Confluent Cloud's words,
+    max.message.bytes at most 8 MiB), the class built with javac against Kafka's own jar."""
+    from kappa_ingest.kafka import broker as local_kafka
+
+    out = tmp_path_factory.mktemp("policy")
+    clients = sorted(local_kafka.jars_dir().glob("kafka-clients-*.jar"))[0]
+    source = Path(__file__).parents[1] / "java" / "kappa" / "test" / "CappedMessageBytes.java"
+    subprocess.run([shutil.which("javac"), "--release", "17", "-cp", str(clients), "-d", str(out), str(source)],
+                   check=True, capture_output=True)  # fmt: skip
+    cluster = local_kafka.start(tmp_path_factory.mktemp("kafka-managed"), brokers=1, plugins=(out,),
+                                properties={"create.topic.policy.class.name": "kappa.test.CappedMessageBytes"})  # fmt: skip
+    yield cluster
+    cluster.stop()
+
+
+def test_a_managed_cluster_that_refuses_the_room_gets_its_own_limit_and_every_row(spark, kafka_managed, tmp_path,
+                                                                                 data):  # fmt: skip
+    """A topic the run creates asks for room for 16 MiB batches; where the cluster's policy
+    refuses that, the topic (and the dead-letter topic) gets 8 MiB, the batches follow it."""
+    path, expected = data
+    bs = kafka_managed.bootstrap_servers
+    with Admin(bs) as admin, pytest.raises(KafkaUnavailable, match="exceeded max limit of 8388608"):
+        admin.ensure_topic("too-roomy", 1, 1, {"max.message.bytes": str(record_size.BATCH_ROOM)})  # the policy holds
+    report = _run(spark, kafka_managed, tmp_path, path, "managed", "managed-ledger", dead_letter_topic="managed-dlq")
+    for topic in ("managed", "managed-dlq"):
+        assert _configs(bs, topic)["max.message.bytes"] == str(record_size.MANAGED_ROOM)
+    assert report.broker["batch_bytes"] == record_size.MANAGED_ROOM - record_size.FRAMING_BYTES
+    assert rows(consume_all(bs, "managed")) == expected
+
+
+def test_a_users_own_topic_config_the_cluster_refuses_fails_the_run_as_refused(spark, kafka_managed, tmp_path, data):
+    """The user's max.message.bytes is not lowered behind their back: the run says the refusal."""
+    path, _ = data
+    with pytest.raises(KafkaUnavailable, match=r"refused to create topic 'asked-roomy'.*exceeded max limit"):
+        _run(spark, kafka_managed, tmp_path, path, "asked-roomy", "roomy-ledger",
+             topic_config={"max.message.bytes": str(record_size.BATCH_ROOM)})  # fmt: skip
+    assert "asked-roomy" not in _topics(kafka_managed.bootstrap_servers)

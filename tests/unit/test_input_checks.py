@@ -172,9 +172,10 @@ def test_the_topic_limit_of_a_topic_not_there_yet():
 @pytest.mark.parametrize(
     ("sink", "settings", "topic_max", "batch"),
     [
-        ("confluent", {}, 8 * 1024 * 1024, 8 * 1024 * 1024 - 128),  # a topic the run created: the room
+        ("confluent", {}, 16 * 1024 * 1024, 16 * 1024 * 1024 - 128),  # a topic the run created: the room
+        ("confluent", {}, 8 * 1024 * 1024, 8 * 1024 * 1024 - 128),  # one it created on a managed cluster
         ("confluent", {}, 1_048_588, 1_048_588 - 128),  # Kafka's default limit: as large as it takes
-        ("confluent", {}, 64 * 1024 * 1024, 8 * 1024 * 1024),  # never beyond the room
+        ("confluent", {}, 64 * 1024 * 1024, 16 * 1024 * 1024),  # never beyond the room
         ("confluent", {"batch.size": "65536"}, 1_048_588, 65536),  # a given size stands ...
         ("confluent", {"batch.size": "4194304"}, 1_048_588, 1_048_588 - 128),  # ... within the topic's limit
         ("kafka-python", {}, 8 * 1024 * 1024, 1024 * 1024),
@@ -195,6 +196,9 @@ def test_a_topic_the_run_creates_has_room_for_the_batches():
         "max.message.bytes": "200000"
     }
     assert record_size.created_topic_config({}, 64 * 1024 * 1024) == {}  # brokers that allow more keep it
+    managed = record_size.MANAGED_ROOM  # where a cluster's policy refuses BATCH_ROOM
+    assert record_size.created_topic_config({}, 1_048_588, managed) == {"max.message.bytes": str(managed)}
+    assert record_size.created_topic_config({}, managed, managed) == {}
 
 
 def lines_batch(raw: list[bytes], file: str = "file:///d/in.csv") -> pa.RecordBatch:

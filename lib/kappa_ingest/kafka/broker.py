@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -180,6 +181,7 @@ class LocalKafka:
     security: str = PLAINTEXT
     ca_file: Path | None = None  # the CA clients trust, if security is sasl_ssl
     secrets_dir: Path | None = None  # <user>.password files, if security is sasl_ssl
+    plugins: tuple[Path, ...] = ()  # jars beside Kafka's on the brokers' classpath (a topic policy, say)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -261,6 +263,7 @@ def start(
     stock: bool = False,
     hosts: list[Host] | None = None,
     jvm_options: tuple[str, ...] = (),
+    plugins: tuple[Path, ...] = (),
 ) -> LocalKafka:
     """Format storage and start ``brokers`` KRaft brokers on 127.0.0.1; wait until they serve.
     ``stock``: on Kafka's own defaults (topics created on first mention, and so on) rather
@@ -272,6 +275,8 @@ def start(
     ``users`` (name -> password; random passwords for admin and app unless given there).
     ``hosts``: one per broker, each on a lab host of its own (:mod:`kappa_ingest.lab`) on the
     ports Kafka is known by; the caller waits from where those addresses are reached.
+    ``plugins``: jars put beside Kafka's on the brokers' classpath, for the classes
+    ``properties`` name (``create.topic.policy.class.name``, an authorizer).
     Raises KafkaUnavailable, naming the log file, if a broker exits or does not answer in time.
     """
     if security not in kafka_security.MODES:
@@ -285,7 +290,6 @@ def start(
             f"a local Kafka is already running from {state_dir} at {existing.bootstrap_servers};"
             " stop it first with 'kappa-ingest kafka stop'"
         )
-    jars = jars_dir()
     java = shutil.which("java")
     if java is None:
         raise UsageError("Java 17 is needed to run the local Kafka broker; install a JDK")
@@ -300,9 +304,10 @@ def start(
     voters = ",".join(f"{i + 1}@{places[i].address}:{c}" for i, (_, c) in enumerate(ports))
     # May start with "-": passed as --cluster-id=ID so it is never read as an option.
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    classpath = f"{jars}/*"
+    classpath = _classpath(plugins)
     started: list[Broker] = []
     cluster, secured, scram = _prepare_security(state_dir, security, users)
+    cluster = replace(cluster, plugins=tuple(Path(p).resolve() for p in plugins))
     # Secured, the controllers take mutual TLS only: see kafka_security.broker_properties.
     protocols = ("SASL_SSL", "SSL") if security == SASL_SSL else ("PLAINTEXT", "PLAINTEXT")
     node_dirs = [state_dir / f"broker-{node_id}" for node_id in range(1, brokers + 1)]
@@ -420,7 +425,7 @@ def restart(cluster: LocalKafka, heap: str = "512m", timeout_s: float = 90.0) ->
     java = shutil.which("java")
     if java is None:
         raise UsageError("Java 17 is needed to run the local Kafka broker; install a JDK")
-    classpath = f"{jars_dir()}/*"
+    classpath = _classpath(cluster.plugins)
     brokers = []
     for b in cluster.brokers:
         if processes.alive(b.pid):
@@ -435,9 +440,14 @@ def restart(cluster: LocalKafka, heap: str = "512m", timeout_s: float = 90.0) ->
     return restarted
 
 
+def _classpath(plugins: tuple[Path, ...]) -> str:
+    return os.pathsep.join([f"{jars_dir()}/*", *(str(p) for p in plugins)])
+
+
 def _write_state(cluster: LocalKafka) -> None:
     state = {
         "security": cluster.security,
+        "plugins": [str(p) for p in cluster.plugins],
         "ca_file": str(cluster.ca_file) if cluster.ca_file else None,
         "secrets_dir": str(cluster.secrets_dir) if cluster.secrets_dir else None,
         "brokers": [b.__dict__ for b in cluster.brokers],
@@ -483,7 +493,8 @@ def status(state_dir: Path | str) -> LocalKafka | None:
     brokers = tuple(Broker(**{**b, "launch": tuple(b.get("launch", ()))}) for b in state["brokers"])
     # A state file written before security was recorded describes a plaintext cluster.
     paths = [Path(state[k]) if state.get(k) else None for k in ("ca_file", "secrets_dir")]
-    cluster = LocalKafka(state_dir, brokers, state.get("security", PLAINTEXT), *paths)
+    cluster = LocalKafka(state_dir, brokers, state.get("security", PLAINTEXT), *paths,
+                         tuple(Path(p) for p in state.get("plugins", ())))  # fmt: skip
     return cluster if any(cluster.alive()) else None
 
 

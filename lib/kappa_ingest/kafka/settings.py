@@ -206,7 +206,7 @@ BATCH_RECORDS_MAX = 1_000_000
 # than two partitions' 8 MB batches in flight and filling behind them on a long link, so the
 # producer stalled the task (at 100 ms of round trip a task's sending took 0.9 s longer).
 # Records, then, as many as a run's batches need; the bytes bounded instead, at 256 MB (8
-# partitions' 8 MB batches in flight and filling behind them, twice over), not librdkafka's
+# partitions' 16 MB batches in flight and filling behind them), not librdkafka's
 # 1 GB: it is the Python worker's memory, outside what Spark accounts for (--kafka-opt
 # buffer.memory sets it).
 QUEUED_RECORDS_MAX = 1_000_000

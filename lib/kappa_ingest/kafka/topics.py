@@ -26,6 +26,15 @@ from kappa_ingest.kafka.settings import connection_conf
 TIMEOUT_S = 10.0
 # A dead leader is replaced within Kafka's broker.session.timeout.ms (9 s) and an election.
 END_OFFSETS_TIMEOUT_S = 30.0
+
+
+class TopicConfigRefused(KafkaUnavailable):
+    """The cluster refused a topic for its configs (a policy's limit, a value it does not take)."""
+
+
+_CONFIG_REFUSALS = (KafkaError.POLICY_VIOLATION, KafkaError.INVALID_CONFIG)
+
+
 # librdkafka's own connection chatter; the errors that matter reach error_cb and are raised.
 LOG = logging.getLogger("kappa_ingest.kafka_admin")
 LOG.addHandler(logging.NullHandler())
@@ -152,7 +161,8 @@ class Admin:
                     f"topic {topic!r} does not exist and {self._who()} may not create it (Kafka ACL: no CREATE on"
                     " the topic or the cluster): the topic must be created by an admin, or CREATE granted"
                 ) from e
-            raise KafkaUnavailable(f"Kafka refused to create topic {topic!r}: {err.str()}") from e
+            refused = TopicConfigRefused if err.code() in _CONFIG_REFUSALS else KafkaUnavailable
+            raise refused(f"Kafka refused to create topic {topic!r}: {err.str()}") from e
         self._wait_for_leaders(topic)
         return True
 

@@ -22,7 +22,14 @@ from kappa_ingest.errors import KafkaUnavailable
 from kappa_ingest.kafka import topics
 from kappa_ingest.kafka.endpoint import KafkaEndpoint
 from kappa_ingest.kafka.settings import connection_conf, kafka_python_connection
-from kappa_ingest.kafka.topics import QUERY_TIMEOUT_S, Admin, TopicShape, offsets_if_reachable, settled_offsets
+from kappa_ingest.kafka.topics import (
+    QUERY_TIMEOUT_S,
+    Admin,
+    TopicConfigRefused,
+    TopicShape,
+    offsets_if_reachable,
+    settled_offsets,
+)
 from kappa_ingest.pipeline.kept import PRODUCERS_TIMEOUT_S, Kept, Setup, Topics
 from kappa_ingest.report.broker_rate import BrokerRateSampler
 from kappa_ingest.report.phases import RunClock
@@ -310,12 +317,20 @@ def _data_topic(cfg: IngestConfig, admin: Admin) -> tuple[bool, TopicShape, str 
 
 def create_topic(admin: Admin, topic: str, partitions: int, replication: int, config: dict[str, str]) -> bool:
     """Create ``topic`` if absent, with ``config`` and room for the sink's batches (the brokers'
-    limit is asked only then); True if this call created it."""
+    limit is asked only then; a managed cluster that refuses that room gives its own at most);
+    True if this call created it."""
     if admin.partitions(topic) is not None:
         return False
     broker_max = int(admin.broker_setting("message.max.bytes") or record_size.BROKER_MAX_DEFAULT)
-    config = record_size.created_topic_config(config, broker_max)
-    return admin.ensure_topic(topic, partitions, replication, config, seen_absent=True)
+    roomy = record_size.created_topic_config(config, broker_max)
+    try:
+        return admin.ensure_topic(topic, partitions, replication, roomy, seen_absent=True)
+    except TopicConfigRefused:
+        if roomy == config:  # the user's own configs: refused as they are
+            raise
+    # Confluent Cloud takes 8 MiB at most (a policy violation above it): batches follow the topic.
+    managed = record_size.created_topic_config(config, broker_max, record_size.MANAGED_ROOM)
+    return admin.ensure_topic(topic, partitions, replication, managed, seen_absent=True)
 
 
 def size_checked(cfg: IngestConfig, source: csv_source.Source, limit: record_size.Limit) -> csv_source.Source:

@@ -492,7 +492,7 @@ class Acknowledged(Writer):
 
 
 # The ledger's batches: a task's transaction over shuffled input commits an entry per unit at
-# once, and batch.size follows the data topic (up to 8 MB), not the ledger, whose limit is
+# once, and batch.size follows the data topic (up to 16 MB), not the ledger, whose limit is
 # Kafka's default (1 MB) where a run created it. A batch the broker refuses is not split.
 LEDGER_CHUNK_BYTES = 512 * 1024
 
