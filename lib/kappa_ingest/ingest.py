@@ -349,11 +349,9 @@ def _finish(
 
 
 def _release(resources: RunResources) -> None:
-    """Let go of the topic's lock (while Kafka is still there: an embedded broker stops
-    next), then of Spark and Kafka, while the run is recorded; a failure here is a warning,
-    not a lost report."""
+    """Let go of the topic's lock, Kafka and Spark (the lock beside Spark's stop) while the
+    run is recorded; a failure here is a warning, not a lost report."""
     try:
-        resources.release_lock()
-        resources.stop_spark_and_kafka()
+        resources.close()
     except Exception as e:  # noqa: BLE001 - the run is over; its report must still be written
         print(f"kappa-ingest: warning: stopping Spark or Kafka: {first_line(e)[:200]}", file=sys.stderr)

@@ -1,7 +1,7 @@
 """The things a run holds (its Kafka, the topic's lock, a Spark session it started) and
 their one owner: each taken once, when the run first needs it, and all let go once, in
-reverse: the lock while Kafka is still there to withdraw it from, then Spark and an
-embedded broker side by side.
+reverse: the lock withdrawn while Kafka is still there, then an embedded broker, beside
+Spark's stop.
 
 ``ingest`` holds them for one run; a watch for every batch it runs, so that Spark, the
 Python workers and the lock's lease outlive the batches.
@@ -69,7 +69,7 @@ class RunResources:
         return self.held
 
     def start_spark(self, app_name: str, extra_conf: dict[str, str], quick_jit: bool) -> SparkSession:
-        """A session of the run's own, stopped by :meth:`stop_spark_and_kafka`."""
+        """A session of the run's own, stopped by :meth:`close`."""
         assert self.spark is None, "the run has its session"
         self.spark = build_session(app_name, self.cfg.spark_master, extra_conf, quick_jit=quick_jit)
         self._owns_spark = True
@@ -79,34 +79,35 @@ class RunResources:
         if self.held is not None:
             self.held.release()
 
-    def stop_spark_and_kafka(self) -> None:
-        """Stop the session started here and the run's own broker side by side; once. (A run
-        calls it as soon as it needs neither, so that nobody waits for them after its report.)"""
+    def close(self) -> None:
+        """Let go of everything, once: on a thread, the lock withdrawn (while Kafka is still
+        there), then the driver's Kafka clients and the run's own broker; meanwhile Spark's
+        session stopped here, if it is the run's. (A run calls it as soon as it needs none of
+        them, so that nobody waits for them after its report.)"""
         if self._stopped.is_set():
             return
         self._stopped.set()
-        try:
-            if self._kept is not None:  # while its broker is still there
-                self._kept.close()
-        except Exception as e:  # noqa: BLE001 - Spark and the broker stop all the same
-            print(f"kappa-ingest: warning: closing the driver's Kafka clients: {e}"[:300], file=sys.stderr)
-        kafka, self.kafka = self.kafka, None
-        stopping = threading.Thread(target=kafka.close, name="stop-kafka") if kafka is not None else None
-        if stopping is not None:
-            stopping.start()
+        kafka_side = threading.Thread(target=self._let_go_of_kafka, name="stop-kafka")
+        kafka_side.start()
         try:
             if self._owns_spark and self.spark is not None:
                 stop_session(self.spark)
         finally:
-            if stopping is not None:
-                stopping.join()
+            kafka_side.join()
 
-    def close(self) -> None:
-        """Let go of everything, in reverse. Idempotent."""
+    def _let_go_of_kafka(self) -> None:
         try:
-            self.release_lock()
-        finally:
-            self.stop_spark_and_kafka()
+            self.release_lock()  # best effort: a run that cannot is found dead by the next one
+        except Exception as e:  # noqa: BLE001 - the broker stops all the same
+            print(f"kappa-ingest: warning: withdrawing the topic's lock: {e}"[:300], file=sys.stderr)
+        try:
+            if self._kept is not None:  # while its broker is still there
+                self._kept.close()
+        except Exception as e:  # noqa: BLE001 - the broker stops all the same
+            print(f"kappa-ingest: warning: closing the driver's Kafka clients: {e}"[:300], file=sys.stderr)
+        kafka, self.kafka = self.kafka, None
+        if kafka is not None:
+            kafka.close()
 
     def __enter__(self) -> RunResources:
         return self
