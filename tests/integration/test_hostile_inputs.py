@@ -144,10 +144,13 @@ def attempt(spark, kafka, tmp_path: Path, inputs: list, *, rss_rise: int = RSS_R
 
 
 def spark_jobs(spark) -> int:
-    """How many jobs the shared session has run (its newest job's id + 1), by Spark's REST API."""
+    """How many jobs the shared session has run (its newest job's id + 1), by Spark's REST API;
+    the Python workers' warm-up aside: it starts with the run, and reads no input."""
+    from kappa_ingest.spark.warmup import JOB_GROUP
+
     sc = spark.sparkContext
     with urllib.request.urlopen(f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/jobs", timeout=10) as r:
-        return max((j["jobId"] + 1 for j in json.load(r)), default=0)
+        return max((j["jobId"] + 1 for j in json.load(r) if j.get("jobGroup") != JOB_GROUP), default=0)
 
 
 def attempt_submitted(kafka, tmp_path: Path, inputs: list, submit_options: list[str], *, rss: int) -> Outcome:

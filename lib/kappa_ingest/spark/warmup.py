@@ -6,8 +6,10 @@ and polars encode pay one-time initialisation. Measured on 2 cores: 2.9 s from t
 to the first row, of a 13 s ingest of 1M rows. Workers are reused across tasks
 (``spark.python.worker.reuse``), so one small job, one task per executor core, run in a
 thread while the driver creates the topic and reads its offsets, pays that off the ingest
-clock (and, for the confluent sink, builds its C loop if the cache lacks it). It sends
-nothing and touches no input; if it fails, the run goes on cold.
+clock (and, for the confluent sink, builds its C loop if the cache lacks it). It starts as
+soon as the run has its session, so the input's planning (a cold session's first plans,
+~1 s) runs beside it too: a run's set-up went from 3.4-3.6 s to 3.0-3.1 s (1M rows, local[2]).
+It sends nothing and touches no input; if it fails, the run goes on cold.
 """
 
 from __future__ import annotations
