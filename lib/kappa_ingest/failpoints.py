@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 ENV = "KAPPA_INGEST_HOLD_AT"
+OPENING = "opening"  # a unit's producer opened ahead on its thread, its id not yet initialised
 MID_SEND = "mid-send"  # a transaction's first records at the broker (flushed), the transaction open
 BEFORE_COMMIT = "before-commit"
 COMMIT_RETRY = "commit-retry"  # a commit timed out (retriable), about to be called again

@@ -168,6 +168,8 @@ class RunReport:
         # Time the tasks spent in transaction calls (init, which fences, and commit): what
         # exactly-once adds to their work, beside the ledger's few records.
         self.delivery["transaction_s"] = round(sum(s.transaction_ms for s in stats) / 1000, 3)
+        # Rows converted while their unit's first round trips ran (sinks/early.py): time hidden.
+        self.delivery["rows_converted_early"] = sum(s.rows_early for s in stats)
         # A failed attempt's transaction is aborted, by the attempt or, fenced, by the next one.
         self.delivery["transactions_aborted"] = len(failed) + sum(s.aborted for s in stats) if eos else 0
         if inherited:

@@ -186,6 +186,8 @@ def run_partitions(
                 writer.send_dead_letters(dead_letter.records(rows, parsed, unit, task_input.position(unit),
                                                              spec.run_id, parser.counts_lines))  # fmt: skip
             stats.add(parsed, enc)
+            if early is not None:
+                stats.rows_early += enc.rows
             task_input.add(unit, rows.num_rows, parsed, enc)
             return parsed, enc
 

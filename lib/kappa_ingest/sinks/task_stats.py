@@ -30,6 +30,7 @@ class TaskStats:
     rows_read: int = 0
     rows_sent: int = 0
     rows_quarantined: int = 0
+    rows_early: int = 0  # of rows_sent, converted while their unit's producer opened (sinks/early.py)
     lines_skipped: int = 0  # headers and blank lines: read by Spark, not rows
     lines_dropped: int = 0  # lines of units delivered before (resumed run, earlier attempt)
     lines_read: int = -1  # lines the task read itself (kappa_ingest.source.split_reader); -1: Spark read them

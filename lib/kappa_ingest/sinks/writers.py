@@ -384,7 +384,11 @@ class Opening:
     def __init__(self, writer: Writer, unit: Unit, txid: str) -> None:
         self.unit = unit
         self._spent = Spent()
-        self._future = on_thread("next-unit", writer._open, txid, self._spent)
+        self._future = on_thread("next-unit", self._open, writer, txid)
+
+    def _open(self, writer: Writer, txid: str) -> PartitionProducer:
+        failpoints.hold(failpoints.OPENING, txid)
+        return writer._open(txid, self._spent)
 
     def ready(self) -> bool:
         return self._future.done()
