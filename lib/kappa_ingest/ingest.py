@@ -325,7 +325,7 @@ def _finish(
     cfg: IngestConfig, report: RunReport, resources: RunResources, release_early: bool, entries: list[Entry], echo: bool
 ) -> None:
     """Whatever happened: the run recorded and its report printed; with ``release_early``
-    the lock let go first and Spark and Kafka stopped while the run is recorded."""
+    the lock let go beside Spark's stop, then Kafka, while the run is recorded."""
     report.clock.end("reconcile")  # a failed run's last phase takes its time up to here
     if report.status != "succeeded":
         try:
@@ -344,7 +344,7 @@ def _finish(
     releasing = None
     if release_early:
         releasing = threading.Thread(target=_release, args=(resources,), name="release")
-        releasing.start()  # the lock let go, then Spark and Kafka stopped, while the store is written
+        releasing.start()  # the lock let go beside Spark's stop, then Kafka, while the store is written
     path = recording.record(cfg, report, releasing, entries)
     if echo:
         print(render(report.summary()))

@@ -98,3 +98,30 @@ def test_the_stores_failures_in_a_task_keep_their_exit_codes():
     changed = classify(RuntimeError(raised("kappa_ingest.s3.objects.ObjectChanged: input s3://b/k was overwritten"
                                            " after the run planned it")))  # fmt: skip
     assert type(changed) is InputError and changed.exit_code == 3 and str(changed).startswith("input s3://b/k was")
+
+
+CHAINED = """org.apache.spark.api.python.PythonException: Traceback (most recent call last):
+  File "/x/pyarrow/_s3fs.pyx", line 1, in open_input_file
+OSError: When reading information for key 'in.csv' in bucket 'gone': AWS Error NO_SUCH_BUCKET during HeadObject operation
+
+The above exception was the direct cause of the following exception:
+
+Traceback (most recent call last):
+  File "/x/kappa_ingest/s3/objects.py", line 40, in opened
+    raise store_error(e) from e
+kappa_ingest.errors.InputError: s3://gone/in.csv: no such bucket; check --input
+\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(PythonRunner.scala:572)
+"""
+
+
+def test_a_chained_error_is_named_by_the_error_raised_not_its_cause():
+    """``raise InputError(...) from e``: the traceback prints the store's OSError first; the
+    run's exit code and line are the InputError's (3), not a store failure's (4)."""
+    from kappa_ingest.errors import InputError
+
+    e = classify(RuntimeError(CHAINED))
+    assert isinstance(e, InputError) and e.exit_code == 3
+    assert str(e) == "s3://gone/in.csv: no such bucket; check --input"
+    during = CHAINED.replace("The above exception was the direct cause of the following exception:",
+                             "During handling of the above exception, another exception occurred:")  # fmt: skip
+    assert isinstance(classify(RuntimeError(during)), InputError)

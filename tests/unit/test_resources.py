@@ -10,11 +10,12 @@ from kappa_ingest.pipeline.resources import RunResources
 
 
 class _Lock:
-    def __init__(self, spark_stopping: threading.Event, said: list[str]) -> None:
-        self.spark_stopping, self.said = spark_stopping, said
+    def __init__(self, spark_stopping: threading.Event, releasing: threading.Event, said: list[str]) -> None:
+        self.spark_stopping, self.releasing, self.said = spark_stopping, releasing, said
 
     def release(self) -> None:
-        # Sequential (the lock, then Spark) this would wait in vain: Spark stops only after.
+        self.releasing.set()
+        # One after the other (in either order) one of the two would wait here in vain.
         assert self.spark_stopping.wait(5), "the lock was withdrawn before Spark began to stop, not beside it"
         self.said.append("lock withdrawn")
 
@@ -29,16 +30,17 @@ class _Broker:
 
 def test_the_lock_is_withdrawn_while_spark_stops_and_the_broker_stops_after_it(monkeypatch):
     said: list[str] = []
-    spark_stopping = threading.Event()
+    spark_stopping, releasing = threading.Event(), threading.Event()
 
     def stop_session(_session) -> None:
-        spark_stopping.set()
         said.append("spark stopping")
+        spark_stopping.set()
+        assert releasing.wait(5), "Spark stopped before the lock's withdrawal began, not beside it"
 
     monkeypatch.setattr(resources_module, "stop_session", stop_session)
     held = RunResources(cfg=None, spark=object())
     held._owns_spark = True
-    held.held = _Lock(spark_stopping, said)
+    held.held = _Lock(spark_stopping, releasing, said)
     held.kafka = _Broker(said)
     held.close()
     held.close()  # once

@@ -94,7 +94,7 @@ class Recording:
 
 
 def test_a_tasks_ledger_entries_go_in_batches_the_ledger_takes():
-    """A batch follows the data topic's limit (up to 8 MB), the ledger's is Kafka's default:
+    """A batch follows the data topic's limit (up to 16 MB), the ledger's is Kafka's default:
     many entries at once are flushed every LEDGER_CHUNK_BYTES, one entry is sent alone."""
     entry = (b"k" * 100, b"v" * 924)  # 1 KB
     one = Recording()

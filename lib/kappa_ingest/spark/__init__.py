@@ -2,7 +2,7 @@
 
 - ``session``        the one session factory (packages, Python workers, start-up aids)
 - ``class_archive``  the driver JVM's class archive (made by ``make setup``)
-- ``warmup``         Python workers started while Kafka is set up
+- ``warmup``         Python workers started while the input is planned and Kafka set up
 - ``worker_daemon``  Spark's Python daemon with kappa-ingest imported before the fork
 - ``cluster``        a standalone master and workers, started and stopped by PID
 - ``pack``           the venv packed for a cluster's executors

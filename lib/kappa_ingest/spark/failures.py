@@ -131,9 +131,22 @@ def spark_action(action):  # type: ignore[no-untyped-def]
         raise classify(e) from e
 
 
+# Where a chained traceback (``raise X from e``) goes on to the error raised: Python prints the
+# cause first (pyspark drops it only from the tracebacks it simplifies, which kappa-ingest's
+# session does not: conf/spark-defaults.conf).
+_CHAINED = ("The above exception was the direct cause of the following exception:",
+            "During handling of the above exception, another exception occurred:")  # fmt: skip
+
+
 def python_error(text: str) -> str | None:
     """A Python worker's error in a Spark failure's text: its traceback's ``Name: message``
-    line, or the name alone where the error had no message (``TimeoutError``), or None."""
+    line (of a chained traceback, the error raised, not its cause), or the name alone where
+    the error had no message (``TimeoutError``), or None."""
+    raised = max((text.rfind(m) + len(m) for m in _CHAINED if m in text), default=0)
+    return _python_error_line(text[raised:]) or _python_error_line(text)
+
+
+def _python_error_line(text: str) -> str | None:
     errors = re.findall(
         r"^([\w.]+(?:Error|Exception|Failed|Mismatch|Fenced|Superseded|Unavailable|Lost|Interrupt|Exit)(?:: .*)?)\s*$",
         text,

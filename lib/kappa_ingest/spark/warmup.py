@@ -14,6 +14,7 @@ touches no input; if it fails, the run goes on cold.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 
@@ -37,16 +38,35 @@ def _nothing(spark: SparkSession, sink: str) -> None:
     pass
 
 
-def _warm(spark: SparkSession, sink: str) -> None:
+# Set so (conf/spark-defaults.conf), the Python tasks of DataFrames and of RDDs have one worker
+# daemon: its key is the workers' environment, which either setting otherwise sets apart.
+_SHARED_DAEMON = {"spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
+                  "spark.sql.execution.pyspark.udf.hideTraceback.enabled": "false"}  # fmt: skip
+
+
+def _warm(spark: SparkSession, sink: str) -> set[int]:
+    """The worker daemons of the workers it started (none if it failed)."""
     sc = spark.sparkContext
-    slots = max(1, sc.defaultParallelism)
     try:
+        slots = max(1, sc.defaultParallelism)
         sc.setJobGroup(JOB_GROUP, "kappa-ingest: start Python workers")
-        # An RDD's job: no query to plan (a cold session's first plans take ~1 s), and its
-        # workers are the DataFrame tasks' (spark-defaults.conf: one daemon for both).
-        sc.parallelize(range(slots), slots).mapPartitions(_worker(sink)).collect()
+        if all(str(spark.conf.get(k)).lower() == v for k, v in _SHARED_DAEMON.items()):
+            # An RDD's job: no query to plan (a cold session's first plans take ~1 s), and
+            # its workers are the DataFrame tasks'.
+            return set(sc.parallelize(range(slots), slots).mapPartitions(_worker(sink)).collect())
+        # The DataFrame tasks' daemon is their own: only a DataFrame job warms it.
+        rows = spark.range(0, slots, numPartitions=slots)
+        return {r.daemon for r in rows.mapInArrow(_batches(_worker(sink)), "daemon long").collect()}
     except Exception:  # noqa: BLE001 - a cold start is slower, not wrong
-        pass
+        return set()
+
+
+def _batches(warm):  # type: ignore[no-untyped-def]
+    def warm_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for daemon in warm(b.num_rows for b in batches):
+            yield pa.RecordBatch.from_arrays([pa.array([daemon], pa.int64())], names=["daemon"])
+
+    return warm_batches
 
 
 def _static_archives() -> None:
@@ -94,6 +114,8 @@ def _worker(sink: str):  # type: ignore[no-untyped-def]
         )
         parsed = LineParser(spec.columns)(lines)
         encode_batch(parsed.rows, spec, 0)
-        yield sum(1 for _ in slots)
+        for _ in slots:
+            pass
+        yield os.getppid()  # the daemon the worker was forked from
 
     return warm
