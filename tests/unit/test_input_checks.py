@@ -172,10 +172,10 @@ def test_the_topic_limit_of_a_topic_not_there_yet():
 @pytest.mark.parametrize(
     ("sink", "settings", "topic_max", "batch"),
     [
-        ("confluent", {}, 16 * 1024 * 1024, 16 * 1024 * 1024 - 128),  # a topic the run created: the room
+        ("confluent", {}, 16 * 1024 * 1024, 8 * 1024 * 1024),  # a topic the run created: 8 MB on a short link
         ("confluent", {}, 8 * 1024 * 1024, 8 * 1024 * 1024 - 128),  # one it created on a managed cluster
         ("confluent", {}, 1_048_588, 1_048_588 - 128),  # Kafka's default limit: as large as it takes
-        ("confluent", {}, 64 * 1024 * 1024, 16 * 1024 * 1024),  # never beyond the room
+        ("confluent", {}, 64 * 1024 * 1024, 8 * 1024 * 1024),  # never beyond the default
         ("confluent", {"batch.size": "65536"}, 1_048_588, 65536),  # a given size stands ...
         ("confluent", {"batch.size": "4194304"}, 1_048_588, 1_048_588 - 128),  # ... within the topic's limit
         ("kafka-python", {}, 8 * 1024 * 1024, 1024 * 1024),
@@ -184,6 +184,15 @@ def test_the_topic_limit_of_a_topic_not_there_yet():
 )
 def test_batches_are_as_large_as_the_topic_takes(sink, settings, topic_max, batch):
     assert int(record_size.batches_within(settings, sink, topic_max)["batch.size"]) == batch
+
+
+def test_on_a_long_link_batches_are_as_large_as_the_room():
+    room = record_size.BATCH_ROOM
+    assert int(record_size.batches_within({}, "confluent", room, 0.1)["batch.size"]) == room - 128  # 100 ms
+    assert int(record_size.batches_within({}, "confluent", room, 0.02)["batch.size"]) == 8 * 1024 * 1024  # 20 ms
+    assert int(record_size.batches_within({}, "confluent", 8 * 1024 * 1024, 0.1)["batch.size"]) == 8 * 1024 * 1024 - 128
+    assert int(record_size.batches_within({}, "spark", room, 0.1)["batch.size"]) == 1024 * 1024  # it splits its own
+    assert record_size.batches_within({"batch.size": "65536"}, "confluent", room, 0.1)["batch.size"] == "65536"
 
 
 def test_a_topic_the_run_creates_has_room_for_the_batches():
