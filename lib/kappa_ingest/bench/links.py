@@ -50,7 +50,7 @@ AT_LEAST_ONCE = "kappa-ingest confluent at-least-once"
 TUNED = "kappa-ingest exactly-once, a topic of 8 partitions"
 PLAIN_SPARK = "plain Spark"
 # librdkafka's idempotent producer sends a partition's next batch once the last is answered,
-# so a producer sends about partitions x batch.size per round trip: the defaults' 16 MB
+# so a producer sends about partitions x batch.size per round trip: a long link's 16 MB
 # batches (a topic the run creates takes them) and, beside them, more partitions.
 TUNED_OPTS = ("--topic-partitions", "8")
 PLAIN_SPARK_ROWS = 100_000  # its Java producer's 16 KB batches crawl over 100 ms: its rate is flat in size

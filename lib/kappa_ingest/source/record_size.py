@@ -213,8 +213,8 @@ def moved(parsed: Any, batch: pa.RecordBatch, which: np.ndarray, reasons: list[s
 # broker has answered for the last, so on a long round trip a batch must hold a whole round
 # trip's records (`make links`, 100 ms: 1 MB batches 0.29x of the unshaped rate, 8 MB 0.83x;
 # 16 MB took a 1M-row run's sending stage from 5.97 s to 5.25 s, 32 MB no further). On a short
-# one 16 MB batches cost more than they save: on a local broker 1.16x the CPU a DEBS 2012 row
-# of 8 MB batches, 0.88x the rate (bench-results/20261127T190426Z); linger.ms sends a batch first.
+# link 16 MB batches gave nothing measured (unshaped: 4.22 s and 4.09 s), and linger.ms sends a
+# batch long before it fills; whether they cost CPU there is open (docs/performance.md).
 BATCH_BYTES = 8 * 1024 * 1024
 BATCH_ROOM = 16 * 1024 * 1024  # a long link's batches, and the room a topic the run creates gets
 LONG_LINK_S = 0.05

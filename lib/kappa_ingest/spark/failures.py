@@ -132,8 +132,8 @@ def spark_action(action):  # type: ignore[no-untyped-def]
 
 
 # Where a chained traceback (``raise X from e``) goes on to the error raised: Python prints the
-# cause first (pyspark drops it only from the tracebacks it simplifies, which kappa-ingest's
-# session does not: conf/spark-defaults.conf).
+# cause first (pyspark drops it only from the tracebacks it simplifies, the default; a user
+# may turn that off).
 _CHAINED = ("The above exception was the direct cause of the following exception:",
             "During handling of the above exception, another exception occurred:")  # fmt: skip
 

@@ -45,8 +45,7 @@ def _warm(spark: SparkSession, sink: str) -> set[int]:
         slots = max(1, sc.defaultParallelism)
         sc.setJobGroup(JOB_GROUP, "kappa-ingest: start Python workers")
         # A DataFrame job, as the sending stage is: an RDD's (no query to plan) would start a
-        # daemon of its own unless simplified tracebacks were off, and with them off the
-        # sending stage spent 1.19x the CPU a DEBS 2012 row (bench-results/20261127T194624Z).
+        # worker daemon of its own unless simplified tracebacks were off (docs/performance.md).
         rows = spark.range(0, slots, numPartitions=slots)
         return {r.daemon for r in rows.mapInArrow(_worker(sink), "daemon long").collect()}
     except Exception:  # noqa: BLE001 - a cold start is slower, not wrong
