@@ -227,7 +227,7 @@ def summarise(results: list[RunResult]) -> list[dict[str, Any]]:
             r["exit_vs_plain_spark"] = (
                 round(r["command_to_exit_s"] / plain["command_to_exit_s"], 2) if same_rows else None
             )
-    regression(rows)
+    regression(rows, results)
     return sorted(rows, key=lambda r: (r["layout"], r["row_set"]))
 
 
@@ -387,20 +387,37 @@ def regressed(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [c for c in found if c["measure"] in REGRESSIONS and not c["met"]]
 
 
-def regression(summary: list[dict[str, Any]]) -> None:
+def regression(summary: list[dict[str, Any]], results: list[RunResult]) -> None:
     """Mark the baseline's row with today's plain line path against it: today's median
     rows/s over the baseline's slowest run's, and command to exit over its longest (a
-    change inside the spread of the baseline's own runs is noise, not a regression)."""
+    change inside the spread of the baseline's own runs is noise, not a regression); and
+    CPU a row in the sending window, all processes, as the median of each round's ratio:
+    the pair ran back to back in every round, in turns first (see ``run_bench``), so what
+    drifts between rounds on a shared machine falls on both halves of a ratio alike."""
     for base in (r for r in summary if r["contestant"] == BASELINE):
-        now = next((r for r in summary if r["contestant"] == PLAIN_LINE_PATH and
-                    (r["layout"], r["row_set"]) == (base["layout"], base["row_set"])), None)  # fmt: skip
-        if now is not None:
-            base["x_baseline_rate"] = round(now["rows_per_s"] / base["rows_per_s_min"], 3)
-            base["x_baseline_exit"] = round(now["command_to_exit_s"] / base["command_to_exit_max_s"], 3)
-            # CPU a row in the sending window, all processes: medians, same clock, same run.
-            mine, theirs = now.get("window_us_per_row"), base.get("window_us_per_row")
-            if mine and theirs and theirs["total"]:
-                base["x_baseline_cpu"] = round(mine["total"] / theirs["total"], 3)
+        key = (base["layout"], base["row_set"])
+        now = next(
+            (r for r in summary if r["contestant"] == PLAIN_LINE_PATH and (r["layout"], r["row_set"]) == key), None
+        )
+        if now is None:
+            continue
+        base["x_baseline_rate"] = round(now["rows_per_s"] / base["rows_per_s_min"], 3)
+        base["x_baseline_exit"] = round(now["command_to_exit_s"] / base["command_to_exit_max_s"], 3)
+        rounds = _paired_cpu(results, key)
+        if rounds:
+            base["x_baseline_cpu_rounds"] = rounds
+            base["x_baseline_cpu"] = round(statistics.median(rounds), 3)
+
+
+def _paired_cpu(results: list[RunResult], key: tuple[str, int]) -> list[float]:
+    """Each round's plain line path's CPU a row in its window over the baseline's."""
+
+    def total(name: str) -> dict[int, float]:
+        return {r.repeat: sum(r.window_cpu_us_per_row.values()) for r in results
+                if (r.layout, r.row_set, r.contestant) == (*key, name) and r.window_cpu_us_per_row}  # fmt: skip
+
+    mine, theirs = total(PLAIN_LINE_PATH), total(BASELINE)
+    return [round(mine[i] / theirs[i], 3) for i in sorted(mine.keys() & theirs.keys())]
 
 
 def checks(summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -540,8 +557,10 @@ def run_bench(
                         warm_up_broker(ctx, layout, admin, cluster.brokers[0].pid)
                     # Round by round, every contestant once per round: what drifts during a
                     # bench (the broker's JIT, the page cache) falls on all of them alike.
+                    # Each round in turn forwards and backwards: no contestant always
+                    # follows the same one (the regression check's pair, above all).
                     for repeat in range(repeats):
-                        for c in here:
+                        for c in here if repeat % 2 == 0 else here[::-1]:
                             r = run_contestant(c, ctx, layout, repeat, admin, cluster.brokers[0].pid)
                             print(f"  {layout:9} {rows:>9,} {c.name:33} run {repeat + 1}: {r.rows_per_s:>10,.0f} rows/s,"
                                   f" command to exit {r.wall_s:6.1f} s", flush=True)  # fmt: skip
