@@ -4,6 +4,7 @@ the topic's offsets, and the table of what a contestant spends beyond the ceilin
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import pytest
@@ -21,7 +22,7 @@ from kappa_ingest.bench.monitor import (
     process_group,
     run_measured,
 )
-from kappa_ingest.bench.runner import RunResult, checks, markdown, regressed, summarise
+from kappa_ingest.bench.runner import RunResult, checks, markdown, regressed, round_order, summarise
 
 # Sleeps 1 s, then spins 1 s of CPU, then sleeps 1 s: the spin is charged to its window alone.
 SPIN = "import time; time.sleep(1); t = time.process_time(); exec('while time.process_time() - t < 1: pass'); time.sleep(1)"
@@ -44,6 +45,21 @@ def test_a_child_s_cpu_is_charged_to_the_window_it_was_spent_in():
     assert usage.timeline.between(start, start + 0.8)[DRIVER_PYTHON] < 0.15  # its first second: asleep
     assert usage.timeline.between(start + 0.8, end - 0.8)[DRIVER_PYTHON] == pytest.approx(1.0, abs=0.25)
     assert usage.timeline.between(end - 0.8, end)[DRIVER_PYTHON] < 0.15
+
+
+def test_cpu_spent_beside_the_command_is_the_machine_s_not_the_command_s():
+    """A process outside the command's tree spinning at the same time: the machine's busy
+    CPU holds both spins, the command's groups only its own."""
+    beside = subprocess.Popen([sys.executable, "-c", SPIN.replace("time.sleep(1)", "time.sleep(0.5)", 1)])
+    try:
+        usage = run_measured([sys.executable, "-c", SPIN])
+    finally:
+        beside.wait(10)
+    times = usage.timeline.times
+    spent = usage.timeline.between(times[0], times[-1])
+    busy, steal = usage.timeline.machine_between(times[0], times[-1])
+    assert spent == {DRIVER_PYTHON: pytest.approx(1.0, abs=0.3)}
+    assert busy - sum(spent.values()) >= 0.7 and steal >= 0.0
 
 
 @pytest.mark.parametrize(
@@ -107,3 +123,22 @@ def test_the_line_path_s_cpu_a_row_grown_past_10_percent_of_the_baseline_s_fails
     assert [c["measure"] for c in regressed(found)] == (["x_baseline_cpu"] if fails else [])
     beyond = next(c for c in found if c["measure"] == "us_beyond_ceiling")
     assert beyond["value"] == pytest.approx(today - 4.0, abs=0.01) and not beyond["met"]  # wide30's bar: 1.2 µs
+
+
+def test_the_regression_check_compares_each_round_s_pair_not_the_medians():
+    """Each round's pair shares that round's machine (two rounds here twice as dear as the
+    first): the check is the median of the rounds' ratios, 1.05x, not the ratio of the
+    medians, which pairs runs of different rounds (4.4 against 8: 0.55x)."""
+    base, today = [4.0, 8.0, 8.0], [4.2, 8.4, 4.4]
+    results = [
+        *(_run(BASELINE, "kappa-ingest", 4.0, {PYTHON_WORKERS: c}, i) for i, c in enumerate(base)),
+        *(_run(PLAIN_LINE_PATH, "kappa-ingest", 4.0, {PYTHON_WORKERS: c}, i) for i, c in enumerate(today)),
+    ]
+    row = next(r for r in summarise(results) if r["contestant"] == BASELINE)
+    assert row["x_baseline_cpu_rounds"] == [1.05, 1.05, 0.55]
+    assert row["x_baseline_cpu"] == 1.05
+
+
+def test_rounds_go_forwards_then_backwards():
+    names = ["ceiling", "today", "baseline"]
+    assert [round_order(names, i) for i in range(3)] == [names, names[::-1], names]

@@ -45,6 +45,7 @@ class Timing:
     rows: int  # rows the contestant sent (the broker's count is checked separately)
     ingest_s: float
     startup_s: float
+    phases: dict[str, float] | None = None  # kappa-ingest's summary's split of its command's time
 
 
 @dataclass(frozen=True)
@@ -274,7 +275,8 @@ def _kappa_timing(usage: Usage, ctx: Context, topic: str) -> Timing:
     summary = json.loads((ctx.workdir / "metrics" / "runs" / f"bench-{topic}" / "summary.json").read_text())
     if summary["status"] != "succeeded":
         raise RuntimeError(f"kappa-ingest run failed: {summary['error']}")
-    return Timing(summary["rows_sent"], summary["ingest_s"], summary["wall_s"] - summary["ingest_s"])
+    return Timing(summary["rows_sent"], summary["ingest_s"], summary["wall_s"] - summary["ingest_s"],
+                  summary.get("phases"))  # fmt: skip
 
 
 def _needs_kcat() -> str | None:

@@ -23,6 +23,9 @@ PYTHON_WORKERS = "Python workers"
 DRIVER_PYTHON = "driver Python"
 PRODUCER_JVM = "producer JVM"  # Kafka's ProducerPerformance
 OTHER = "other"
+# Not processes: the whole machine's busy CPU and the time its hypervisor gave to others
+# (steal), read with every sample so a window can tell a run disturbed from outside.
+MACHINE, STEAL = -1, -2
 
 
 def process_group(cmdline: list[str]) -> str:
@@ -75,6 +78,11 @@ class CpuTimeline:
             used = self._at(pid, t1) - self._at(pid, t0)
             spent[group] = spent.get(group, 0.0) + max(0.0, used)
         return {g: round(s, 3) for g, s in sorted(spent.items())}
+
+    def machine_between(self, t0: float, t1: float) -> tuple[float, float]:
+        """The machine's busy CPU seconds (every core, every process, the kernel) and its
+        steal from ``t0`` to ``t1``."""
+        return tuple(round(max(0.0, self._at(k, t1) - self._at(k, t0)), 3) for k in (MACHINE, STEAL))  # type: ignore[return-value]
 
     def _at(self, pid: int, t: float) -> float:
         seen = [(at, r[pid]) for at, r in zip(self.times, self.cpu, strict=True) if pid in r]
@@ -140,6 +148,7 @@ def run_measured(
                     readings[p.pid] = t.user + t.system
                 except psutil.Error:
                     continue
+            readings[MACHINE], readings[STEAL] = machine_cpu()
             timeline.add(time.time(), readings)
             peak = max(peak, rss / 2**20)
             done.wait(SAMPLE_S)
@@ -155,6 +164,14 @@ def run_measured(
             proc.kill()
     return Usage(proc.returncode, time.monotonic() - started, round(sum(cpu.values()), 2), round(peak, 1), out, err,
                  timeline)  # fmt: skip
+
+
+def machine_cpu() -> tuple[float, float]:
+    """The machine's busy and stolen CPU seconds since boot (``/proc/stat``; busy leaves out
+    idle, I/O wait and steal)."""
+    t = psutil.cpu_times()
+    busy = t.user + t.nice + t.system + t.irq + t.softirq
+    return busy, t.steal
 
 
 def cpu_seconds(pid: int) -> float:

@@ -87,7 +87,7 @@ BENCH = _schema(
     ("broker_rows", L),
     ("ingest_s", D), ("startup_s", D), ("wall_s", D), ("rows_per_s", D), ("mb_per_s", D), ("record_bytes", D),
     ("cpu_s", D), ("broker_cpu_s", D), ("peak_rss_mb", D), ("broker_window_s", D), ("broker_rows_per_s", D),
-    ("window_cpu_us_per_row", S),
+    ("window_cpu_us_per_row", S), ("window_outside_us_per_row", D), ("window_steal_us_per_row", D), ("phases", S),
 )  # fmt: skip
 LEDGER = _schema(
     ("run_id", S), ("lineage", S), ("topic", S), ("file", S), ("split_start", L), ("split_length", L), ("part", INT),
@@ -207,7 +207,13 @@ def ledger_rows(entries: list[Any]) -> list[dict[str, Any]]:
 
 def record_bench(metrics_dir: MetricsDir, bench_id: str, runs: list[dict[str, Any]]) -> None:
     rows = [
-        {**r, "run_id": bench_id, "window_cpu_us_per_row": json.dumps(r.get("window_cpu_us_per_row"))} for r in runs
+        {
+            **r,
+            "run_id": bench_id,
+            "window_cpu_us_per_row": json.dumps(r.get("window_cpu_us_per_row")),
+            "phases": json.dumps(r.get("phases")),
+        }
+        for r in runs
     ]
     append(metrics_dir, {"bench": rows})
 
