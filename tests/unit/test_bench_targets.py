@@ -1,7 +1,9 @@
 """The bench's target checks: ratios taken from the same run, each against its bar."""
 
+from pathlib import Path
+
 from kappa_ingest.bench.contestants import BASELINE, PLAIN_LINE_PATH
-from kappa_ingest.bench.runner import RunResult, checks, markdown, summarise
+from kappa_ingest.bench.runner import RunResult, checkout, checks, markdown, summarise
 
 
 def _runs(name: str, kind: str, rates: list[float], exits: list[float], layout: str = "debs2012") -> list[RunResult]:
@@ -47,3 +49,18 @@ def test_each_target_is_measured_against_its_own_contestants_in_the_same_run():
 def test_a_target_whose_contestants_did_not_run_is_not_reported():
     results = _runs(PLAIN_LINE_PATH, "kappa-ingest", [120_000], [15])
     assert checks(summarise(results)) == []
+
+
+def test_the_baseline_runs_with_its_own_commit_s_settings(tmp_path):
+    """The baseline's package finds the conf/ingest.yaml of its commit, as today's finds
+    today's: without it the baseline's producers ran on Kafka's defaults (no lz4)."""
+    import subprocess
+    import sys
+
+    lib = checkout("HEAD", tmp_path / "baseline")
+    found = subprocess.run(
+        [sys.executable, "-c", "from kappa_ingest.config.command_line import default_config; print(default_config())"],
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(lib)}, capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert found == str(tmp_path / "baseline" / "conf" / "ingest.yaml")
+    assert "compression.type: lz4" in Path(found).read_text()

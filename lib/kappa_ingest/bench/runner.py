@@ -159,9 +159,8 @@ def warm_up_broker(ctx: Context, layout: str, admin: Admin, broker_pid: int, kap
     ProducerPerformance at 184,000, 276,000 and 335,000 rows/s in three runs in a row), and
     whichever contestant ran first would pay for it. With ``kappa``, the plain line path
     once too: its transactions and batches take the broker through code ProducerPerformance
-    does not, and the first round's kappa-ingest runs cost the broker 2.6-4.5 µs a debs2012
-    row against 1.5-2.0 in later rounds (bench-results/20261127T210143Z and a probe of four
-    starts of the same code)."""
+    does not, and in a bench of four ways of starting the same code the first round's runs
+    cost the broker 2.6-4.2 µs a debs2012 row against 1.5-2.0 in the later rounds."""
     warm_ups = [c for c in CONTESTANTS if c.kind == "ceiling" or (kappa and c.name == PLAIN_LINE_PATH)]
     for c in warm_ups:
         if c.available() is None:
@@ -506,16 +505,21 @@ def _transcoded(source: Path, out: Path, encoding: str) -> None:
 
 def round_order(contestants: list[T], repeat: int) -> list[T]:
     """Each round in turn forwards and backwards: no contestant always follows the same one
-    (the regression check's pair above all: run last in every round, identical code as the
-    baseline measured ~20% less CPU a debs2012 row than today's, bench-results/20261127T201656Z)."""
+    (the regression check's pair above all, whose baseline used to run last in every round)."""
     return contestants if repeat % 2 == 0 else contestants[::-1]
 
 
-def _checkout(commit: str, into: Path) -> Path:
-    """The package of ``commit`` (its ``lib/``), unpacked from this repository with git archive."""
+def checkout(commit: str, into: Path) -> Path:
+    """The package of ``commit`` (its ``lib/``) with the settings it runs with (its
+    ``conf/``: the producer's lz4 and linger, Spark's defaults), unpacked from this
+    repository with git archive. Without its conf/ the baseline ran on Kafka's defaults, and
+    the check compared uncompressed sending with today's lz4: ~1.2 µs a debs2012 row less
+    in the Python workers, as much more in the broker (bench-results/20261127T210143Z)."""
     repo = Path(__file__).resolve().parents[3]
     into.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(repo), "archive", commit, "lib"], capture_output=True, check=True)
+    archive = subprocess.run(
+        ["git", "-C", str(repo), "archive", commit, "lib", "conf"], capture_output=True, check=True
+    )
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
     return into / "lib"
 
@@ -571,7 +575,7 @@ def run_bench(
                 secure = local_kafka.start(Path(tmp) / "kafka-sasl", heap="1g", security="sasl_ssl")
             if any(c.store for c in chosen):
                 store = bench_store.start(Path(tmp) / "s3")
-            baseline_lib = _checkout(baseline, Path(tmp) / "baseline") if baseline else None
+            baseline_lib = checkout(baseline, Path(tmp) / "baseline") if baseline else None
             admin = Admin(cluster.bootstrap_servers)
             for layout in layouts:
                 for rows in row_sets:
