@@ -133,14 +133,15 @@ def test_a_key_lands_in_the_partition_javas_partitioner_gives_it(edge_runs, sink
 @pytest.mark.parametrize(("sink", "mode"), DELIVERIES)
 def test_a_topic_the_run_creates_takes_the_largest_batches_its_sink_sends(kafka, edge_runs, sink, mode):
     """A batch must hold a round trip's records on a long link (docs/lab.md): the run gives
-    the topic it creates room for 16 MB batches, the confluent sink's on a long link, and a record larger
+    the topic it creates room for 16 MB batches, the confluent sink's, and a record larger
     than the producer's max.request.size is still quarantined (records too large)."""
     from kappa_ingest.kafka.topics import Admin
     from kappa_ingest.source import record_size
 
     cfg, summary, _ = edge_runs[(sink, mode)]
     with Admin(kafka.bootstrap_servers) as admin:
-        assert admin.topic_setting(cfg.topic, "max.message.bytes") == str(record_size.BATCH_ROOM)
-    # On this short link the confluent sink's batches are its default, within the topic's room.
-    assert summary["broker"]["batch_bytes"] == (record_size.BATCH_BYTES if sink == "confluent" else 1024 * 1024)
+        assert admin.topic_setting(cfg.topic, "max.message.bytes") == str(record_size.BATCH_BYTES)
+    # The confluent sink's batches: its default, within the topic's room (less its framing).
+    framed = record_size.BATCH_BYTES - record_size.FRAMING_BYTES
+    assert summary["broker"]["batch_bytes"] == (framed if sink == "confluent" else 1024 * 1024)
     assert summary["broker"]["max_record_bytes"] == (1_000_000 if sink == "confluent" else 1_048_576)

@@ -163,7 +163,7 @@ def test_a_managed_cluster_that_refuses_the_room_gets_its_own_limit_and_every_ro
     path, expected = data
     bs = kafka_managed.bootstrap_servers
     with Admin(bs) as admin, pytest.raises(KafkaUnavailable, match="exceeded max limit of 8388608"):
-        admin.ensure_topic("too-roomy", 1, 1, {"max.message.bytes": str(record_size.BATCH_ROOM)})  # the policy holds
+        admin.ensure_topic("too-roomy", 1, 1, {"max.message.bytes": str(record_size.BATCH_BYTES)})  # the policy holds
     report = _run(spark, kafka_managed, tmp_path, path, "managed", "managed-ledger", dead_letter_topic="managed-dlq")
     for topic in ("managed", "managed-dlq"):
         assert _configs(bs, topic)["max.message.bytes"] == str(record_size.MANAGED_ROOM)
@@ -176,5 +176,5 @@ def test_a_users_own_topic_config_the_cluster_refuses_fails_the_run_as_refused(s
     path, _ = data
     with pytest.raises(KafkaUnavailable, match=r"refused to create topic 'asked-roomy'.*exceeded max limit"):
         _run(spark, kafka_managed, tmp_path, path, "asked-roomy", "roomy-ledger",
-             topic_config={"max.message.bytes": str(record_size.BATCH_ROOM)})  # fmt: skip
+             topic_config={"max.message.bytes": str(record_size.BATCH_BYTES)})  # fmt: skip
     assert "asked-roomy" not in _topics(kafka_managed.bootstrap_servers)

@@ -172,10 +172,10 @@ def test_the_topic_limit_of_a_topic_not_there_yet():
 @pytest.mark.parametrize(
     ("sink", "settings", "topic_max", "batch"),
     [
-        ("confluent", {}, 16 * 1024 * 1024, 8 * 1024 * 1024),  # a topic the run created: 8 MB on a short link
+        ("confluent", {}, 16 * 1024 * 1024, 16 * 1024 * 1024 - 128),  # a topic the run created
         ("confluent", {}, 8 * 1024 * 1024, 8 * 1024 * 1024 - 128),  # one it created on a managed cluster
         ("confluent", {}, 1_048_588, 1_048_588 - 128),  # Kafka's default limit: as large as it takes
-        ("confluent", {}, 64 * 1024 * 1024, 8 * 1024 * 1024),  # never beyond the default
+        ("confluent", {}, 64 * 1024 * 1024, 16 * 1024 * 1024),  # never beyond the default
         ("confluent", {"batch.size": "65536"}, 1_048_588, 65536),  # a given size stands ...
         ("confluent", {"batch.size": "4194304"}, 1_048_588, 1_048_588 - 128),  # ... within the topic's limit
         ("kafka-python", {}, 8 * 1024 * 1024, 1024 * 1024),
@@ -186,17 +186,8 @@ def test_batches_are_as_large_as_the_topic_takes(sink, settings, topic_max, batc
     assert int(record_size.batches_within(settings, sink, topic_max)["batch.size"]) == batch
 
 
-def test_on_a_long_link_batches_are_as_large_as_the_room():
-    room = record_size.BATCH_ROOM
-    assert int(record_size.batches_within({}, "confluent", room, 0.1)["batch.size"]) == room - 128  # 100 ms
-    assert int(record_size.batches_within({}, "confluent", room, 0.02)["batch.size"]) == 8 * 1024 * 1024  # 20 ms
-    assert int(record_size.batches_within({}, "confluent", 8 * 1024 * 1024, 0.1)["batch.size"]) == 8 * 1024 * 1024 - 128
-    assert int(record_size.batches_within({}, "spark", room, 0.1)["batch.size"]) == 1024 * 1024  # it splits its own
-    assert record_size.batches_within({"batch.size": "65536"}, "confluent", room, 0.1)["batch.size"] == "65536"
-
-
 def test_a_topic_the_run_creates_has_room_for_the_batches():
-    room = str(record_size.BATCH_ROOM)
+    room = str(record_size.BATCH_BYTES)
     assert record_size.created_topic_config({}, 1_048_588) == {"max.message.bytes": room}
     assert record_size.created_topic_config({"cleanup.policy": "delete"}, 1_048_588) == {
         "cleanup.policy": "delete", "max.message.bytes": room,
@@ -205,7 +196,7 @@ def test_a_topic_the_run_creates_has_room_for_the_batches():
         "max.message.bytes": "200000"
     }
     assert record_size.created_topic_config({}, 64 * 1024 * 1024) == {}  # brokers that allow more keep it
-    managed = record_size.MANAGED_ROOM  # where a cluster's policy refuses BATCH_ROOM
+    managed = record_size.MANAGED_ROOM  # where a cluster's policy refuses BATCH_BYTES
     assert record_size.created_topic_config({}, 1_048_588, managed) == {"max.message.bytes": str(managed)}
     assert record_size.created_topic_config({}, managed, managed) == {}
 

@@ -96,20 +96,6 @@ class Admin:
                 if time.monotonic() >= deadline or any(x.code() == KafkaError._AUTHENTICATION for x in self.errors):
                     raise self._unavailable("no metadata", e.args[0]) from e
 
-    def round_trip_s(self, asks: int = 3) -> float:
-        """How long the link is: the quickest of ``asks`` metadata requests, its connection
-        made (after :meth:`check_reachable`): on two busy cores one request can wait 50 ms
-        for a thread; 0.0 if one fails (taken for a short link)."""
-        quickest = float("inf")
-        for _ in range(asks):
-            asked_at = time.monotonic()
-            try:
-                self.client.list_topics(timeout=TIMEOUT_S)
-            except KafkaException:
-                return 0.0
-            quickest = min(quickest, time.monotonic() - asked_at)
-        return quickest
-
     def describe(self, topic: str, created: bool = False) -> TopicShape | None:
         """The topic's partitions and replication, or None if it does not exist (or this user
         may not see it). A describe request, never a metadata request naming the topic: on a

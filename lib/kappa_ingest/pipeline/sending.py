@@ -176,7 +176,6 @@ def _ready(
         kept.forget()  # deleted, or partitions added, since (or no offsets in a moment): set up again
         admin = kept.admin(settings)
     admin.check_reachable()
-    round_trip_s = admin.round_trip_s()
     # Meanwhile: the brokers' settings (a created topic's limit, the transactions' timeout),
     # the end offsets' client (asking the ledger: a new topic is not there yet) and the
     # producers' client, each connecting.
@@ -184,7 +183,7 @@ def _ready(
     admin.warm(cfg.ledger_topic)
     connecting = pool.submit(kept.connect, "producers", python_conf, PRODUCERS_TIMEOUT_S)
     try:
-        source, settings, limit, found = _topics_ready(cfg, admin, source, settings, ledger_checked, round_trip_s)
+        source, settings, limit, found = _topics_ready(cfg, admin, source, settings, ledger_checked)
     finally:
         futures.wait([connecting])  # one thread at a time on a kept client
     kept.setup = Setup(key, limit, settings, replace(found, created=False))
@@ -198,11 +197,10 @@ def _topics_ready(
     source: csv_source.Source,
     settings: dict[str, str],
     ledger_checked: int | None,
-    round_trip_s: float,
 ) -> tuple[csv_source.Source, dict[str, str], record_size.Limit, Topics]:
     """The topics the run writes to, made or checked (the ledger again unless it was just
     found right for the data topic's replication); records sized to the topic's limit (the
-    source's parser takes out larger ones) and batches within it (larger on a long link)."""
+    source's parser takes out larger ones) and batches within it."""
     created, shape, note = _data_topic(cfg, admin)
     dlq = cfg.dead_letter_topic
 
@@ -230,7 +228,7 @@ def _topics_ready(
         batch_max = min(topic_max, dlq_max.result()) if dlq_max is not None else topic_max
     limit = record_size.limit(cfg.sink, settings, topic_max)
     source = size_checked(cfg, source, limit)
-    settings = record_size.batches_within(settings, cfg.sink, batch_max, round_trip_s)
+    settings = record_size.batches_within(settings, cfg.sink, batch_max)
     found = Topics(shape.partitions, shape.replication, limit.bytes, int(settings["batch.size"]), created, note)
     return source, settings, limit, found
 

@@ -208,35 +208,31 @@ def moved(parsed: Any, batch: pa.RecordBatch, which: np.ndarray, reasons: list[s
 
 
 # A batch of the confluent sink, unless --kafka-opt batch.size says otherwise: as large as the
-# topic takes, up to 8 MB, and on a long link (a round trip of LONG_LINK_S or more) up to
-# BATCH_ROOM. librdkafka's idempotent producer sends a partition's next batch only once the
-# broker has answered for the last, so on a long round trip a batch must hold a whole round
-# trip's records (`make links`, 100 ms: 1 MB batches 0.29x of the unshaped rate, 8 MB 0.83x;
-# 16 MB took a 1M-row run's sending stage from 5.97 s to 5.25 s, 32 MB no further). On a short
-# link 16 MB batches gave nothing measured (unshaped: 4.22 s and 4.09 s), and linger.ms sends a
-# batch long before it fills; whether they cost CPU there is open (docs/performance.md).
-BATCH_BYTES = 8 * 1024 * 1024
-BATCH_ROOM = 16 * 1024 * 1024  # a long link's batches, and the room a topic the run creates gets
-LONG_LINK_S = 0.05
+# topic takes, up to 16 MiB, the room a topic the run creates gets. librdkafka's idempotent
+# producer sends a partition's next batch only once the broker has answered for the last, so
+# on a long round trip a batch must hold a whole round trip's records (`make links`, 100 ms:
+# 1 MB batches 0.29x of the unshaped rate, 8 MB 0.83x; 16 MB took a 1M-row run's sending
+# stage from 5.97 s to 5.25 s, 32 MB no further). On a local broker they cost nothing: 0.96x
+# the CPU a debs2012 row of 8 MB batches, 1.06x the rate (medians of four rounds' pairs,
+# bench-results/20261127T211634Z), and linger.ms sends a batch long before it fills.
+BATCH_BYTES = 16 * 1024 * 1024
 # What a managed cluster lets a topic take at most (Confluent Cloud refuses more, a policy
-# violation): a topic the run creates there gets this instead.
+# violation): a topic the run creates there gets this instead, and the batches follow it.
 MANAGED_ROOM = 8 * 1024 * 1024
 # The other sinks' batches: the Java producer splits a batch the broker refuses, and
 # kafka-python cannot fill a larger one.
 _BATCH_SIZE_DEFAULT = {"confluent": BATCH_BYTES, "kafka-python": 1024 * 1024, "spark": 1024 * 1024}
 
 
-def batches_within(settings: dict[str, str], sink: str, topic_max: int, round_trip_s: float = 0.0) -> dict[str, str]:
-    """The producer settings with batch.size as given, else the sink's default (the confluent
-    sink's larger on a link of ``round_trip_s`` >= LONG_LINK_S), within the topic's
-    max.message.bytes: a batch larger than that is refused whole by the broker (librdkafka
-    does not split it)."""
-    long_link = sink == "confluent" and round_trip_s >= LONG_LINK_S
-    batch = int(settings.get("batch.size", BATCH_ROOM if long_link else _BATCH_SIZE_DEFAULT[sink]))
+def batches_within(settings: dict[str, str], sink: str, topic_max: int) -> dict[str, str]:
+    """The producer settings with batch.size as given, else the sink's default, within the
+    topic's max.message.bytes: a batch larger than that is refused whole by the broker
+    (librdkafka does not split it)."""
+    batch = int(settings.get("batch.size", _BATCH_SIZE_DEFAULT[sink]))
     return {**settings, "batch.size": str(min(batch, max(1, topic_max - FRAMING_BYTES)))}
 
 
-def created_topic_config(topic_config: dict[str, str], broker_max: int, room: int = BATCH_ROOM) -> dict[str, str]:
+def created_topic_config(topic_config: dict[str, str], broker_max: int, room: int = BATCH_BYTES) -> dict[str, str]:
     """The configs of a topic the run creates: the user's, and ``room`` for batches where the
     brokers' message.max.bytes leaves less (records stay within max.request.size)."""
     if "max.message.bytes" in topic_config or broker_max >= room:
