@@ -1,6 +1,6 @@
-"""The Python workers' warm-up starts the workers the sending tasks then use (a DataFrame
-job, as the sending stage is: the worker daemon is keyed by the workers' environment,
-which differs between DataFrame and RDD tasks)."""
+"""The Python workers' warm-up starts the workers the sending tasks then use: as an RDD job
+where DataFrame and RDD tasks share one worker daemon (simplified tracebacks off, as
+conf/spark-defaults.conf has it), else as a DataFrame job (a user's own settings)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import pytest
 from kappa_ingest.spark import warmup
 
 pytestmark = pytest.mark.integration
+TRACEBACKS = "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled"
 
 
-def test_the_warm_up_starts_the_workers_the_sending_tasks_use(spark):
+@pytest.mark.parametrize("simplified", ["false", "true"])
+def test_the_warm_up_starts_the_workers_the_sending_tasks_use(spark, simplified):
     def daemon_of(batches):
         import os
 
@@ -20,6 +22,12 @@ def test_the_warm_up_starts_the_workers_the_sending_tasks_use(spark):
         for _ in batches:
             yield pa.RecordBatch.from_arrays([pa.array([os.getppid()], pa.int64())], names=["daemon"])
 
-    warmed = warmup._warm(spark, "confluent")
-    sending = {r.daemon for r in spark.range(0, 2, numPartitions=2).mapInArrow(daemon_of, "daemon long").collect()}
+    before = spark.conf.get(TRACEBACKS)
+    spark.conf.set(TRACEBACKS, simplified)
+    try:
+        warmed = warmup._warm(spark, "confluent")
+        rows = spark.range(0, 2, numPartitions=2).mapInArrow(daemon_of, "daemon long").collect()
+    finally:
+        spark.conf.set(TRACEBACKS, before)
+    sending = {r.daemon for r in rows}
     assert warmed and sending <= warmed, (warmed, sending)

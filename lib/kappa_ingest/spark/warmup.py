@@ -7,9 +7,11 @@ to the first row, of a 13 s ingest of 1M rows. Workers are reused across tasks
 (``spark.python.worker.reuse``), so one small job, one task per executor core, run in a
 thread while the driver creates the topic and reads its offsets, pays that off the ingest
 clock (and, for the confluent sink, builds its C loop if the cache lacks it). It starts as
-soon as the run has its session, so the input's planning (a cold session's first plans,
-~1 s) runs beside it too: a run's set-up went from 3.4-3.6 s to 3.0-3.1 s (1M rows,
-local[2]). It sends nothing and touches no input; if it fails, the run goes on cold.
+soon as the run has its session, as an RDD job (no query plan to wait for), so the input's
+planning (a cold session's first plans, ~1 s) runs beside it too: a run's set-up took 1.1-1.35 s
+less than with a DataFrame job in each of four rounds, with no more CPU a row in the sending
+stage (1.01x in the Python workers; bench-results/20261127T212237Z). It sends nothing and
+touches no input; if it fails, the run goes on cold.
 """
 
 from __future__ import annotations
@@ -38,18 +40,35 @@ def _nothing(spark: SparkSession, sink: str) -> None:
     pass
 
 
+# Set so (conf/spark-defaults.conf), the Python tasks of DataFrames and of RDDs have one worker
+# daemon: its key is the workers' environment, which either setting otherwise sets apart.
+_SHARED_DAEMON = {"spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
+                  "spark.sql.execution.pyspark.udf.hideTraceback.enabled": "false"}  # fmt: skip
+
+
 def _warm(spark: SparkSession, sink: str) -> set[int]:
     """The worker daemons of the workers it started (none if it failed)."""
     sc = spark.sparkContext
     try:
         slots = max(1, sc.defaultParallelism)
         sc.setJobGroup(JOB_GROUP, "kappa-ingest: start Python workers")
-        # A DataFrame job, as the sending stage is: an RDD's (no query to plan) would start a
-        # worker daemon of its own unless simplified tracebacks were off (docs/performance.md).
+        if all(str(spark.conf.get(k)).lower() == v for k, v in _SHARED_DAEMON.items()):
+            # An RDD's job: no query to plan (a cold session's first plans take ~1 s), and
+            # its workers are the DataFrame tasks'.
+            return set(sc.parallelize(range(slots), slots).mapPartitions(_worker(sink)).collect())
+        # The DataFrame tasks' daemon is their own: only a DataFrame job warms it.
         rows = spark.range(0, slots, numPartitions=slots)
-        return {r.daemon for r in rows.mapInArrow(_worker(sink), "daemon long").collect()}
+        return {r.daemon for r in rows.mapInArrow(_batches(_worker(sink)), "daemon long").collect()}
     except Exception:  # noqa: BLE001 - a cold start is slower, not wrong
         return set()
+
+
+def _batches(warm):  # type: ignore[no-untyped-def]
+    def warm_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for daemon in warm(b.num_rows for b in batches):
+            yield pa.RecordBatch.from_arrays([pa.array([daemon], pa.int64())], names=["daemon"])
+
+    return warm_batches
 
 
 def _static_archives() -> None:
@@ -74,7 +93,7 @@ def _static_archives() -> None:
 
 
 def _worker(sink: str):  # type: ignore[no-untyped-def]
-    def warm(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def warm(slots: Iterator[int]) -> Iterator[int]:
         _static_archives()
         from kappa_ingest.source.columns import BLOCK_COL, FILE_COL, LINE_COL
         from kappa_ingest.source.parsing import LineParser
@@ -97,9 +116,8 @@ def _worker(sink: str):  # type: ignore[no-untyped-def]
         )
         parsed = LineParser(spec.columns)(lines)
         encode_batch(parsed.rows, spec, 0)
-        for _ in batches:
+        for _ in slots:
             pass
-        daemon = os.getppid()  # the daemon the worker was forked from
-        yield pa.RecordBatch.from_arrays([pa.array([daemon], pa.int64())], names=["daemon"])
+        yield os.getppid()  # the daemon the worker was forked from
 
     return warm
