@@ -68,7 +68,12 @@ def class_archive() -> Path | None:
         return None
     found = Path(java).resolve()
     jars = cache_dir() / f"kafka-{KAFKA_VERSION}"
-    listing = sorted(f"{p.name}:{p.stat().st_size}" for p in jars.glob("*.jar")) if jars.is_dir() else []
+    # Each jar's place, size and time, as the JVM checks them (spark.class_archive.path).
+    listing = (
+        sorted(f"{p.resolve()}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in jars.glob("*.jar"))
+        if jars.is_dir()
+        else []
+    )
     key = "\n".join([str(found), str(found.stat().st_mtime_ns), *listing])
     return cache_dir() / f"kafka-broker-{hashlib.sha256(key.encode()).hexdigest()[:12]}.jsa"
 

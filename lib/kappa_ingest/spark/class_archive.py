@@ -6,9 +6,9 @@ dynamic AppCDS archive (JDK 13+), written once by a training session at ``make s
 (``python -m kappa_ingest.setup_jars``), lets every later driver map those classes
 instead: measured 11.9 s -> 7.0 s from ``python`` to a session's first finished job.
 
-The archive is keyed by the JDK and pyspark's jars; the JVM also checks it against its own
-version and class path and ignores it, silently, when they differ, so a stale archive
-costs the start-up it would have saved, never a failure.
+The archive is keyed by the JDK and pyspark's jars (their paths, sizes and times); the JVM
+also checks it against its own version and class path and ignores it, silently, when they
+differ, so a stale archive costs the start-up it would have saved, never a failure.
 """
 
 from __future__ import annotations
@@ -37,7 +37,15 @@ def path() -> Path | None:
     import pyspark
 
     jars = Path(pyspark.__file__).parent / "jars"
-    listing = sorted(f"{p.name}:{p.stat().st_size}" for p in jars.glob("*.jar")) if jars.is_dir() else []
+    # Each jar's place, size and time: the JVM refuses the archive for a jar that differs in
+    # any of them, silently. Names and sizes alone let two checkouts' venvs share one key, and
+    # the one built last made the other's drivers start without it (seen: every run here
+    # after a CI rehearsal in another directory, ~15,000 classes loaded from the jars).
+    listing = (
+        sorted(f"{p.resolve()}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in jars.glob("*.jar"))
+        if jars.is_dir()
+        else []
+    )
     key = "\n".join([str(java), str(java.stat().st_mtime_ns), *listing])
     return cache_dir() / f"spark-driver-{hashlib.sha256(key.encode()).hexdigest()[:12]}.jsa"
 
