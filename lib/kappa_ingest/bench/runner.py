@@ -232,7 +232,7 @@ def summarise(results: list[RunResult]) -> list[dict[str, Any]]:
             naive = by_name.get(NAIVE_FORM.get(r["contestant"], ""))
             r["x_naive"] = round(r["rows_per_s"] / naive, 2) if naive else None
             r["x_ceiling"] = round(r["rows_per_s"] / ceiling, 3) if ceiling else None
-            _beyond_ceiling(r, next((m for m in mine if m["kind"] == "ceiling"), None))
+            _beyond_ceiling(r, next((m for m in mine if m["kind"] == "ceiling"), None), results)
             r["x_classic"] = round(r["rows_per_s"] / classic, 2) if classic else None
             r["x_plain_spark"] = round(r["rows_per_s"] / plain["rows_per_s"], 2) if plain else None
             # Command to exit as a share of plain Spark's on the same input (lower is better).
@@ -263,9 +263,13 @@ def _on_broker_clock(rs: list[RunResult]) -> dict[str, Any]:
             "window_steal_us_per_row": round(statistics.median(steal), 2) if steal else None}  # fmt: skip
 
 
-def _beyond_ceiling(r: dict[str, Any], ceiling: dict[str, Any] | None) -> None:
+def _beyond_ceiling(r: dict[str, Any], ceiling: dict[str, Any] | None, results: list[RunResult]) -> None:
     """The contestant's rate over the ceiling's on the broker's clock, and its CPU per row
-    beyond the ceiling's, in all and by process group (issue 32's measure)."""
+    beyond the ceiling's, by process group (medians) and in all: the median of each round's
+    difference to the ceiling's run of the same round (issue 32's measure). The ceiling's
+    own CPU a row moves 4.6-10.5 µs between runs here, and a difference of medians paired
+    runs of different rounds: 1.74 µs a wide30 row where each round's gave +0.63
+    (bench-results/20261127T213921Z)."""
     mine, theirs = r.get("window_us_per_row"), (ceiling or {}).get("window_us_per_row")
     rate, ceiling_rate = r.get("broker_rows_per_s"), (ceiling or {}).get("broker_rows_per_s")
     r["x_ceiling_broker_clock"] = round(rate / ceiling_rate, 3) if rate and ceiling_rate else None
@@ -274,6 +278,17 @@ def _beyond_ceiling(r: dict[str, Any], ceiling: dict[str, Any] | None) -> None:
         return
     r["us_per_row_beyond_ceiling"] = {g: round(mine.get(g, 0.0) - theirs.get(g, 0.0), 2)
                                       for g in sorted(set(mine) | set(theirs))}  # fmt: skip
+    key = (r["layout"], r["row_set"])
+    mine_by_round, ceiling_by_round = (
+        _per_round(results, key, r["contestant"]),
+        _per_round(results, key, ceiling["contestant"]),
+    )
+    rounds = [
+        round(mine_by_round[i] - ceiling_by_round[i], 2) for i in sorted(mine_by_round.keys() & ceiling_by_round.keys())
+    ]
+    r["us_beyond_ceiling_rounds"] = rounds
+    if rounds:
+        r["us_per_row_beyond_ceiling"]["total"] = round(statistics.median(rounds), 2)
     r["us_beyond_ceiling"] = r["us_per_row_beyond_ceiling"]["total"]
 
 
@@ -330,7 +345,8 @@ def _cpu_markdown(summary: list[dict[str, Any]]) -> list[str]:
         return []
     groups = sorted({g for r in timed for g in r["window_us_per_row"] if g != "total"})
     lines = ["", "CPU µs per row in the sending window (the broker's clock: the topic's offsets read every 50 ms;"
-             " medians; [beyond the ceiling's]; outside the run: the machine's busy CPU that none of the run's"
+             " medians; [beyond the ceiling's: by process, of the medians; in total, the median of each round's"
+             " difference to the ceiling's run of the same round]; outside the run: the machine's busy CPU that none of the run's"
              " processes spent, the bench's own sampling included; steal: the hypervisor's)", "",
              "| layout | input rows | contestant | rows/s, broker's clock | × ceiling | " + " | ".join(groups)
              + " | total | outside the run | steal |", "|" + " --- |" * (len(groups) + 8)]  # fmt: skip
@@ -430,13 +446,14 @@ def regression(summary: list[dict[str, Any]], results: list[RunResult]) -> None:
 
 def _paired_cpu(results: list[RunResult], key: tuple[str, int]) -> list[float]:
     """Each round's plain line path's CPU a row in its window over the baseline's."""
-
-    def total(name: str) -> dict[int, float]:
-        return {r.repeat: sum(r.window_cpu_us_per_row.values()) for r in results
-                if (r.layout, r.row_set, r.contestant) == (*key, name) and r.window_cpu_us_per_row}  # fmt: skip
-
-    mine, theirs = total(PLAIN_LINE_PATH), total(BASELINE)
+    mine, theirs = _per_round(results, key, PLAIN_LINE_PATH), _per_round(results, key, BASELINE)
     return [round(mine[i] / theirs[i], 3) for i in sorted(mine.keys() & theirs.keys())]
+
+
+def _per_round(results: list[RunResult], key: tuple[str, int], name: str) -> dict[int, float]:
+    """A contestant's CPU a row in its window, all processes, by round."""
+    return {r.repeat: sum(r.window_cpu_us_per_row.values()) for r in results
+            if (r.layout, r.row_set, r.contestant) == (*key, name) and r.window_cpu_us_per_row}  # fmt: skip
 
 
 def checks(summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
