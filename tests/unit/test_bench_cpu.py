@@ -57,9 +57,9 @@ def test_cpu_spent_beside_the_command_is_the_machine_s_not_the_command_s():
         beside.wait(10)
     times = usage.timeline.times
     spent = usage.timeline.between(times[0], times[-1])
-    busy, steal = usage.timeline.machine_between(times[0], times[-1])
+    busy, _ = usage.timeline.machine_between(times[0], times[-1])
     assert spent == {DRIVER_PYTHON: pytest.approx(1.0, abs=0.3)}
-    assert busy - sum(spent.values()) >= 0.7 and steal >= 0.0
+    assert busy - sum(spent.values()) >= 0.7
 
 
 @pytest.mark.parametrize(

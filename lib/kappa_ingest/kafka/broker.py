@@ -17,7 +17,6 @@ archive is keyed by the JDK and the jars; a JVM that finds it stale ignores it, 
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import os
 import shutil
@@ -32,7 +31,7 @@ from kappa_ingest import processes
 from kappa_ingest.errors import KafkaUnavailable, UsageError
 from kappa_ingest.kafka import security as kafka_security
 from kappa_ingest.kafka.security import ADMIN, PLAINTEXT, SASL_SSL
-from kappa_ingest.paths import cache_dir, conf_dir
+from kappa_ingest.paths import cache_dir, class_archive_at, conf_dir
 
 KAFKA_VERSION = "4.1.1"
 STATE_FILE = "cluster.json"
@@ -66,16 +65,7 @@ def class_archive() -> Path | None:
     java = shutil.which("java")
     if java is None:
         return None
-    found = Path(java).resolve()
-    jars = cache_dir() / f"kafka-{KAFKA_VERSION}"
-    # Each jar's place, size and time, as the JVM checks them (spark.class_archive.path).
-    listing = (
-        sorted(f"{p.resolve()}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in jars.glob("*.jar"))
-        if jars.is_dir()
-        else []
-    )
-    key = "\n".join([str(found), str(found.stat().st_mtime_ns), *listing])
-    return cache_dir() / f"kafka-broker-{hashlib.sha256(key.encode()).hexdigest()[:12]}.jsa"
+    return class_archive_at("kafka-broker", Path(java).resolve(), cache_dir() / f"kafka-{KAFKA_VERSION}")
 
 
 def _class_archive_options() -> list[str]:

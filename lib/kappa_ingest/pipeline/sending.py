@@ -192,11 +192,7 @@ def _ready(
 
 
 def _topics_ready(
-    cfg: IngestConfig,
-    admin: Admin,
-    source: csv_source.Source,
-    settings: dict[str, str],
-    ledger_checked: int | None,
+    cfg: IngestConfig, admin: Admin, source: csv_source.Source, settings: dict[str, str], ledger_checked: int | None
 ) -> tuple[csv_source.Source, dict[str, str], record_size.Limit, Topics]:
     """The topics the run writes to, made or checked (the ledger again unless it was just
     found right for the data topic's replication); records sized to the topic's limit (the

@@ -13,12 +13,11 @@ differ, so a stale archive costs the start-up it would have saved, never a failu
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from pathlib import Path
 
-from kappa_ingest.paths import cache_dir
+from kappa_ingest.paths import class_archive_at
 
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 
@@ -36,18 +35,7 @@ def path() -> Path | None:
         return None
     import pyspark
 
-    jars = Path(pyspark.__file__).parent / "jars"
-    # Each jar's place, size and time: the JVM refuses the archive for a jar that differs in
-    # any of them, silently. Names and sizes alone let two checkouts' venvs share one key, and
-    # the one built last made the other's drivers start without it (seen: every run here
-    # after a CI rehearsal in another directory, ~15,000 classes loaded from the jars).
-    listing = (
-        sorted(f"{p.resolve()}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in jars.glob("*.jar"))
-        if jars.is_dir()
-        else []
-    )
-    key = "\n".join([str(java), str(java.stat().st_mtime_ns), *listing])
-    return cache_dir() / f"spark-driver-{hashlib.sha256(key.encode()).hexdigest()[:12]}.jsa"
+    return class_archive_at("spark-driver", java, Path(pyspark.__file__).parent / "jars")
 
 
 def options() -> str:
