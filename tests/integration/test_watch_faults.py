@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import threading
 from pathlib import Path
@@ -162,6 +163,11 @@ def test_an_executor_killed_mid_batch_is_ridden_out_and_every_row_sent_once(kafk
         wait_for(lambda: any(held.glob(f"*.{failpoints.MID_SEND}")), 180, "a task held mid-send", proc, log)
         marker = next(held.glob(f"*.{failpoints.MID_SEND}"))
         victim = executor_of(int(marker.read_text()))
+        # Another application started in the same second has our application's id, and so
+        # our work directory: its executor's own directory there must outlive our stop.
+        work = Path(victim.cwd()).parent
+        (work / "99").mkdir()
+        (work / "99" / "stderr").write_text("a same-named application's executor\n")
         wait_for(lambda: held_back(kafka.bootstrap_servers, topic), 30, "the open transaction seen by the broker")
         victim.kill()
         victim.wait(30)
@@ -177,6 +183,8 @@ def test_an_executor_killed_mid_batch_is_ridden_out_and_every_row_sent_once(kafk
         assert proc.wait(60) == 0, log.read_text()[-3000:]
     finally:
         stop_group(proc)
+    assert [p.name for p in work.iterdir()] == ["99"], "our executors' directories kept, or another's removed"
+    shutil.rmtree(work)
     report = summary(metrics, "lost-b00001")
     assert report["duplicates"]["failed_attempts"], "the kill did not fail a sending task"
     assert report["delivery"]["transactions_aborted"] >= 1 and all(c["ok"] for c in report["checks"])

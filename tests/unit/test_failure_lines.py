@@ -43,7 +43,7 @@ def test_an_error_without_a_message_is_named_not_the_traceback_header():
     )
     e = classify(RuntimeError("An exception was thrown from the Python worker. Please see the stack trace below.\n"
                               + text))  # fmt: skip
-    assert str(e) == "the Spark job failed: TimeoutError"
+    assert str(e) == "the Spark job failed: TimeoutError (raised at sinks/writers.py:362 in commit)"
 
 
 def test_a_kafka_unavailable_raised_in_a_task_keeps_its_exit_code():
@@ -125,3 +125,19 @@ def test_a_chained_error_is_named_by_the_error_raised_not_its_cause():
     during = CHAINED.replace("The above exception was the direct cause of the following exception:",
                              "During handling of the above exception, another exception occurred:")  # fmt: skip
     assert isinstance(classify(RuntimeError(during)), InputError)
+
+
+def test_an_error_unknown_to_us_is_told_with_the_frame_that_raised_it():
+    text = (
+        "org.apache.spark.api.python.PythonException: An exception was thrown from the Python worker.\n"
+        "Traceback (most recent call last):\n"
+        '  File "/w/pyspark.zip/pyspark/worker.py", line 1900, in main\n    process()\n'
+        '  File "/venv/lib/python3.11/site-packages/kappa_ingest/sinks/batch.py", line 88, in send\n'
+        "    here = os.getcwd()\n"
+        "FileNotFoundError: [Errno 2] No such file or directory\n"
+        "\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(PythonRunner.scala:572)\n"
+    )
+    assert str(classify(RuntimeError(text))) == (
+        "the Spark job failed: FileNotFoundError: [Errno 2] No such file or directory"
+        " (raised at sinks/batch.py:88 in send)"
+    )

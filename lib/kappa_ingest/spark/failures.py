@@ -157,9 +157,26 @@ def _python_error_line(text: str) -> str | None:
 
 
 def _cause_line(text: str) -> str:
-    """The line that names the cause: a Python traceback's last ``XxxError: ...`` line if
-    the failure came from a Python worker, else the message's first line."""
+    """The line that names the cause: a Python traceback's error line if the failure came
+    from a Python worker, with the frame that raised it, else the message's first line."""
     python_side = python_error(text)
     if "Python worker" in text and python_side:
-        return python_side
+        where = _raised_at(text, python_side)
+        return f"{python_side} (raised at {where})" if where else python_side
     return text.strip().splitlines()[0] if text.strip() else "unknown error"
+
+
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)', re.MULTILINE)
+
+
+def _raised_at(text: str, error: str) -> str | None:
+    """``package/module.py:LINE in function`` of the innermost frame above ``error`` in its
+    traceback: an error unknown to kappa-ingest (an ``OSError`` without a file name, say) is
+    found only by where it came from."""
+    end = text.find(f"\n{error}")
+    frames = _FRAME.findall(text, 0, end if end >= 0 else len(text))
+    if not frames:
+        return None
+    path, line, function = frames[-1]
+    parts = path.replace("\\", "/").split("/")
+    return f"{'/'.join(parts[-2:])}:{line} in {function}"

@@ -185,7 +185,7 @@ def stop_session(spark: SparkSession, timeout_s: float = 10.0) -> None:
     sc = spark.sparkContext
     # local-cluster executors work in SPARK_HOME/work/<app> (the pip package's own directory,
     # which LocalSparkCluster gives no option to move): runs piled gigabytes up in the venv.
-    scratch = _local_cluster_work_dir(sc)
+    scratch = _local_cluster_scratch(sc)
     # pyspark's stop() shuts its accumulator server down and waits for the server's 0.5 s
     # poll (0.7 s measured after a run); the server's thread is a daemon that ends with the process.
     accumulators = getattr(sc, "_accumulatorServer", None)
@@ -197,9 +197,7 @@ def stop_session(spark: SparkSession, timeout_s: float = 10.0) -> None:
         # EOFError then is expected, not worth a traceback on the user's terminal.
         accumulators.handle_error = lambda request, client_address: None
     if scratch is not None:
-        import shutil
-
-        shutil.rmtree(scratch, ignore_errors=True)
+        _remove_scratch(*scratch)
     gateway = SparkContext._gateway
     proc = getattr(gateway, "proc", None)  # set only where pyspark launched the JVM itself
     if gateway is None or proc is None:
@@ -215,12 +213,40 @@ def stop_session(spark: SparkSession, timeout_s: float = 10.0) -> None:
         proc.wait()
 
 
-def _local_cluster_work_dir(sc: SparkContext) -> Path | None:
+def _local_cluster_scratch(sc: SparkContext) -> tuple[Path, list[str]] | None:
+    """The application's work directory and the ids of every executor it had, live or lost.
+
+    The directory is not the application's alone: an application id is its master's start
+    time in seconds and a counter, and every local-cluster starts its own master, so two
+    applications started in the same second (two runs, or two halves of a test suite) share
+    ``app-<time>-0000``. Each executor's own subdirectory is its alone (the worker refuses to
+    start an executor in one that exists), and it is the executor's working directory, where
+    its Python workers import from: removing another application's took its imports away in
+    the middle of its run (``FileNotFoundError`` at the next import).
+    """
     if not (sc.master or "").startswith("local-cluster"):
         return None
     import pyspark
 
-    return Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent) / "work" / sc.applicationId
+    home = Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent)
+    executors = sc._jsc.sc().statusStore().executorList(False).iterator()  # False: the lost ones too
+    ids = []
+    while executors.hasNext():
+        ids.append(str(executors.next().id()))
+    return home / "work" / sc.applicationId, [i for i in ids if i.isdigit()]
+
+
+def _remove_scratch(work: Path, executor_ids: list[str]) -> None:
+    """Remove this application's executors' directories, then the application's directory
+    if no other application's executors are in it."""
+    import shutil
+
+    for executor in executor_ids:
+        shutil.rmtree(work / executor, ignore_errors=True)
+    try:
+        work.rmdir()
+    except OSError:  # not empty: a same-named application's, still running or left by a killed one
+        pass
 
 
 def _resolved_list() -> Path:
