@@ -28,7 +28,7 @@ def _batch(n: int, seed: int = 1) -> pa.RecordBatch:
             return None
         return "" if r < 0.15 else "".join(rnd.choice(TRICKY) for _ in range(rnd.randint(1, 20)))
 
-    columns = ["id", 'na"me', "ü\\x", "c\n4"]
+    columns = ["id", 'na"me', "ü\\x", "c\n4", "a name longer than the sixteen bytes moved at once"]
     data = [pa.array([text() for _ in range(n)], pa.string()) for _ in columns]
     data[1] = pa.array(["plain"] * n)  # nothing to escape, no nulls: copied without looking
     files = pa.array([rnd.choice(["file:/a b.csv", 'file:/é"x.csv', "hdfs://n/x\t.csv"]) for _ in range(n)])
