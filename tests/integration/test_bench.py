@@ -29,7 +29,7 @@ def test_bench_writes_table_json_and_chart(kafka, tmp_path):
     contestants = ["ceiling: ProducerPerformance", "kappa-ingest confluent exactly-once",
                    "kappa-ingest confluent exactly-once from S3"]  # fmt: skip
     out = run_bench(["wide30"], [20_000], contestants, 1, tmp_path / "out", tmp_path / "data", 5_000, 2, "test",
-                    cluster=kafka, warm_up=False)  # fmt: skip
+                    cluster=kafka, warm_up=False, keep_topics=True)  # fmt: skip
     results = json.loads((out / "results.json").read_text())
     assert {r["contestant"] for r in results["summary"]} == set(contestants)
     topics = {t for t in AdminClient({"bootstrap.servers": kafka.bootstrap_servers}).list_topics(timeout=10).topics
@@ -52,6 +52,14 @@ def test_bench_writes_table_json_and_chart(kafka, tmp_path):
     assert s3_row["versus"] == "kappa-ingest confluent exactly-once" and s3_row["x_versus"] > 0
     assert (out / "rows_per_s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| wide30 | 20,000 | kappa-ingest confluent exactly-once | 20,000 |" in (out / "results.md").read_text()
+
+
+def test_a_benchs_records_go_once_measured(kafka, tmp_path):
+    """A bench of both layouts keeps 10+ GB of records unless each run's topic goes."""
+    run_bench(["wide30"], [2_000], ["ceiling: ProducerPerformance"], 1, tmp_path / "out", tmp_path / "data", 500, 2,
+              "test", cluster=kafka, warm_up=False)  # fmt: skip
+    topics = AdminClient({"bootstrap.servers": kafka.bootstrap_servers}).list_topics(timeout=10).topics
+    assert not [t for t in topics if t.startswith("bench-wide30-2000-")]
 
 
 def _topic_name(contestant: str) -> str:

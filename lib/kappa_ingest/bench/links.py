@@ -356,6 +356,7 @@ def run_links(
                     cut_runs.append(c)
     finally:
         hosts.down(work / "lab")
+        hosts.discard_data(work / "lab")
     table = _ratios(runs)
     meta = {"rows": rows, "command": command, "started": started.isoformat(timespec="seconds"), "rate": rate}
     (out / "results.json").write_text(json.dumps({"meta": meta, "runs": [asdict(r) for r in runs], "table": table,

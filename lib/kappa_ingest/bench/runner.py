@@ -7,6 +7,7 @@ and prints the table.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -105,13 +106,33 @@ def _record_bytes(conf: dict[str, Any], topic: str) -> float:
         c.close()
 
 
-def run_contestant(c: Contestant, ctx: Context, layout: str, repeat: int, admin: Admin, broker_pid: int) -> RunResult:
+def run_contestant(c: Contestant, ctx: Context, layout: str, repeat: int, admin: Admin, broker_pid: int,
+                   keep_topic: bool = False) -> RunResult:  # fmt: skip
     # Kafka takes letters, digits, '.', '_' and '-' in a topic's name.
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", c.name.split(":")[0])
     topic = f"bench-{layout}-{ctx.rows}-{name}-{repeat}-{os.getpid()}"
     if c.secure:  # its own broker: the same settings, but SASL_SSL with an authorizer
         admin, broker_pid = Admin(ctx.secure.bootstrap_servers, _secure_settings(ctx.secure)), ctx.secure.brokers[0].pid
     admin.ensure_topic(topic, 2, 1)
+    try:
+        result = _measured(c, ctx, layout, repeat, admin, broker_pid, topic)
+        # Measured, a run's records go: a bench of both layouts kept 10+ GB of them, and
+        # with that much less disk free a run's records timed out (20261128T000837Z).
+        if not keep_topic:
+            admin.delete_topic(topic)
+        return result
+    except BaseException:
+        if not keep_topic:
+            with contextlib.suppress(Exception):  # the run's own failure is the one to tell
+                admin.delete_topic(topic)
+        raise
+    finally:
+        if c.secure:
+            admin.close()
+
+
+def _measured(c: Contestant, ctx: Context, layout: str, repeat: int, admin: Admin, broker_pid: int,
+              topic: str) -> RunResult:  # fmt: skip
     before = sum(admin.end_offsets(topic).values())
     broker_before = cpu_seconds(broker_pid)
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
@@ -133,8 +154,6 @@ def run_contestant(c: Contestant, ctx: Context, layout: str, repeat: int, admin:
     if broker_rows < expected:
         raise RuntimeError(f"{c.name}: the broker holds {broker_rows} new records, expected {expected}")
     size = _record_bytes(admin.conf, topic)
-    if c.secure:
-        admin.close()
     rate = timing.rows / timing.ingest_s
     result = RunResult(layout, ctx.rows, c.name, c.kind, repeat, timing.rows, broker_rows, round(timing.ingest_s, 3),
                        round(timing.startup_s, 3), round(usage.wall_s, 3), round(rate, 1),
@@ -568,11 +587,13 @@ def run_bench(
     baseline: str | None = None,
     cluster: local_kafka.LocalKafka | None = None,
     warm_up: bool = True,
+    keep_topics: bool = False,
 ) -> Path:
     """Run every selected contestant ``repeats`` times per layout and row set; returns the
     results directory. ``baseline`` (a git commit) adds that commit's plain line path;
-    ``cluster`` is a broker to use (default: one of its own, started and stopped here), and
-    ``warm_up`` False skips the broker's warm-up (the suite's run of the machinery)."""
+    ``cluster`` is a broker to use (default: one of its own, started and stopped here),
+    ``warm_up`` False skips the broker's warm-up, and ``keep_topics`` keeps each run's
+    records (the suite's run of the machinery reads them back)."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = out_root / stamp
     out.mkdir(parents=True, exist_ok=True)
@@ -613,7 +634,7 @@ def run_bench(
                     # bench (the broker's JIT, the page cache) falls on all of them alike.
                     for repeat in range(repeats):
                         for c in round_order(here, repeat):
-                            r = run_contestant(c, ctx, layout, repeat, admin, cluster.brokers[0].pid)
+                            r = run_contestant(c, ctx, layout, repeat, admin, cluster.brokers[0].pid, keep_topics)
                             print(f"  {layout:9} {rows:>9,} {c.name:33} run {repeat + 1}: {r.rows_per_s:>10,.0f} rows/s,"
                                   f" command to exit {r.wall_s:6.1f} s", flush=True)  # fmt: skip
                             results.append(r)

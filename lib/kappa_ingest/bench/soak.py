@@ -27,6 +27,7 @@ from kappa_ingest import datagen
 from kappa_ingest.bench import store as bench_store
 from kappa_ingest.bench.monitor import Usage, run_measured
 from kappa_ingest.kafka import broker as local_kafka
+from kappa_ingest.kafka.topics import Admin
 from kappa_ingest.s3.server import LocalS3
 
 SINKS = ("confluent", "spark", "kafka-python", "confluent-from-s3")  # the last: the input read from a local S3 server
@@ -145,7 +146,8 @@ def run_soak(rows: int, data_dir: Path, out_root: Path, sinks: list[str], partit
                                     round(usage.peak_rss_mb), round(time.monotonic() - t0, 1))  # fmt: skip
                 print(json.dumps(asdict(result)), flush=True)
                 results.append(result)
-                _delete_topic(cluster.bootstrap_servers, f"soak-{sink}")  # its disk back before the next sink
+                with Admin(cluster.bootstrap_servers) as admin:  # its disk back before the next sink
+                    admin.delete_topic(f"soak-{sink}")
         finally:
             cluster.stop()
             if store is not None:
@@ -155,10 +157,3 @@ def run_soak(rows: int, data_dir: Path, out_root: Path, sinks: list[str], partit
     if not all(r.rows_match and r.rows_sent == r.rows for r in results):
         raise SystemExit("soak: a sink lost, duplicated or changed rows (see results.json)")
     return out
-
-
-def _delete_topic(bootstrap: str, topic: str) -> None:
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})  # alive until the deletion is answered
-    admin.delete_topics([topic])[topic].result(60)

@@ -272,6 +272,10 @@ class Admin:
         None if the topic does not exist or its configs cannot be read."""
         return (self._configs(ConfigResource.Type.TOPIC, topic) or {}).get(name)
 
+    def delete_topic(self, topic: str) -> None:
+        """Delete ``topic`` and wait for the controller to accept it (its log goes soon after)."""
+        self.client.delete_topics([topic])[topic].result(self.timeout_s)
+
     def _configs(self, kind: ConfigResource.Type, resource_name: str) -> dict[str, str | None] | None:
         try:
             resource = ConfigResource(kind, resource_name)

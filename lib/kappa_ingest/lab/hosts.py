@@ -9,6 +9,7 @@ namespaces are removed on ``down`` and on any failure while it comes up.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -174,6 +175,14 @@ def down(state_dir: Path | str) -> bool:
         return False
     _stop(state_dir, *recorded)
     return True
+
+
+def discard_data(state_dir: Path | str) -> None:
+    """Remove what a stopped lab stored (the brokers' logs of records, the store's objects),
+    keeping its settings and its processes' logs: a links bench left 12 GB behind."""
+    state_dir = Path(state_dir)
+    for data in [*state_dir.glob("kafka/*/data"), state_dir / "s3" / "data"]:
+        shutil.rmtree(data, ignore_errors=True)
 
 
 def _stop(state_dir: Path, the_net: Net, proxies: dict[str, int]) -> None:
