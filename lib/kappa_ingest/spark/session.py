@@ -213,8 +213,8 @@ def stop_session(spark: SparkSession, timeout_s: float = 10.0) -> None:
         proc.wait()
 
 
-def _local_cluster_scratch(sc: SparkContext) -> tuple[Path, list[str]] | None:
-    """The application's work directory and the ids of every executor it had, live or lost.
+def _local_cluster_scratch(sc: SparkContext) -> tuple[Path, str] | None:
+    """The application's work directory, and what its own executors' launch commands say.
 
     The directory is not the application's alone: an application id is its master's start
     time in seconds and a counter, and every local-cluster starts its own master, so two
@@ -222,27 +222,31 @@ def _local_cluster_scratch(sc: SparkContext) -> tuple[Path, list[str]] | None:
     ``app-<time>-0000``. Each executor's own subdirectory is its alone (the worker refuses to
     start an executor in one that exists), and it is the executor's working directory, where
     its Python workers import from: removing another application's took its imports away in
-    the middle of its run (``FileNotFoundError`` at the next import).
+    the middle of its run (``FileNotFoundError`` at the next import). Which are ours, the
+    worker wrote at the top of each one's ``stderr``: the command that launched it, with our
+    driver's address, unique on this host while we run. (Spark's list of our executors
+    misses one launched but not yet registered when we stop.)
     """
     if not (sc.master or "").startswith("local-cluster"):
         return None
     import pyspark
 
     home = Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent)
-    executors = sc._jsc.sc().statusStore().executorList(False).iterator()  # False: the lost ones too
-    ids = []
-    while executors.hasNext():
-        ids.append(str(executors.next().id()))
-    return home / "work" / sc.applicationId, [i for i in ids if i.isdigit()]
+    conf = sc.getConf()
+    driver = f'CoarseGrainedScheduler@{conf.get("spark.driver.host")}:{conf.get("spark.driver.port")}"'
+    return home / "work" / sc.applicationId, driver
 
 
-def _remove_scratch(work: Path, executor_ids: list[str]) -> None:
-    """Remove this application's executors' directories, then the application's directory
-    if no other application's executors are in it."""
+def _remove_scratch(work: Path, driver: str) -> None:
+    """Remove the directories of the executors launched for ``driver``, then the
+    application's directory if no other application's executors are in it."""
     import shutil
 
-    for executor in executor_ids:
-        shutil.rmtree(work / executor, ignore_errors=True)
+    for executor in work.glob("*/stderr"):
+        with open(executor, "rb") as f:
+            launched = f.read(1 << 16).decode(errors="replace")
+        if driver in launched:
+            shutil.rmtree(executor.parent, ignore_errors=True)
     try:
         work.rmdir()
     except OSError:  # not empty: a same-named application's, still running or left by a killed one
