@@ -222,7 +222,7 @@ def _send(
         task_delivery = for_tasks(cfg, source, None, {}, skip)
         # The producer's limit only: a dry run asks Kafka nothing.
         source = sending.size_checked(cfg, source, record_size.limit(cfg.sink, cfg.producer_settings(), None))
-        outcome = run_partitions(source.df, source.spec, source.parser, lambda _: Discard(), task_delivery, rate)
+        outcome = run_partitions(source, lambda _: Discard(), task_delivery, rate)
         report.clock.end("sending")
         return source, None, outcome
     ledger_end = earlier.ledger_end if earlier else None

@@ -55,4 +55,4 @@ def send(
         make = partial(
             KafkaPythonPartitionProducer, kafka_settings.for_kafka_python(settings, bootstrap_servers), topic
         )
-    return run_partitions(source.df, source.spec, source.parser, make, delivery, rate_per_task, clock)
+    return run_partitions(source, make, delivery, rate_per_task, clock)

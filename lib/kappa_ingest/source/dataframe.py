@@ -39,6 +39,7 @@ from typing import Protocol
 from urllib.parse import urlparse
 
 import numpy as np
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StringType, StructField, StructType
@@ -128,6 +129,8 @@ class Source:
     ordered: bool = False  # each task's rows sorted by event time (--order-by-event-time, --replay-speed)
     shuffled: bool = False  # rows repartitioned: each task holds one part of many splits
     types: dict[str, DataType] = field(default_factory=dict)  # the --schema types of the columns it names
+    # Where the tasks read their own splits: each task's splits, ``df``'s partitions as batches.
+    handed: tuple[pa.RecordBatch, ...] = ()
 
     def event_micros(self) -> Column:
         """Each row's event time in UTC microseconds, as the rows were sorted by (ordered runs)."""
@@ -243,19 +246,21 @@ def read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None = None, path
         own = split_reader.usable(files)
         own_frame = split_reader.frame(spark, plan, files, splits_read) if own else None
         own_scan = (own_frame[0], replace(line_parser, reads_splits=True)) if own_frame else None
+        handed: list[pa.RecordBatch] = []
         # Lines Spark reads, made where something needs them (in a store, the tasks' own reading is the only one).
         scan = text.scan if text is not None else lambda: own_scan
         moved = _moved_lines(spark, cfg, scan, own_scan, typed, splits_read, plan.parts if pinned else None)
         if moved is None:
             tasks = min(splits_read, cfg.partitions or splits_read)
             if own_frame is not None:
-                df, tasks = own_frame if tasks == splits_read else split_reader.frame(spark, plan, files, tasks)
+                df, handed = own_frame if tasks == splits_read else split_reader.frame(spark, plan, files, tasks)
+                tasks = len(handed)
                 line_parser = replace(line_parser, reads_splits=True)
             else:
                 lines = scan()[0]
                 df = lines.coalesce(tasks) if tasks < splits_read else lines
             return Source(df, spec, _typed(line_parser, typed), "lines", tuple(paths), read_bytes, plan, tasks,
-                          headers, types=_types(declared))  # fmt: skip
+                          headers, types=_types(declared), handed=tuple(handed))  # fmt: skip
         df, parts, tasks, shuffled, marking = moved
         plan = Plan(plan.files, plan.split_bytes, parts, splits.BY_LINES if parts > 1 else "")
         parser = _typed(line_shuffle.after_shuffle(marking), typed)

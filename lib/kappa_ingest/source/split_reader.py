@@ -90,9 +90,9 @@ def assignments(plan: Plan, uris: list[str], tasks: int) -> list[list[tuple[str,
     return groups
 
 
-def frame(spark: SparkSession, plan: Plan, uris: list[str], tasks: int) -> tuple[DataFrame, int]:
+def frame(spark: SparkSession, plan: Plan, uris: list[str], tasks: int) -> tuple[DataFrame, list[pa.RecordBatch]]:
     """One row per split, each task's splits in a partition of their own, in file order;
-    and the tasks.
+    and each task's rows of it, as a batch (what a Python RDD of the tasks hands each one).
 
     Made in the JVM alone: ``range`` puts task ``i``'s number in partition ``i``, and the
     splits, broadcast, join it there. (Made from a Python RDD, each task needed a second
@@ -110,7 +110,14 @@ def frame(spark: SparkSession, plan: Plan, uris: list[str], tasks: int) -> tuple
     tasks_df = spark.range(0, len(groups), 1, len(groups)).withColumnRenamed("id", _TASK)
     df = (tasks_df.join(F.broadcast(splits), _TASK).drop(_TASK)
           .sortWithinPartitions(FILE_COL, BLOCK_COL))  # fmt: skip
-    return df, len(groups)
+    return df, [_splits_batch(g) for g in groups]
+
+
+def _splits_batch(splits: list[tuple[str, int, int]]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [pa.array([s[k] for s in splits], t) for k, t in enumerate((pa.string(), pa.int64(), pa.int64()))],
+        names=[FILE_COL, BLOCK_COL, BLOCK_LEN_COL],
+    )
 
 
 def handed_splits(handed: list[pa.RecordBatch]) -> list[tuple[str, int, int]]:

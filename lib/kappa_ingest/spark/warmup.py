@@ -23,6 +23,8 @@ from collections.abc import Iterator
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
+from kappa_ingest.sinks.partition_runner import rdd_shares_workers
+
 JOB_GROUP = "kappa-ingest-warmup"
 
 
@@ -40,19 +42,13 @@ def _nothing(spark: SparkSession, sink: str) -> None:
     pass
 
 
-# Set so (conf/spark-defaults.conf), the Python tasks of DataFrames and of RDDs have one worker
-# daemon: its key is the workers' environment, which either setting otherwise sets apart.
-_SHARED_DAEMON = {"spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
-                  "spark.sql.execution.pyspark.udf.hideTraceback.enabled": "false"}  # fmt: skip
-
-
 def _warm(spark: SparkSession, sink: str) -> set[int]:
     """The worker daemons of the workers it started (none if it failed)."""
     sc = spark.sparkContext
     try:
         slots = max(1, sc.defaultParallelism)
         sc.setJobGroup(JOB_GROUP, "kappa-ingest: start Python workers")
-        if all(str(spark.conf.get(k)).lower() == v for k, v in _SHARED_DAEMON.items()):
+        if rdd_shares_workers(spark):
             # An RDD's job: no query to plan (a cold session's first plans take ~1 s), and
             # its workers are the DataFrame tasks'.
             return set(sc.parallelize(range(slots), slots).mapPartitions(_worker(sink)).collect())
