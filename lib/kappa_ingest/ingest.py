@@ -218,7 +218,6 @@ def _send(
     if cfg.dry_run:
         warming.join()
         report.clock.end("setup")
-        spark_metrics.warm(spark)
         task_delivery = for_tasks(cfg, source, None, {}, skip)
         # The producer's limit only: a dry run asks Kafka nothing.
         source = sending.size_checked(cfg, source, record_size.limit(cfg.sink, cfg.producer_settings(), None))

@@ -40,7 +40,6 @@ from kappa_ingest.source import record_size
 from kappa_ingest.source.inputs import estimate_rows
 from kappa_ingest.source.records import wall_clock_ms
 from kappa_ingest.source.splits import Unit
-from kappa_ingest.spark import metrics as spark_metrics
 from kappa_ingest.spark.failures import spark_action
 from kappa_ingest.spark.job_groups import side_jobs
 
@@ -135,7 +134,6 @@ def send(
         ready.coordinator.join(delivery.INIT_TIMEOUT_S)
         ready.kept.coordinator_warm = True
     clock.end("setup")
-    spark_metrics.warm(spark)
     task_delivery = ready.task_delivery
     if cfg.replay_speed:  # every task paces from one wall-clock anchor, a second from now
         task_delivery = replace(task_delivery, pace=(ready.pace_from, cfg.replay_speed, wall_clock_ms() + 1000))

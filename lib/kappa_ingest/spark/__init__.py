@@ -6,6 +6,6 @@
 - ``worker_daemon``  Spark's Python daemon with kappa-ingest imported before the fork
 - ``cluster``        a standalone master and workers, started and stopped by PID
 - ``pack``           the venv packed for a cluster's executors
-- ``metrics``        Spark's task and stage records, from its status REST API
+- ``metrics``        Spark's task and stage records, from its status store
 - ``failures``       a failed Spark job's cause, in one line and an exit code
 """

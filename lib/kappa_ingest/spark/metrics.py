@@ -1,4 +1,4 @@
-"""Spark's own account of a run, read from the running application's status REST API.
+"""Spark's own account of a run, read from the running application's status store.
 
 The job runs its actions under a job group; this module finds that group's jobs and
 reads their stages (submission and completion times, executor run and CPU time, input
@@ -9,9 +9,7 @@ and the executors. Nothing here is estimated.
 from __future__ import annotations
 
 import json
-import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -93,33 +91,35 @@ def parse_time(text: str | None) -> datetime | None:
     return datetime.strptime(text.replace("GMT", ""), "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=UTC)
 
 
-class StatusApi:
-    """The ``/api/v1`` of one running application."""
+class StatusStore:
+    """The running application's status store, read in the driver's JVM and written out as
+    its REST API writes it (the API's own Jackson writer: the same JSON), without the API's
+    server, whose first request initialised it: 0.74 s, and 1.2 s of the JVM's CPU on two
+    cores, inside the sending window or beside the set-up (this way: 0.07 s)."""
 
     def __init__(self, spark: SparkSession) -> None:
         sc = spark.sparkContext
-        url = sc.uiWebUrl
-        if not url:
-            raise RuntimeError("Spark's UI is disabled (spark.ui.enabled=false); the run report needs its REST API")
-        self.base = f"{url.rstrip('/')}/api/v1/applications/{sc.applicationId}"
+        self._jvm, self._gateway = sc._jvm, sc._gateway
+        self._store = sc._jsc.sc().statusStore()  # type: ignore[union-attr]
+        self._json = self._jvm.org.apache.spark.status.api.v1.JacksonMessageWriter().mapper()  # type: ignore[union-attr]
 
-    def get(self, path: str) -> Any:
-        with urllib.request.urlopen(f"{self.base}{path}", timeout=30) as resp:
-            return json.load(resp)
+    def _read(self, value: Any) -> Any:
+        return json.loads(self._json.writeValueAsString(value))
 
+    def job(self, job_id: int) -> dict[str, Any]:
+        return self._read(self._store.job(job_id))
 
-def warm(spark: SparkSession) -> None:
-    """Answer one REST request now, on a background thread: the API's first request
-    initialises its servlets (about a second of JVM time), better spent while the job sends
-    than after it, when the run reads its metrics."""
+    def stage_attempts(self, stage_id: int) -> list[dict[str, Any]]:
+        """As ``/stages/{stage_id}?details=false``."""
+        no_quantiles = self._gateway.new_array(self._jvm.double, 0)  # type: ignore[union-attr]
+        return self._read(self._store.stageData(stage_id, False, self._jvm.java.util.ArrayList(), False, no_quantiles))
 
-    def ask() -> None:
-        try:
-            StatusApi(spark).get("/allexecutors")  # small, however many jobs the application ran
-        except Exception:  # noqa: BLE001 - only a head start; collect() asks again
-            pass
+    def tasks(self, stage_id: int, attempt: int) -> list[dict[str, Any]]:
+        return self._read(self._store.taskList(stage_id, attempt, 2**31 - 1))
 
-    threading.Thread(target=ask, name="spark-rest-warm-up", daemon=True).start()
+    def executors(self) -> list[dict[str, Any]]:
+        """Live and lost, as ``/allexecutors``."""
+        return self._read(self._store.executorList(False))
 
 
 # Long: one bounded wait for Spark's listener bus, then its records read in one go.
@@ -129,15 +129,15 @@ def collect(spark: SparkSession, job_group: str) -> SparkRunMetrics:
     The status store is fed asynchronously by Spark's listener bus, so this waits (bounded)
     until every stage of the group's jobs is settled.
     """
-    api = StatusApi(spark)
+    api = StatusStore(spark)
     tracker = spark.sparkContext.statusTracker()
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     waits = settling.pauses()  # the bus is milliseconds behind a job that just ended
     while True:
         # The group's own jobs, not every job the application kept (a watch's batches add up to Spark's 1,000).
-        jobs = [api.get(f"/jobs/{job_id}") for job_id in sorted(tracker.getJobIdsForGroup(job_group))]
+        jobs = [api.job(job_id) for job_id in sorted(tracker.getJobIdsForGroup(job_group))]
         stage_ids = sorted({s for j in jobs for s in j["stageIds"]})
-        attempts = [a for sid in stage_ids for a in api.get(f"/stages/{sid}?details=false")]
+        attempts = [a for sid in stage_ids for a in api.stage_attempts(sid)]
         settled = all(j["status"] != "RUNNING" for j in jobs) and all(
             a["status"] in ("COMPLETE", "FAILED", "SKIPPED") for a in attempts
         )
@@ -164,7 +164,7 @@ def collect(spark: SparkSession, job_group: str) -> SparkRunMetrics:
                 input_records=a.get("inputRecords", 0),
             )
         )
-        for t in api.get(f"/stages/{a['stageId']}/{a['attemptId']}/taskList?length=1000000"):
+        for t in api.tasks(a["stageId"], a["attemptId"]):
             metrics = t.get("taskMetrics") or {}
             tasks.append(
                 TaskInfo(
@@ -183,8 +183,7 @@ def collect(spark: SparkSession, job_group: str) -> SparkRunMetrics:
                 )
             )
     executors = {
-        e["id"]: ExecutorInfo(e["id"], e["hostPort"].rsplit(":", 1)[0], e.get("totalCores", 0))
-        for e in api.get("/allexecutors")
+        e["id"]: ExecutorInfo(e["id"], e["hostPort"].rsplit(":", 1)[0], e.get("totalCores", 0)) for e in api.executors()
     }
     return SparkRunMetrics(stages, tasks, executors, [frozenset(j["stageIds"]) for j in jobs])
 
