@@ -230,7 +230,7 @@ def _send(
     ready = sending.set_up(cfg, source, kafka, resources.kept(), skip, rate, ledger_end, checked)
     reported.add_ready(cfg, report, ready)
     report.write(cfg.metrics)  # the run's plan, before anything is sent: --resume starts from it
-    sent = sending.send(cfg, spark, ready, warming, rate, report.clock, echo)
+    sent = sending.send(cfg, ready, warming, rate, report.clock, echo)
     reported.add_sent(report, sent)
     if sent.failure is not None:
         raise sent.failure

@@ -10,6 +10,7 @@ import subprocess
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from faults import wait_for
 from helpers import consume_all, expected_rows, rows, run
 from kappa_ingest import datagen
 from kappa_ingest.bench.runner import run_bench
@@ -58,8 +59,12 @@ def test_a_benchs_records_go_once_measured(kafka, tmp_path):
     """A bench of both layouts keeps 10+ GB of records unless each run's topic goes."""
     run_bench(["wide30"], [2_000], ["ceiling: ProducerPerformance"], 1, tmp_path / "out", tmp_path / "data", 500, 2,
               "test", cluster=kafka, warm_up=False)  # fmt: skip
-    topics = AdminClient({"bootstrap.servers": kafka.bootstrap_servers}).list_topics(timeout=10).topics
-    assert not [t for t in topics if t.startswith("bench-wide30-2000-")]
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+
+    def left() -> list[str]:  # the controller has accepted the deletion; metadata follows it
+        return [t for t in admin.list_topics(timeout=10).topics if t.startswith("bench-wide30-2000-")]
+
+    wait_for(lambda: not left(), 30, "the bench's topic deleted")
 
 
 def _topic_name(contestant: str) -> str:

@@ -141,3 +141,22 @@ def test_an_error_unknown_to_us_is_told_with_the_frame_that_raised_it():
         "the Spark job failed: FileNotFoundError: [Errno 2] No such file or directory"
         " (raised at sinks/batch.py:88 in send)"
     )
+
+
+def test_an_rdd_tasks_error_is_told_by_its_traceback_too():
+    """An RDD job's failure (the producers' send) carries the JVM's PythonException with the
+    traceback alone, not pyspark's "Python worker" wording."""
+    text = (
+        "An error occurred while calling o95.collectAndServe.\n"
+        ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 1 in stage 3.0 failed 4 times,"
+        " most recent failure: Lost task 1.3 in stage 3.0 (TID 9) (localhost executor driver):"
+        " org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+        '  File "/venv/lib/python3.11/site-packages/kappa_ingest/sinks/batch.py", line 88, in send\n'
+        "    here = os.getcwd()\n"
+        "FileNotFoundError: [Errno 2] No such file or directory\n"
+        "\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(PythonRunner.scala:572)\n"
+    )
+    assert str(classify(RuntimeError(text))) == (
+        "the Spark job failed: FileNotFoundError: [Errno 2] No such file or directory"
+        " (raised at sinks/batch.py:88 in send)"
+    )

@@ -7,7 +7,6 @@ and prints the table.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -115,18 +114,15 @@ def run_contestant(c: Contestant, ctx: Context, layout: str, repeat: int, admin:
         admin, broker_pid = Admin(ctx.secure.bootstrap_servers, _secure_settings(ctx.secure)), ctx.secure.brokers[0].pid
     admin.ensure_topic(topic, 2, 1)
     try:
-        result = _measured(c, ctx, layout, repeat, admin, broker_pid, topic)
+        return _measured(c, ctx, layout, repeat, admin, broker_pid, topic)
+    finally:
         # Measured, a run's records go: a bench of both layouts kept 10+ GB of them, and
         # with that much less disk free a run's records timed out (20261128T000837Z).
         if not keep_topic:
-            admin.delete_topic(topic)
-        return result
-    except BaseException:
-        if not keep_topic:
-            with contextlib.suppress(Exception):  # the run's own failure is the one to tell
+            try:
                 admin.delete_topic(topic)
-        raise
-    finally:
+            except Exception as e:  # noqa: BLE001 - the run's measurement (or its own failure) stands
+                print(f"  bench: topic {topic} not deleted ({e}); its records stay on the broker's disk", flush=True)
         if c.secure:
             admin.close()
 

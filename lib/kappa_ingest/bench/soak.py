@@ -146,7 +146,7 @@ def run_soak(rows: int, data_dir: Path, out_root: Path, sinks: list[str], partit
                                     round(usage.peak_rss_mb), round(time.monotonic() - t0, 1))  # fmt: skip
                 print(json.dumps(asdict(result)), flush=True)
                 results.append(result)
-                with Admin(cluster.bootstrap_servers) as admin:  # its disk back before the next sink
+                with Admin(cluster.bootstrap_servers, timeout_s=60) as admin:  # its disk back before the next sink
                     admin.delete_topic(f"soak-{sink}")
         finally:
             cluster.stop()

@@ -88,7 +88,6 @@ def run_watch_lab(out_root: Path, files: int = 8, rows: int = 10_000, command: s
             }  # fmt: skip
     finally:
         hosts.down(work / "lab")
-        hosts.discard_data(work / "lab")
         if (work / "watch.log").exists():
             (out / "watch.log").write_text((work / "watch.log").read_text())
         shutil.rmtree(work, ignore_errors=True)

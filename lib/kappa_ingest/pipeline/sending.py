@@ -119,7 +119,6 @@ def set_up(
 
 def send(
     cfg: IngestConfig,
-    spark: SparkSession,
     ready: Ready,
     warming: threading.Thread,
     rate: float | None,

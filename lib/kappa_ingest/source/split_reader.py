@@ -94,11 +94,13 @@ def frame(spark: SparkSession, plan: Plan, uris: list[str], tasks: int) -> tuple
     """One row per split, each task's splits in a partition of their own, in file order;
     and each task's rows of it, as a batch (what a Python RDD of the tasks hands each one).
 
-    Made in the JVM alone: ``range`` puts task ``i``'s number in partition ``i``, and the
-    splits, broadcast, join it there. (Made from a Python RDD, each task needed a second
-    Python worker to hand the sending one its splits, and the RDD's jobs a second worker
-    daemon: a 20,000-row run started 6 Python processes, not 3, and sent for 2.9-4.2 s,
-    not 1.7-2.0 s, on 2 cores.)"""
+    The frame is for what reads the input as a DataFrame (the quality gate, the quarantine,
+    Spark's Kafka sink); the producers' send is an RDD of the batches, which has nothing to
+    plan (``sinks.partition_runner``). Made in the JVM alone: ``range`` puts task ``i``'s
+    number in partition ``i``, and the splits, broadcast, join it there. (Made from a Python
+    RDD and turned into a DataFrame, each task needed a second Python worker to hand the
+    sending one its splits: a 20,000-row run started 6 Python processes, not 3, and sent for
+    2.9-4.2 s, not 1.7-2.0 s, on 2 cores.)"""
     from pyspark.sql import functions as F
 
     groups = assignments(plan, uris, tasks)

@@ -160,7 +160,9 @@ def _cause_line(text: str) -> str:
     """The line that names the cause: a Python traceback's error line if the failure came
     from a Python worker, with the frame that raised it, else the message's first line."""
     python_side = python_error(text)
-    if "Python worker" in text and python_side:
+    # "Python worker" is pyspark's wording for a DataFrame task's failure; an RDD task's
+    # reaches the driver as the JVM's PythonException with the traceback alone.
+    if ("Python worker" in text or "Traceback (most recent call last)" in text) and python_side:
         where = _raised_at(text, python_side)
         return f"{python_side} (raised at {where})" if where else python_side
     return text.strip().splitlines()[0] if text.strip() else "unknown error"

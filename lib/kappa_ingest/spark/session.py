@@ -243,8 +243,11 @@ def _remove_scratch(work: Path, driver: str) -> None:
     import shutil
 
     for executor in work.glob("*/stderr"):
-        with open(executor, "rb") as f:
-            launched = f.read(1 << 16).decode(errors="replace")
+        try:
+            with open(executor, "rb") as f:
+                launched = f.read(1 << 16).decode(errors="replace")
+        except OSError:  # a same-named application's, removed by its own stop meanwhile
+            continue
         if driver in launched:
             shutil.rmtree(executor.parent, ignore_errors=True)
     try:
