@@ -104,22 +104,16 @@ def frame(spark: SparkSession, plan: Plan, uris: list[str], tasks: int) -> tuple
     from pyspark.sql import functions as F
 
     groups = assignments(plan, uris, tasks)
-    handed = [(i, *s) for i, g in enumerate(groups) for s in g]
-    splits = spark.createDataFrame(pa.table(  # an Arrow table: a local relation, no job to make it
-        [pa.array([s[k] for s in handed], t) for k, t in enumerate((pa.int64(), pa.string(), pa.int64(), pa.int64()))],
-        names=[_TASK, FILE_COL, BLOCK_COL, BLOCK_LEN_COL],
-    ))  # fmt: skip
+    handed = [pa.RecordBatch.from_arrays([pa.array([s[k] for s in g], t) for k, t in
+                                          enumerate((pa.string(), pa.int64(), pa.int64()))],
+                                         names=[FILE_COL, BLOCK_COL, BLOCK_LEN_COL]) for g in groups]  # fmt: skip
+    task_of = pa.array([i for i, g in enumerate(groups) for _ in g], pa.int64())
+    # An Arrow table: a local relation, no job to make it.
+    splits = spark.createDataFrame(pa.Table.from_batches(handed).append_column(_TASK, task_of))
     tasks_df = spark.range(0, len(groups), 1, len(groups)).withColumnRenamed("id", _TASK)
     df = (tasks_df.join(F.broadcast(splits), _TASK).drop(_TASK)
           .sortWithinPartitions(FILE_COL, BLOCK_COL))  # fmt: skip
-    return df, [_splits_batch(g) for g in groups]
-
-
-def _splits_batch(splits: list[tuple[str, int, int]]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays(
-        [pa.array([s[k] for s in splits], t) for k, t in enumerate((pa.string(), pa.int64(), pa.int64()))],
-        names=[FILE_COL, BLOCK_COL, BLOCK_LEN_COL],
-    )
+    return df, handed
 
 
 def handed_splits(handed: list[pa.RecordBatch]) -> list[tuple[str, int, int]]:
