@@ -15,6 +15,7 @@ kappa-ingest gen-data --layout wide30 --rows N --out FILE     # test data
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -130,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--layout", choices=["wide30", "debs2012"], default="wide30", help="with --profile: the input")
     b.add_argument("--seconds", type=int, default=3, help="with --profile: how long each profiler records")
+    b.add_argument(
+        "--ingest-args", default="", help="with --profile: the run's own options, one string (an option path's)"
+    )
     b.add_argument(
         "--entries", type=int, default=1_000_000, help="with --watch-start: ledger entries (default 1000000)"
     )
@@ -516,7 +520,7 @@ def _bench(args: argparse.Namespace) -> int:
         from kappa_ingest.bench.profile import run_profile
 
         run_profile(Path(args.out), Path(args.data), args.layout, args.rows or 1_000_000, args.seconds,
-                    " ".join(["kappa-ingest bench", *sys.argv[2:]]))  # fmt: skip
+                    " ".join(["kappa-ingest bench", *sys.argv[2:]]), shlex.split(args.ingest_args))  # fmt: skip
     elif args.watch_start:
         from kappa_ingest.bench.watch_start import run_watch_start
 

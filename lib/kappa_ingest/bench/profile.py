@@ -33,7 +33,10 @@ from kappa_ingest.kafka.topics import Admin
 TOP = 30
 
 
-def run_profile(out_root: Path, data_dir: Path, layout: str, rows: int, seconds: float, command: str) -> Path:
+def run_profile(
+    out_root: Path, data_dir: Path, layout: str, rows: int, seconds: float, command: str, options: list[str]
+) -> Path:
+    """``options``: the run's own (an option path's: ``--event-time ts --key mf01``), after the bench's."""
     for tool in ("py-spy", "perf", "jcmd"):
         if _tool(tool) is None:
             raise RuntimeError(
@@ -47,11 +50,11 @@ def run_profile(out_root: Path, data_dir: Path, layout: str, rows: int, seconds:
     with tempfile.TemporaryDirectory(prefix="kappa-profile-") as tmp:
         cluster = local_kafka.start(Path(tmp) / "kafka", heap="1g")
         try:
-            _ingest(data, "profile-warm-up", cluster.bootstrap_servers, Path(tmp)).wait(600)
-            found = _profiled(data, cluster.bootstrap_servers, Path(tmp), out, seconds)
+            _ingest(data, "profile-warm-up", cluster.bootstrap_servers, Path(tmp), options).wait(600)
+            found = _profiled(data, cluster.bootstrap_servers, Path(tmp), out, seconds, options)
         finally:
             cluster.stop()
-    found.update(command=command, input=str(data), rows=rows, seconds=seconds)
+    found.update(command=command, input=str(data), rows=rows, seconds=seconds, options=options)
     (out / "results.json").write_text(json.dumps(found, indent=2) + "\n")
     (out / "results.md").write_text(_markdown(found))
     print((out / "results.md").read_text())
@@ -64,19 +67,19 @@ def _tool(name: str) -> str | None:
     return shutil.which(name, path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
 
 
-def _ingest(data: Path, topic: str, bootstrap: str, tmp: Path) -> subprocess.Popen:
+def _ingest(data: Path, topic: str, bootstrap: str, tmp: Path, options: list[str]) -> subprocess.Popen:
     cli = str(Path(sys.executable).parent / "kappa-ingest")
     return subprocess.Popen([cli, "ingest", "--input", str(data), "--topic", topic, "--bootstrap-servers", bootstrap,
                              "--metrics-dir", str(tmp / "metrics"), "--run-id", topic, "--master", "local[2]",
-                             "--delivery", "exactly-once", "--quiet"],
+                             "--delivery", "exactly-once", "--quiet", *options],
                             env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)  # fmt: skip
 
 
 # Long: the run, the moment its sending starts, both profilers, and what they found, in order.
-def _profiled(data: Path, bootstrap: str, tmp: Path, out: Path, seconds: float) -> dict:
+def _profiled(data: Path, bootstrap: str, tmp: Path, out: Path, seconds: float, options: list[str]) -> dict:
     admin = Admin(bootstrap)
-    run = _ingest(data, "profile", bootstrap, tmp)
+    run = _ingest(data, "profile", bootstrap, tmp, options)
     try:
         deadline = time.monotonic() + 300
         while sum(admin.end_offsets("profile", 2.0).values()) == 0:  # the first records: sending began

@@ -117,6 +117,7 @@ _SIGNATURES = {
         ],
     ),
     "kg_gather": (None, [_c.c_int64, _P, _P, _P, _P, _P]),
+    "kg_line_ends": (_c.c_int64, [_P, _c.c_int64, _c.c_int, _P, _P, _c.c_int64]),
     "kj_not_literal": (_c.c_int64, [_c.c_int64, _P, _c.c_int, _c.c_int]),
     "kj_write": (_c.c_int64, [_c.c_int64, _c.c_int, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _c.c_char_p, _c.c_int64]),
 }
@@ -282,6 +283,20 @@ def gather(sources: list[pa.Buffer], file, at, length, size: int) -> pa.Buffer: 
     bases = (ctypes.c_void_p * max(len(sources), 1))(*(b.address for b in sources))
     lib.kg_gather(len(at), bases, file.ctypes.data, at.ctypes.data, length.ctypes.data, out.address)
     return out.slice(0, size)
+
+
+def line_ends(buf: bytes, eof: bool) -> tuple[np.ndarray, np.ndarray]:
+    """c/gather.c: where the next line begins after each line end of ``buf`` (int64), and
+    each end's bytes (uint8: 2 for CRLF); a CR last in ``buf`` ends a line only at ``eof``."""
+    lib = load()
+    view = np.frombuffer(buf, dtype=np.uint8)
+    cap = len(buf) // 64 + 16  # lines are rarely shorter; if they are, once more with room for all
+    while True:
+        ends, term = np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.uint8)
+        k = lib.kg_line_ends(view.ctypes.data, len(buf), int(eof), ends.ctypes.data, term.ctypes.data, cap)
+        if k >= 0:
+            return ends[:k], term[:k]
+        cap = len(buf)
 
 
 @dataclass

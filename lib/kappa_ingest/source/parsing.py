@@ -402,8 +402,9 @@ def _replaced(lines: pa.Array, values_at: dict[int, bytes]) -> pa.Array:
 
 
 def _plain(col: pa.ChunkedArray | pa.Array) -> pa.Array:
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    return arr if len(arr) else pa.array([], pa.string())
+    if isinstance(col, pa.ChunkedArray):  # (combining copies even one chunk)
+        col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    return col if len(col) else pa.array([], pa.string())
 
 
 @dataclass

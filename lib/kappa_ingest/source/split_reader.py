@@ -311,12 +311,7 @@ def _complete_lines(
     t = np.frombuffer(buf, dtype=unit)
     w = t.itemsize
     end, at = end // w, at // w  # (at and end are even where units are two bytes)
-    lf, cr = t == LF, t == CR
-    lone_cr = cr.copy()
-    lone_cr[:-1] &= ~lf[1:]  # a CR before an LF is the CRLF's first byte
-    if not eof and cr[-1]:
-        lone_cr[-1] = False  # an LF may follow in the next chunk: not ended yet
-    ends = np.flatnonzero(lf | lone_cr) + 1  # where the next line begins
+    ends, term = _line_ends(buf, t, eof)  # where the next line begins
     starts = np.concatenate([[0], ends])
     if eof and ends.size and ends[-1] == len(t):
         starts = starts[:-1]  # the file ends with a line end: no line after it
@@ -333,22 +328,57 @@ def _complete_lines(
     lo, hi = first, max(first, within)
     if hi <= lo:
         return pa.array([], pa.binary()), (int(ends[complete - 1]) if complete else 0) * w, last, none
-    begin = int(starts[lo])
-    stop = int(ends[hi - 1]) if hi - 1 < complete else len(t)
-    region = t[begin:stop]
-    data = region[~(lf[begin:stop] | cr[begin:stop])]  # a line's bytes hold neither: one copy
     line_starts = starts[lo:hi]
-    line_stops = np.append(ends[lo : min(hi, complete)], [len(t)] * (hi - min(hi, complete)))
+    ended = min(hi, complete) - lo
+    line_stops = np.append(ends[lo : lo + ended], np.full(hi - lo - ended, len(t), dtype=np.int64))
     # Each line's length: its bytes less its terminator's (LF, CRLF or CR; none at eof).
     terminators = np.zeros(hi - lo, dtype=np.int64)
-    ended = min(hi, complete) - lo
-    if ended > 0:
-        term_at = ends[lo : lo + ended] - 1  # the terminator's last byte
-        terminators[:ended] = 1 + ((t[term_at] == LF) & (term_at > 0) & (t[np.maximum(term_at - 1, 0)] == CR) &
-                                   (term_at - 1 >= line_starts[:ended]))  # fmt: skip
+    terminators[:ended] = term[lo : lo + ended]
     lengths = (line_stops - line_starts) - terminators
     offsets = np.zeros(hi - lo + 1, dtype=np.int32)
     np.cumsum(lengths * w, out=offsets[1:])
-    lines = pa.Array.from_buffers(pa.binary(), hi - lo, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    data = _cut(buf, t, line_starts, line_stops, terminators, int(offsets[-1]))
+    lines = pa.Array.from_buffers(pa.binary(), hi - lo, [None, pa.py_buffer(offsets), data])
     used = int(ends[complete - 1]) if complete else 0
     return lines, used * w, last, line_starts.astype(np.int64) * w
+
+
+def _line_ends(buf: bytes, t: np.ndarray, eof: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Where the next line begins after each line end of ``t`` (LF, CRLF or a lone CR: a CR
+    last in ``t`` ends a line only at ``eof``), and each end's units (2 for CRLF). In C
+    for bytes (one memchr a line); numpy's, a pass over every unit per array, for UTF-16
+    and where the C loops are unavailable."""
+    from kappa_ingest import native
+
+    if t.itemsize == 1:
+        try:
+            return native.line_ends(buf, eof)
+        except native.NativeUnavailable:
+            pass
+    lf, cr = t == LF, t == CR
+    lone_cr = cr.copy()
+    lone_cr[:-1] &= ~lf[1:]  # a CR before an LF is the CRLF's first unit
+    if not eof and cr.size and cr[-1]:
+        lone_cr[-1] = False  # an LF may follow in the next chunk: not ended yet
+    ends = np.flatnonzero(lf | lone_cr) + 1
+    crlf = (ends >= 2) & lf[ends - 1] & cr[np.maximum(ends - 2, 0)]
+    return ends, 1 + crlf.astype(np.uint8)
+
+
+def _cut(
+    buf: bytes, t: np.ndarray, starts: np.ndarray, stops: np.ndarray, terminators: np.ndarray, size: int
+) -> pa.Buffer:
+    """The bytes of lines ``[starts, stops)`` of ``t`` less their ``terminators``' last
+    units, one after another: C's copy a line; numpy's, a mask over every unit."""
+    from kappa_ingest import native
+
+    w = t.itemsize
+    try:
+        return native.gather([pa.py_buffer(buf)], np.zeros(len(starts), dtype=np.int32), starts * w,
+                             ((stops - starts - terminators) * w).astype(np.int32), size)  # fmt: skip
+    except native.NativeUnavailable:
+        begin, stop = int(starts[0]), int(stops[-1])
+        keep = np.ones(stop - begin, dtype=bool)
+        for back in (1, 2):  # a terminator's last unit, and a CRLF's CR
+            keep[(stops - begin - back)[terminators >= back]] = False
+        return pa.py_buffer(t[begin:stop][keep])
