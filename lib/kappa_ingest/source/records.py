@@ -57,7 +57,7 @@ class Encoded:
     keys: pa.Array | None
     values: pa.Array
     timestamps_ms: pa.Array
-    source_files: pa.Array
+    source_files: pa.Array  # each record's file (dictionary-encoded where the C encoder made the values)
 
     @property
     def rows(self) -> int:
@@ -125,10 +125,11 @@ def encode_batch(batch: pa.RecordBatch, spec: RecordSpec, now_ms: int) -> Encode
     :mod:`kappa_ingest.native` writes them where it builds, typed columns from their JSON
     literals rendered here as polars renders them; machines without a C compiler use polars.
     """
-    values = _native_values(batch, spec, now_ms)
+    # Each record names its file: a batch's few files, indexed once for the encoder and the producer.
+    files = batch.column(FILE_COL).dictionary_encode()
+    values = _native_values(batch, spec, now_ms, files)
     if values is None:
         return _encode_polars(batch, spec, now_ms)
-    files = batch.column(FILE_COL)
     keys = None
     if spec.key_column is not None:
         keys = _text(batch.column(spec.key_column)).view(pa.binary())
@@ -141,7 +142,7 @@ def encode_batch(batch: pa.RecordBatch, spec: RecordSpec, now_ms: int) -> Encode
         keys=keys,
         values=values,
         timestamps_ms=stamps,
-        source_files=files.cast(pa.string()) if not pa.types.is_string(files.type) else files,
+        source_files=files if pa.types.is_string(files.type.value_type) else files.cast(pa.string()),
     )
 
 
@@ -185,7 +186,7 @@ def _literals(batch: pa.RecordBatch, schema: pa.Schema, column: str) -> tuple[pa
     return json_literals(batch.column(column))
 
 
-def _native_values(batch: pa.RecordBatch, spec: RecordSpec, now_ms: int) -> pa.Array | None:
+def _native_values(batch: pa.RecordBatch, spec: RecordSpec, now_ms: int, files: pa.Array) -> pa.Array | None:
     from kappa_ingest import native
 
     try:
@@ -199,7 +200,7 @@ def _native_values(batch: pa.RecordBatch, spec: RecordSpec, now_ms: int) -> pa.A
         event = typed.event_text(batch)
         if event is None:
             event = json_literals(batch.column(EVENT_TS_COL))[0]
-    return native.json_values([t for t, _ in rendered], list(spec.columns), batch.column(FILE_COL), iso_ms(now_ms),
+    return native.json_values([t for t, _ in rendered], list(spec.columns), files, iso_ms(now_ms),
                               [raw for _, raw in rendered], event)  # fmt: skip
 
 
