@@ -48,7 +48,8 @@ def send(
     if sink == "confluent":
         from kappa_ingest.sinks.confluent import make_producer
 
-        make = partial(make_producer, kafka_settings.for_confluent(settings, bootstrap_servers), topic)
+        make = partial(make_producer, kafka_settings.for_confluent(settings, bootstrap_servers), topic,
+                       partitions=delivery.topic_partitions)  # fmt: skip
     else:
         from kappa_ingest.sinks.kafka_python import KafkaPythonPartitionProducer
 
