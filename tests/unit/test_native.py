@@ -113,32 +113,3 @@ def test_c_typed_values_and_event_time_are_polars_bytes(key):
     assert fast.timestamps_ms.to_pylist() == reference.timestamps_ms.to_pylist()
     some = json.loads(fast.values[0].as_py())
     assert list(some) == ["ingest_ts", "event_ts", "source_file", "data"]
-
-
-def test_a_keys_partition_is_the_one_javas_murmur2_and_librdkafkas_murmur2_random_give():
-    """Keyed records are enqueued partition by partition (each key's order kept): the
-    partition found in C is Java's, which librdkafka's murmur2_random partitioner picks too
-    (kafka-python's port of it here); a null key has none (-1)."""
-    import ctypes
-
-    from kafka.partitioner.default import murmur2
-
-    rnd = random.Random(7)
-    keys = [None, b"", *(bytes(rnd.randrange(256) for _ in range(rnd.randint(1, 13))) for _ in range(500))]
-    arr = pa.array(keys, pa.binary()).slice(1)  # an offset into the validity bitmap, too
-    batch = native.Batch(n=len(arr))
-    _, offsets, data = arr.buffers()
-    batch.key_offsets, batch.key_data = offsets.address + 4 * arr.offset, data.address
-    batch.key_valid, batch.key_bit0 = arr.buffers()[0].address, arr.offset
-    for parts in (2, 3, 8):
-        out = np.empty(len(arr), dtype=np.int32)
-        native.load().kp_key_partitions(ctypes.byref(batch), parts, out.ctypes.data)
-        assert out.tolist() == [(murmur2(k) & 0x7FFFFFFF) % parts for k in keys[1:]]
-    whole = pa.array(keys, pa.binary())
-    batch = native.Batch(n=len(whole))
-    _, offsets, data = whole.buffers()
-    batch.key_offsets, batch.key_data = offsets.address, data.address
-    batch.key_valid, batch.key_bit0 = whole.buffers()[0].address, 0
-    out = np.empty(len(whole), dtype=np.int32)
-    native.load().kp_key_partitions(ctypes.byref(batch), 4, out.ctypes.data)
-    assert out[0] == -1 and out[1] == (murmur2(b"") & 0x7FFFFFFF) % 4

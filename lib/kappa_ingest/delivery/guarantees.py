@@ -150,7 +150,6 @@ class TaskDelivery:
     parts_by: str = ""  # splits.BY_LINES or BY_ROWS, with parts > 1
     split_bytes: int = 0
     dead_letter_topic: str | None = None
-    topic_partitions: int | None = None  # the data topic's, where the set-up found it
     transaction_timeout_s: float = 60.0
     kafka_timeout_s: float = DEFAULT_DELIVERY_TIMEOUT_MS / 1000  # see kafka_timeout_s()
     skip: frozenset[Unit] = field(default_factory=frozenset)  # delivered before this run

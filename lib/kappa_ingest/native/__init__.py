@@ -63,7 +63,6 @@ class Batch(ctypes.Structure):
         ("file_index", _P),
         ("files", _c.POINTER(_c.c_char_p)),
         ("file_lens", _c.POINTER(_c.c_int64)),
-        ("order", _P),
     ]
 
 
@@ -118,7 +117,6 @@ _SIGNATURES = {
         ],
     ),
     "kg_gather": (None, [_c.c_int64, _P, _P, _P, _P, _P]),
-    "kp_key_partitions": (None, [_P, _c.c_int32, _P]),
     "kg_line_ends": (_c.c_int64, [_P, _c.c_int64, _c.c_int, _P, _P, _c.c_int64]),
     "kj_not_literal": (_c.c_int64, [_c.c_int64, _P, _c.c_int, _c.c_int]),
     "kj_write": (_c.c_int64, [_c.c_int64, _c.c_int, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _c.c_char_p, _c.c_int64]),

@@ -107,7 +107,6 @@ def set_up(
     admin = kept.admin(asked)  # (made again if the set-up found the topic changed)
     estimated = estimate_rows(list(source.files), cfg.header)  # each file's first megabyte read: once
     task_delivery, pace_from = _task_delivery(cfg, admin, source, conf, skip, rate, ledger_start, estimated)
-    task_delivery = replace(task_delivery, topic_partitions=found.partitions)
     coordinator = None
     if task_delivery.transactional:
         settings = {**settings, "transaction.timeout.ms": str(int(task_delivery.transaction_timeout_s * 1000))}

@@ -48,8 +48,7 @@ def send(
     if sink == "confluent":
         from kappa_ingest.sinks.confluent import make_producer
 
-        make = partial(make_producer, kafka_settings.for_confluent(settings, bootstrap_servers), topic,
-                       partitions=delivery.topic_partitions)  # fmt: skip
+        make = partial(make_producer, kafka_settings.for_confluent(settings, bootstrap_servers), topic)
     else:
         from kappa_ingest.sinks.kafka_python import KafkaPythonPartitionProducer
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Producer
 
@@ -51,17 +50,15 @@ ENTRY_KIND, ENTRY_HEADERS = ENTRY.encode(), kind_headers(ENTRY)  # the ledger en
 
 
 def make_producer(
-    conf: dict[str, Any], topic: str, transactional_id: str | None = None, partitions: int | None = None
+    conf: dict[str, Any], topic: str, transactional_id: str | None = None
 ) -> NativePartitionProducer | ConfluentPartitionProducer:
-    """The C loop where it builds, else confluent-kafka's Python API (the report says which);
-    ``partitions``: the topic's, where known (keyed records are then enqueued partition by
-    partition)."""
+    """The C loop where it builds, else confluent-kafka's Python API (the report says which)."""
     from kappa_ingest import native
 
     if transactional_id is not None:
         conf = {**TRANSACTIONAL, **conf, "transactional.id": transactional_id}
     try:
-        return NativePartitionProducer(native.load(), conf, topic, partitions)
+        return NativePartitionProducer(native.load(), conf, topic)
     except native.NativeUnavailable:
         return ConfluentPartitionProducer(conf, topic)  # task_notes tells the report why
 
@@ -92,10 +89,9 @@ def _binary_buffers(arr: pa.Array) -> tuple[int, int]:
 
 
 class NativePartitionProducer:
-    def __init__(self, lib: ctypes.CDLL, conf: dict[str, Any], topic: str, partitions: int | None = None) -> None:
+    def __init__(self, lib: ctypes.CDLL, conf: dict[str, Any], topic: str) -> None:
         self.lib = lib
         self.topic = topic.encode()
-        self.partitions = partitions
         self.produced = 0
         settings = {**{k: _conf_text(v) for k, v in conf.items()}, "log_level": str(LOG_LEVEL)}
         names = (ctypes.c_char_p * len(settings))(*(k.encode() for k in settings))
@@ -131,13 +127,6 @@ class NativePartitionProducer:
         batch.file_lens = (ctypes.c_int64 * len(names))(*(len(f) for f in names))
         rid = run_id.encode()
         batch.run_id, batch.run_id_len = rid, len(rid)
-        if keys is not None and self.partitions and self.partitions > 1:
-            # Keyed records spread over the partitions cost librdkafka ~20% more a record
-            # than runs of one partition's; a stable grouping keeps each key's order.
-            parts = np.empty(n, dtype=np.int32)
-            self.lib.kp_key_partitions(ctypes.byref(batch), self.partitions, parts.ctypes.data)
-            order = np.argsort(parts, kind="stable").astype(np.int64)
-            batch.order = order.ctypes.data
         err = ctypes.c_int(0)
         done = self.lib.kp_produce(self.handle, ctypes.byref(batch), ctypes.byref(err))
         if done == n:

@@ -86,7 +86,6 @@ typedef struct {
     const int32_t *file_index;    /* picks the source_file header of record i */
     const char **files;
     const int64_t *file_lens;
-    const int64_t *order;         /* NULL: records in their order; else record order[i] goes i-th */
 } kp_batch;
 
 typedef struct {
@@ -215,61 +214,17 @@ static int refused(kp_producer *p, int e) {
     return e;
 }
 
-static int key_valid(const kp_batch *b, int64_t i) {
-    return !b->key_valid || (b->key_valid[(b->key_bit0 + i) >> 3] >> ((b->key_bit0 + i) & 7) & 1);
-}
-
-/* Java's murmur2 (org.apache.kafka.common.utils.Utils.murmur2), which librdkafka's
- * murmur2_random partitioner uses too. */
-static uint32_t murmur2(const uint8_t *data, size_t len) {
-    const uint32_t m = 0x5bd1e995;
-    uint32_t h = 0x9747b28c ^ (uint32_t)len;
-    for (size_t i = 0; i + 4 <= len; i += 4) {
-        uint32_t k = (uint32_t)data[i] | (uint32_t)data[i + 1] << 8 | (uint32_t)data[i + 2] << 16 |
-                     (uint32_t)data[i + 3] << 24;
-        k *= m;
-        k ^= k >> 24;
-        k *= m;
-        h *= m;
-        h ^= k;
-    }
-    size_t tail = len & ~(size_t)3;
-    switch (len % 4) {
-    case 3: h ^= (uint32_t)data[tail + 2] << 16; /* fall through */
-    case 2: h ^= (uint32_t)data[tail + 1] << 8;  /* fall through */
-    case 1:
-        h ^= data[tail];
-        h *= m;
-    }
-    h ^= h >> 13;
-    h *= m;
-    h ^= h >> 15;
-    return h;
-}
-
-/* The partition of each record's key among parts, as the murmur2_random partitioner picks
- * it; -1 for a null key (the partitioner's random one). */
-void kp_key_partitions(const kp_batch *b, int32_t parts, int32_t *out) {
-    for (int64_t i = 0; i < b->n; i++) {
-        out[i] = key_valid(b, i) ? (int32_t)((murmur2(b->key_data + b->key_offsets[i],
-                                                        (size_t)(b->key_offsets[i + 1] - b->key_offsets[i])) &
-                                               0x7fffffff) %
-                                              (uint32_t)parts)
-                                 : -1;
-    }
-}
-
 /*
- * Produce the batch's records [0, n), in the given order if any. Returns n, or -(i + 1) when record i is refused
- * before sending (i in the order produced; its error code in *err), or -(n + 1) when a fatal error stops the producer
+ * Produce the batch's records [0, n). Returns n, or -(i + 1) when record i is refused
+ * before sending (its error code in *err), or -(n + 1) when a fatal error stops the producer
  * (the fatal error's own code in *err).
  */
 int64_t kp_produce(kp_producer *p, const kp_batch *b, int *err) {
-    for (int64_t at = 0; at < b->n; at++) {
-        int64_t i = b->order ? b->order[at] : at;
+    for (int64_t i = 0; i < b->n; i++) {
         const void *key = NULL;
         size_t key_len = 0;
-        if (b->key_offsets && key_valid(b, i)) {
+        if (b->key_offsets &&
+            (!b->key_valid || (b->key_valid[(b->key_bit0 + i) >> 3] >> ((b->key_bit0 + i) & 7) & 1))) {
             key = b->key_data + b->key_offsets[i];
             key_len = (size_t)(b->key_offsets[i + 1] - b->key_offsets[i]);
         }
@@ -289,7 +244,7 @@ int64_t kp_produce(kp_producer *p, const kp_batch *b, int *err) {
             }
             if (e != ERR_QUEUE_FULL) {
                 *err = refused(p, e);
-                return -(at + 1);
+                return -(i + 1);
             }
             /* The local queue is full: serve delivery reports until it drains. */
             rd_kafka_poll(p->rk, 50);
