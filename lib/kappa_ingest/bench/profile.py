@@ -36,7 +36,7 @@ TOP = 30
 def run_profile(
     out_root: Path, data_dir: Path, layout: str, rows: int, seconds: float, command: str, options: list[str]
 ) -> Path:
-    """``options``: the run's own (an option path's: ``--event-time ts --key mf01``), after the bench's."""
+    """``options``: the run's own (an option path's: ``--event-time-column ts --key-column mf01``), after the bench's."""
     for tool in ("py-spy", "perf", "jcmd"):
         if _tool(tool) is None:
             raise RuntimeError(
