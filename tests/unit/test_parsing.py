@@ -159,3 +159,68 @@ def test_random_lines_are_read_as_arrows_state_machine_reads_them():
         assert [[r[c] for c in ("x", "y", "z")] for r in out.rows.to_pylist()] == want_rows
         assert {r["line"]: r["reason"] for r in out.rejects.to_pylist()} == want_rejects
         assert len(want_rows) > 20 and len(want_rejects) > 20
+
+
+def plain_line(rng, width: int) -> str:
+    """A line of the forms c/fields.c splits itself: unquoted fields without quotes, quoted
+    ones (doubled quotes, delimiters, non-ASCII inside) closed before their delimiter."""
+    inside = ["a", "bc", "é", "🎉", " ", ";", "0123456789abcdefghij"]
+
+    def field() -> str:
+        kind = rng.random()
+        if kind < 0.15:
+            return ""
+        text = "".join(rng.choice(inside) for _ in range(rng.randint(0, 6)))
+        if kind < 0.35:
+            return '"' + "".join(rng.choice([text, '""', ",", ""]) for _ in range(3)) + '"'
+        return text
+
+    return ",".join(field() for _ in range(width))
+
+
+@pytest.mark.parametrize("wanted", [(), ("z", "x")])
+def test_lines_split_in_c_are_the_columns_arrows_reader_gives(wanted):
+    """c/fields.c against Arrow's reader on the same batches: the same strings and nulls,
+    the same rows of another width (lines of 2 to 4 fields), wherever the lines fall against
+    its 16-byte blocks and the end of the batch's buffer."""
+    import random
+
+    from kappa_ingest import native
+
+    rng = random.Random(11)
+    parser = LineParser(("x", "y", "z"), wanted=wanted)
+    kept = wanted or parser.columns
+    for _ in range(60):
+        lines = [plain_line(rng, rng.choice([3, 3, 3, 3, 2, 4])) for _ in range(rng.randint(1, 120))]
+        arr = pa.array([line.encode() for line in lines], pa.binary()).view(pa.string())
+        slots = [kept.index(c) if c in kept else -1 for c in parser.columns]
+        split = native.split_fields(arr, 3, slots, b",", b'"')
+        assert split is not None, lines
+        table, bad = parser._parse_in_arrow(arr, parser.columns, kept)
+        assert pa.Table.from_arrays(split[0], names=list(kept)).equals(table)
+        assert split[1] == bad
+
+
+@pytest.mark.parametrize("line", ['1,a"b,c', '1,"a"b,c', '1,"open,c', '1,"a""",c"', "1,a\rb,c"])
+def test_lines_of_other_forms_are_left_to_arrows_reader(line):
+    from kappa_ingest import native
+
+    arr = pa.array([b"1,2,3", line.encode()], pa.binary())
+    assert native.split_fields(arr, 3, [0, 1, 2], b",", b'"') is None
+
+
+def test_the_parser_reads_the_same_with_and_without_the_c_split(monkeypatch):
+    import random
+
+    from kappa_ingest import native
+
+    rng = random.Random(5)
+    raw = [plain_line(rng, rng.choice([3, 3, 3, 2])).encode() for _ in range(500)] + [b'1,a"b,c']
+    outs = []
+    for available in (True, False):
+        if not available:
+            monkeypatch.setattr(native, "split_fields", lambda *a: (_ for _ in ()).throw(native.NativeUnavailable("")))
+        for batch in (raw[:-1], raw):  # split in C, and left to Arrow for its last line
+            out = LineParser(("x", "y", "z"))(lines_batch(batch, block=3))
+            outs.append((out.rows.to_pylist(), out.rejects.to_pylist()))
+    assert outs[:2] == outs[2:]

@@ -10,7 +10,9 @@
 - ``c/consume.c``: a topic read back, its records reduced to partition, offset,
   timestamp and headers in C (:class:`Reader`);
 - ``c/gather.c``: lines moved by a shuffle as offsets, read back from their files
-  (:func:`gather`).
+  (:func:`gather`), and where a chunk's lines end (:func:`line_ends`);
+- ``c/fields.c``: a batch's lines split into text columns, as Arrow's CSV reader splits
+  them (:func:`split_fields`).
 
 They are compiled once per source and librdkafka version (``cc``, against the librdkafka
 inside the confluent-kafka wheel) into the kappa-ingest cache. Executors on a cluster
@@ -30,6 +32,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -39,7 +42,7 @@ import pyarrow as pa
 
 from kappa_ingest.paths import cache_dir
 
-SOURCES = ("json.c", "produce.c", "gather.c", "consume.c", "rdkafka_abi.h")  # in c/ beside this file
+SOURCES = ("json.c", "produce.c", "gather.c", "fields.c", "consume.c", "rdkafka_abi.h")  # in c/ beside this file
 _c = ctypes
 _P = _c.c_void_p
 _CHARS, _I64S = _c.POINTER(_c.c_char_p), _c.POINTER(_c.c_int64)
@@ -118,9 +121,26 @@ _SIGNATURES = {
     ),
     "kg_gather": (None, [_c.c_int64, _P, _P, _P, _P, _P]),
     "kg_line_ends": (_c.c_int64, [_P, _c.c_int64, _c.c_int, _P, _P, _c.c_int64]),
+    "kf_split": (
+        _c.c_int64,
+        [_c.c_int64, _P, _P, _c.c_int64, _c.c_int, _P, _c.c_int, _c.c_uint8, _c.c_uint8, *[_P] * 6],
+    ),
+    "kf_fill": (None, [_c.c_int64, _P, _c.c_int64, _c.c_int, _P, _P, _c.c_uint8, _P, _P, _P]),
     "kj_not_literal": (_c.c_int64, [_c.c_int64, _P, _c.c_int, _c.c_int]),
     "kj_write": (_c.c_int64, [_c.c_int64, _c.c_int, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _c.c_char_p, _c.c_int64]),
 }
+
+_MAX_SPANS = 1 << 25  # a batch's rows x kept columns split at once (8 bytes each)
+_scratch = threading.local()
+
+
+def _spans(size: int) -> np.ndarray:
+    """This thread's scratch int32s for c/fields.c's spans, kept between batches: fresh
+    pages for each batch's spans cost as much as splitting its lines."""
+    have = getattr(_scratch, "spans", None)
+    if have is None or len(have) < size:
+        have = _scratch.spans = np.empty(max(size, 1 << 16), dtype=np.int32)
+    return have[:size]
 
 
 class _Column(ctypes.Structure):  # kj_column of c/json.c
@@ -417,3 +437,45 @@ def json_values(
 
 if __name__ == "__main__":
     print(build())
+
+
+def split_fields(
+    lines: pa.Array, ncols: int, slots: list[int], delimiter: bytes, quote: bytes
+) -> tuple[list[pa.Array], list[tuple[int, int]]] | None:
+    """c/fields.c: ``lines`` (string or binary, none empty) split into ``ncols`` fields
+    each, field ``j`` kept as string column ``slots[j]`` (-1: not kept): the columns, and
+    the lines of another field count as (1-based line, count), as Arrow's CSV reader gives
+    them with every value text, an empty one null. None where a line is of a form left to
+    Arrow's reader (c/fields.c says which), or the batch is too large to split at once."""
+    lib = load()
+    n, nslots = len(lines), max(slots) + 1
+    if nslots == 0 or n * nslots > _MAX_SPANS or len(delimiter) != 1 or len(quote) != 1:
+        return None
+    if not (pa.types.is_string(lines.type) or pa.types.is_binary(lines.type)):
+        return None  # (large offsets)
+    view = lines.view(pa.binary())
+    _, offsets_buf, data_buf = view.buffers()
+    offsets = np.frombuffer(offsets_buf, dtype=np.int32, count=n + 1, offset=4 * view.offset)
+    if data_buf is None:
+        return None
+    slot = np.full(ncols, -1, dtype=np.int32)
+    slot[: len(slots)] = slots
+    start, length = _spans(2 * n * nslots).reshape(2, -1)
+    total, nulls = np.empty(nslots, dtype=np.int64), np.empty(nslots, dtype=np.int64)
+    bad_line, bad_count = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    bad = lib.kf_split(n, offsets.ctypes.data, data_buf.address, data_buf.size, ncols, slot.ctypes.data, nslots,
+                       delimiter[0], quote[0], start.ctypes.data, length.ctypes.data, total.ctypes.data,
+                       nulls.ctypes.data, bad_line.ctypes.data, bad_count.ctypes.data)  # fmt: skip
+    if bad < 0:
+        return None
+    rows = n - bad
+    out_offsets = [pa.allocate_buffer(4 * (rows + 1)) for _ in range(nslots)]
+    out_data = [pa.allocate_buffer(int(total[s]) + 16) for s in range(nslots)]
+    valid = [pa.py_buffer(bytearray((rows + 7) // 8)) if nulls[s] else None for s in range(nslots)]
+    pointers = ctypes.c_void_p * nslots
+    lib.kf_fill(rows, data_buf.address, data_buf.size, nslots, start.ctypes.data, length.ctypes.data, quote[0],
+                pointers(*(b.address for b in out_offsets)), pointers(*(b.address for b in out_data)),
+                pointers(*(v.address if v is not None else None for v in valid)))  # fmt: skip
+    columns = [pa.Array.from_buffers(pa.string(), rows, [valid[s], out_offsets[s], out_data[s].slice(0, int(total[s]))],
+                                     null_count=int(nulls[s])) for s in range(nslots)]  # fmt: skip
+    return columns, [(int(i) + 1, int(c)) for i, c in zip(bad_line[:bad], bad_count[:bad], strict=True)]

@@ -325,8 +325,20 @@ class LineParser:
     def _parse(
         self, lines: pa.Array, columns: tuple[str, ...], kept: tuple[str, ...]
     ) -> tuple[pa.Table, list[tuple[int, int]]]:
-        """Arrow's CSV reader over the lines joined by newlines; rows of another width are
-        reported by their 1-based number and field count instead of being parsed."""
+        """The lines' fields as Arrow's CSV reader reads them (split in C where the lines are
+        of the plain forms, c/fields.c); rows of another width are reported by their 1-based
+        number and field count instead of being parsed."""
+        if len(lines) and len(set(columns)) == len(columns) and set(kept) <= set(columns):
+            split = _split_in_c(lines, columns, kept, self.delimiter, self.quote)
+            if split is not None:
+                arrays, bad = split
+                return pa.Table.from_arrays(arrays, names=list(kept)), bad
+        return self._parse_in_arrow(lines, columns, kept)
+
+    def _parse_in_arrow(
+        self, lines: pa.Array, columns: tuple[str, ...], kept: tuple[str, ...]
+    ) -> tuple[pa.Table, list[tuple[int, int]]]:
+        """Arrow's CSV reader over the lines joined by newlines."""
         bad: list[tuple[int, int]] = []
 
         def on_invalid(row: pcsv.InvalidRow) -> str:
@@ -371,6 +383,21 @@ class LineParser:
                 reject_batch(files.take(pos), pa.array([reason] * len(pos), pa.string()), pa.array(text, pa.string()))
             )
         return pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
+
+
+def _split_in_c(
+    lines: pa.Array, columns: tuple[str, ...], kept: tuple[str, ...], delimiter: str, quote: str
+) -> tuple[list[pa.Array], list[tuple[int, int]]] | None:
+    """:func:`kappa_ingest.native.split_fields` for these columns; None where it leaves
+    the batch to Arrow, or the C loops are unavailable."""
+    from kappa_ingest import native
+
+    slot = {c: i for i, c in enumerate(kept)}
+    try:
+        return native.split_fields(lines, len(columns), [slot.get(c, -1) for c in columns],
+                                   delimiter.encode(), quote.encode())  # fmt: skip
+    except native.NativeUnavailable:
+        return None
 
 
 def _open_quoted(lines: pa.Array, delimiter: str, quote: str) -> np.ndarray:
