@@ -73,37 +73,44 @@ static int plain_fields(const uint8_t *data, int64_t size, int32_t p, int32_t en
     return j + 1;
 }
 
-/* The fields of a line data[p, end) that has quotes, byte by byte, as plain_fields gives
- * them (a value with doubled quotes: its start as -(start + 1)): their count, or -1 for a
- * form left to Arrow. */
-static int quoted_fields(const uint8_t *data, int32_t p, int32_t end, int ncols, const int32_t *slot, uint8_t delim,
-                         uint8_t quote, int32_t *row_start, int32_t *row_len, int64_t stride) {
+/* The first byte of data[q, end) that is x, the quote, a CR or an LF; end if none. */
+static inline int32_t next_mark(const uint8_t *data, int64_t size, int32_t q, int32_t end, uint8_t x, uint8_t quote) {
+    for (; q < end; q += 16) {
+        int w = size - q >= 16 ? 16 : (int)(size - q);
+        uint32_t xs, other = marks(data + q, w, x, quote, &xs);
+        uint32_t found = xs | other;
+        if (end - q < 16) found &= (1u << (end - q)) - 1;
+        if (found) return q + __builtin_ctz(found);
+    }
+    return end;
+}
+
+/* The fields of a line data[p, end) that has quotes, as plain_fields gives them (a value
+ * with doubled quotes: its start as -(start + 1)): their count, or -1 for a form left to
+ * Arrow. */
+static int quoted_fields(const uint8_t *data, int64_t size, int32_t p, int32_t end, int ncols, const int32_t *slot,
+                         uint8_t delim, uint8_t quote, int32_t *row_start, int32_t *row_len, int64_t stride) {
     for (int j = 0;; p++) { /* one field a turn; p is its first byte */
         int32_t at, length, doubled = 0;
         if (p < end && data[p] == quote) {
             int32_t q = p + 1;
             for (;;) {
-                if (q >= end) return -1; /* open to the line's end */
-                uint8_t c = data[q];
-                if (c == quote) {
-                    if (q + 1 < end && data[q + 1] == quote) {
-                        doubled++;
-                        q += 2;
-                        continue;
-                    }
-                    break;
+                q = next_mark(data, size, q, end, quote, quote);
+                if (q >= end || data[q] != quote) return -1; /* open to the line's end, or a CR or LF in it */
+                if (q + 1 < end && data[q + 1] == quote) {
+                    doubled++;
+                    q += 2;
+                    continue;
                 }
-                if (c == '\r' || c == '\n') return -1;
-                q++;
+                break;
             }
             at = p + 1;
             length = q - at - doubled;
             p = q + 1; /* past the closing quote: the delimiter or the end, nothing else */
             if (p < end && data[p] != delim) return -1;
         } else {
-            int32_t q = p;
-            for (; q < end && data[q] != delim; q++)
-                if (data[q] == quote || data[q] == '\r' || data[q] == '\n') return -1;
+            int32_t q = next_mark(data, size, p, end, delim, quote);
+            if (q < end && data[q] != delim) return -1; /* a quote inside, a CR or an LF */
             at = p;
             length = q - p;
             p = q;
@@ -120,8 +127,9 @@ static int quoted_fields(const uint8_t *data, int32_t p, int32_t end, int ncols,
 /*
  * Pass 1. Line i is data[off[i], off[i + 1]); field j of a line goes to slot[j] (-1: not
  * kept; j >= ncols: none). For the r-th line of exactly ncols fields and slot s, entry
- * k = s * n + r (a slot's values one after another for pass 2): len[k], the value's length with its doubled quotes single, and
- * start[k], where it begins in data, or -(where + 1) when it has doubled quotes to undo.
+ * k = s * n + r (a slot's values one after another for pass 2): len[k], the value's
+ * length with its doubled quotes single, and start[k], where it begins in data, or
+ * -(where + 1) when it has doubled quotes to undo.
  * Lines of another count are not rows: bad_line[b] = i and bad_count[b] = their count.
  * total[s], nulls[s]: each slot's bytes and empty values. Returns the number of such
  * lines (the rows are n less it), or -(i + 1) when line i is of a form left to Arrow.
@@ -136,7 +144,7 @@ int64_t kf_split(int64_t n, const int32_t *off, const uint8_t *data, int64_t siz
         int32_t p = off[i], end = off[i + 1];
         int32_t *row_start = start + r, *row_len = len + r;
         int j = plain_fields(data, size, p, end, ncols, slot, delim, quote, row_start, row_len, n);
-        if (j < 0 && (j = quoted_fields(data, p, end, ncols, slot, delim, quote, row_start, row_len, n)) < 0)
+        if (j < 0 && (j = quoted_fields(data, size, p, end, ncols, slot, delim, quote, row_start, row_len, n)) < 0)
             return -(i + 1);
         if (j != ncols) {
             bad_line[bad] = i;
