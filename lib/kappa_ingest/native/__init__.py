@@ -12,7 +12,7 @@
 - ``c/gather.c``: lines moved by a shuffle as offsets, read back from their files
   (:func:`gather`), and where a chunk's lines end (:func:`line_ends`);
 - ``c/fields.c``: a batch's lines split into text columns, as Arrow's CSV reader splits
-  them (:func:`split_fields`), and a byte counted in each (:func:`count_byte`).
+  them (:func:`split_fields`).
 
 They are compiled once per source and librdkafka version (``cc``, against the librdkafka
 inside the confluent-kafka wheel) into the kappa-ingest cache. Executors on a cluster
@@ -125,8 +125,7 @@ _SIGNATURES = {
         _c.c_int64,
         [_c.c_int64, _P, _P, _c.c_int64, _c.c_int, _P, _c.c_int, _c.c_uint8, _c.c_uint8, *[_P] * 6],
     ),
-    "kf_count_byte": (None, [_c.c_int64, _P, _P, _c.c_uint8, _P]),
-    "kf_fill": (None, [_c.c_int64, _c.c_int64, _P, _c.c_int64, _c.c_int, _P, _P, _c.c_uint8, _P, _P, _P]),
+    "kf_fill": (None, [_c.c_int64, _P, _c.c_int64, _c.c_int, _P, _P, _c.c_uint8, _P, _P, _P]),
     "kj_not_literal": (_c.c_int64, [_c.c_int64, _P, _c.c_int, _c.c_int]),
     "kj_write": (_c.c_int64, [_c.c_int64, _c.c_int, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _c.c_char_p, _c.c_int64]),
 }
@@ -474,19 +473,9 @@ def split_fields(
     out_data = [pa.allocate_buffer(int(total[s]) + 16) for s in range(nslots)]
     valid = [pa.py_buffer(bytearray((rows + 7) // 8)) if nulls[s] else None for s in range(nslots)]
     pointers = ctypes.c_void_p * nslots
-    lib.kf_fill(rows, n, data_buf.address, data_buf.size, nslots, start.ctypes.data, length.ctypes.data, quote[0],
+    lib.kf_fill(rows, data_buf.address, data_buf.size, nslots, start.ctypes.data, length.ctypes.data, quote[0],
                 pointers(*(b.address for b in out_offsets)), pointers(*(b.address for b in out_data)),
                 pointers(*(v.address if v is not None else None for v in valid)))  # fmt: skip
     columns = [pa.Array.from_buffers(pa.string(), rows, [valid[s], out_offsets[s], out_data[s].slice(0, int(total[s]))],
                                      null_count=int(nulls[s])) for s in range(nslots)]  # fmt: skip
     return columns, [(int(i) + 1, int(c)) for i, c in zip(bad_line[:bad], bad_count[:bad], strict=True)]
-
-
-def count_byte(offsets: np.ndarray, data: pa.Buffer, byte: int) -> np.ndarray:
-    """c/fields.c: how often ``byte`` occurs in each line ``data[offsets[i], offsets[i + 1])``
-    (int32 offsets)."""
-    lib = load()
-    n = len(offsets) - 1
-    count = np.empty(n, dtype=np.int64)
-    lib.kf_count_byte(n, offsets.ctypes.data, data.address, byte, count.ctypes.data)
-    return count

@@ -12,6 +12,7 @@
  * the reference.
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -40,10 +41,10 @@ static inline uint32_t marks(const uint8_t *t, int w, uint8_t delim, uint8_t quo
 }
 
 /* The fields of a line data[p, end) with no quote, CR or LF, into row_start/row_len by
- * slot (slot s at s * stride): their count, or -1 when the line has one of those (split byte by byte instead).
+ * slot: their count, or -1 when the line has one of those (split byte by byte instead).
  * Blocks of 16 may read past the line's end (never past size): those bytes are masked. */
 static int plain_fields(const uint8_t *data, int64_t size, int32_t p, int32_t end, int ncols, const int32_t *slot,
-                        uint8_t delim, uint8_t quote, int32_t *row_start, int32_t *row_len, int64_t stride) {
+                        uint8_t delim, uint8_t quote, int32_t *row_start, int32_t *row_len) {
     int j = 0;
     int32_t field = p;
     for (int32_t q = p; q < end; q += 16) {
@@ -59,65 +60,58 @@ static int plain_fields(const uint8_t *data, int64_t size, int32_t p, int32_t en
             int32_t at = q + __builtin_ctz(delims);
             delims &= delims - 1;
             if (j < ncols && slot[j] >= 0) {
-                row_start[slot[j] * stride] = field;
-                row_len[slot[j] * stride] = at - field;
+                row_start[slot[j]] = field;
+                row_len[slot[j]] = at - field;
             }
             j++;
             field = at + 1;
         }
     }
     if (j < ncols && slot[j] >= 0) {
-        row_start[slot[j] * stride] = field;
-        row_len[slot[j] * stride] = end - field;
+        row_start[slot[j]] = field;
+        row_len[slot[j]] = end - field;
     }
     return j + 1;
 }
 
-/* The first byte of data[q, end) that is x, the quote, a CR or an LF; end if none. */
-static inline int32_t next_mark(const uint8_t *data, int64_t size, int32_t q, int32_t end, uint8_t x, uint8_t quote) {
-    for (; q < end; q += 16) {
-        int w = size - q >= 16 ? 16 : (int)(size - q);
-        uint32_t xs, other = marks(data + q, w, x, quote, &xs);
-        uint32_t found = xs | other;
-        if (end - q < 16) found &= (1u << (end - q)) - 1;
-        if (found) return q + __builtin_ctz(found);
-    }
-    return end;
-}
-
-/* The fields of a line data[p, end) that has quotes, as plain_fields gives them (a value
- * with doubled quotes: its start as -(start + 1)): their count, or -1 for a form left to
- * Arrow. */
-static int quoted_fields(const uint8_t *data, int64_t size, int32_t p, int32_t end, int ncols, const int32_t *slot,
-                         uint8_t delim, uint8_t quote, int32_t *row_start, int32_t *row_len, int64_t stride) {
+/* The fields of a line data[p, end) that has quotes, byte by byte, as plain_fields gives
+ * them (a value with doubled quotes: its start as -(start + 1)): their count, or -1 for a
+ * form left to Arrow. */
+static int quoted_fields(const uint8_t *data, int32_t p, int32_t end, int ncols, const int32_t *slot, uint8_t delim,
+                         uint8_t quote, int32_t *row_start, int32_t *row_len) {
     for (int j = 0;; p++) { /* one field a turn; p is its first byte */
         int32_t at, length, doubled = 0;
         if (p < end && data[p] == quote) {
             int32_t q = p + 1;
             for (;;) {
-                q = next_mark(data, size, q, end, quote, quote);
-                if (q >= end || data[q] != quote) return -1; /* open to the line's end, or a CR or LF in it */
-                if (q + 1 < end && data[q + 1] == quote) {
-                    doubled++;
-                    q += 2;
-                    continue;
+                if (q >= end) return -1; /* open to the line's end */
+                uint8_t c = data[q];
+                if (c == quote) {
+                    if (q + 1 < end && data[q + 1] == quote) {
+                        doubled++;
+                        q += 2;
+                        continue;
+                    }
+                    break;
                 }
-                break;
+                if (c == '\r' || c == '\n') return -1;
+                q++;
             }
             at = p + 1;
             length = q - at - doubled;
             p = q + 1; /* past the closing quote: the delimiter or the end, nothing else */
             if (p < end && data[p] != delim) return -1;
         } else {
-            int32_t q = next_mark(data, size, p, end, delim, quote);
-            if (q < end && data[q] != delim) return -1; /* a quote inside, a CR or an LF */
+            int32_t q = p;
+            for (; q < end && data[q] != delim; q++)
+                if (data[q] == quote || data[q] == '\r' || data[q] == '\n') return -1;
             at = p;
             length = q - p;
             p = q;
         }
         if (j < ncols && slot[j] >= 0) {
-            row_start[slot[j] * stride] = doubled ? -(at + 1) : at;
-            row_len[slot[j] * stride] = length;
+            row_start[slot[j]] = doubled ? -(at + 1) : at;
+            row_len[slot[j]] = length;
         }
         j++;
         if (p >= end) return j; /* else p is a delimiter: a line ending in one has an empty field after it */
@@ -127,9 +121,8 @@ static int quoted_fields(const uint8_t *data, int64_t size, int32_t p, int32_t e
 /*
  * Pass 1. Line i is data[off[i], off[i + 1]); field j of a line goes to slot[j] (-1: not
  * kept; j >= ncols: none). For the r-th line of exactly ncols fields and slot s, entry
- * k = s * n + r (a slot's values one after another for pass 2): len[k], the value's
- * length with its doubled quotes single, and start[k], where it begins in data, or
- * -(where + 1) when it has doubled quotes to undo.
+ * k = r * nslots + s: len[k], the value's length with its doubled quotes single, and
+ * start[k], where it begins in data, or -(where + 1) when it has doubled quotes to undo.
  * Lines of another count are not rows: bad_line[b] = i and bad_count[b] = their count.
  * total[s], nulls[s]: each slot's bytes and empty values. Returns the number of such
  * lines (the rows are n less it), or -(i + 1) when line i is of a form left to Arrow.
@@ -142,9 +135,9 @@ int64_t kf_split(int64_t n, const int32_t *off, const uint8_t *data, int64_t siz
     memset(nulls, 0, sizeof(int64_t) * (size_t)nslots);
     for (int64_t i = 0; i < n; i++) {
         int32_t p = off[i], end = off[i + 1];
-        int32_t *row_start = start + r, *row_len = len + r;
-        int j = plain_fields(data, size, p, end, ncols, slot, delim, quote, row_start, row_len, n);
-        if (j < 0 && (j = quoted_fields(data, size, p, end, ncols, slot, delim, quote, row_start, row_len, n)) < 0)
+        int32_t *row_start = start + r * nslots, *row_len = len + r * nslots;
+        int j = plain_fields(data, size, p, end, ncols, slot, delim, quote, row_start, row_len);
+        if (j < 0 && (j = quoted_fields(data, p, end, ncols, slot, delim, quote, row_start, row_len)) < 0)
             return -(i + 1);
         if (j != ncols) {
             bad_line[bad] = i;
@@ -152,8 +145,8 @@ int64_t kf_split(int64_t n, const int32_t *off, const uint8_t *data, int64_t siz
             continue;
         }
         for (int s = 0; s < nslots; s++) {
-            total[s] += row_len[s * n];
-            nulls[s] += row_len[s * n] == 0;
+            total[s] += row_len[s];
+            nulls[s] += row_len[s] == 0;
         }
         r++;
     }
@@ -161,51 +154,37 @@ int64_t kf_split(int64_t n, const int32_t *off, const uint8_t *data, int64_t siz
 }
 
 /*
- * Pass 2. The rows' values into each slot's string array, a slot at a time (its spans at
- * s * stride, stride being pass 1's n): offsets[s] (rows + 1 of them), out[s] (total[s]
- * bytes and 16 of room: a short value is one 16-byte move where data has 16 readable
- * bytes from it) and valid[s] (zeroed; NULL for a slot without nulls).
+ * Pass 2. The rows' values into each slot's string array: offsets[s] (rows + 1 of them),
+ * out[s] (total[s] bytes and 16 of room: a short value is one 16-byte move where data
+ * has 16 readable bytes from it) and valid[s] (zeroed; NULL for a slot without nulls).
  */
-void kf_fill(int64_t rows, int64_t stride, const uint8_t *data, int64_t size, int nslots, const int32_t *start,
-             const int32_t *len, uint8_t quote, int32_t **offsets, uint8_t **out, uint8_t **valid) {
-    for (int s = 0; s < nslots; s++) {
-        const int32_t *from = start + s * stride, *length = len + s * stride;
-        int32_t *o = offsets[s], pos = 0;
-        uint8_t *dst = out[s], *v = valid[s];
-        o[0] = 0;
-        for (int64_t r = 0; r < rows; r++) {
-            int32_t k = length[r], at = from[r];
-            if (k > 0) {
-                if (v) v[r >> 3] |= (uint8_t)(1u << (r & 7));
+void kf_fill(int64_t rows, const uint8_t *data, int64_t size, int nslots, const int32_t *start, const int32_t *len,
+             uint8_t quote, int32_t **offsets, uint8_t **out, uint8_t **valid) {
+    int32_t *pos = calloc((size_t)nslots, sizeof *pos);
+    for (int s = 0; s < nslots; s++) offsets[s][0] = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        const int32_t *row_start = start + r * nslots, *row_len = len + r * nslots;
+        for (int s = 0; s < nslots; s++) {
+            int32_t length = row_len[s], at = row_start[s];
+            uint8_t *dst = out[s] + pos[s];
+            if (length > 0) {
+                if (valid[s]) valid[s][r >> 3] |= (uint8_t)(1u << (r & 7));
                 if (at < 0) { /* doubled quotes: the first of each pair kept */
                     const uint8_t *src = data + (-(int64_t)at - 1);
-                    for (int32_t w = 0; w < k; w++) {
+                    for (int32_t w = 0; w < length; w++) {
                         uint8_t c = *src++;
-                        dst[pos + w] = c;
+                        dst[w] = c;
                         if (c == quote) src++;
                     }
-                } else if (k <= 16 && at + 16 <= size) {
-                    memcpy(dst + pos, data + at, 16);
+                } else if (length <= 16 && at + 16 <= size) {
+                    memcpy(dst, data + at, 16);
                 } else {
-                    memcpy(dst + pos, data + at, (size_t)k);
+                    memcpy(dst, data + at, (size_t)length);
                 }
-                pos += k;
+                pos[s] += length;
             }
-            o[r + 1] = pos;
+            offsets[s][r + 1] = pos[s];
         }
     }
-}
-
-/* How often the byte c occurs in each of n lines (data[off[i], off[i + 1])): one memchr a
- * line and one more per occurrence (the parser's check for lines of an odd count of quotes). */
-void kf_count_byte(int64_t n, const int32_t *off, const uint8_t *data, uint8_t c, int64_t *count) {
-    for (int64_t i = 0; i < n; i++) {
-        const uint8_t *p = data + off[i], *end = data + off[i + 1];
-        int64_t k = 0;
-        while (p < end && (p = memchr(p, c, (size_t)(end - p)))) {
-            k++;
-            p++;
-        }
-        count[i] = k;
-    }
+    free(pos);
 }
