@@ -125,7 +125,7 @@ _SIGNATURES = {
         _c.c_int64,
         [_c.c_int64, _P, _P, _c.c_int64, _c.c_int, _P, _c.c_int, _c.c_uint8, _c.c_uint8, *[_P] * 6],
     ),
-    "kf_fill": (None, [_c.c_int64, _P, _c.c_int64, _c.c_int, _P, _P, _c.c_uint8, _P, _P, _P]),
+    "kf_fill": (_c.c_int, [_c.c_int64, _P, _c.c_int64, _c.c_int, _P, _P, _c.c_uint8, _P, _P, _P]),
     "kj_not_literal": (_c.c_int64, [_c.c_int64, _P, _c.c_int, _c.c_int]),
     "kj_write": (_c.c_int64, [_c.c_int64, _c.c_int, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _c.c_char_p, _c.c_int64]),
 }
@@ -435,10 +435,6 @@ def json_values(
     return pa.Array.from_buffers(pa.binary(), n, [None, offsets, data.slice(0, written)])
 
 
-if __name__ == "__main__":
-    print(build())
-
-
 def split_fields(
     lines: pa.Array, ncols: int, slots: list[int], delimiter: bytes, quote: bytes
 ) -> tuple[list[pa.Array], list[tuple[int, int]]] | None:
@@ -473,9 +469,16 @@ def split_fields(
     out_data = [pa.allocate_buffer(int(total[s]) + 16) for s in range(nslots)]
     valid = [pa.py_buffer(bytearray((rows + 7) // 8)) if nulls[s] else None for s in range(nslots)]
     pointers = ctypes.c_void_p * nslots
-    lib.kf_fill(rows, data_buf.address, data_buf.size, nslots, start.ctypes.data, length.ctypes.data, quote[0],
-                pointers(*(b.address for b in out_offsets)), pointers(*(b.address for b in out_data)),
-                pointers(*(v.address if v is not None else None for v in valid)))  # fmt: skip
+    filled = lib.kf_fill(rows, data_buf.address, data_buf.size, nslots, start.ctypes.data, length.ctypes.data,
+                         quote[0], pointers(*(b.address for b in out_offsets)),
+                         pointers(*(b.address for b in out_data)),
+                         pointers(*(v.address if v is not None else None for v in valid)))  # fmt: skip
+    if filled != 0:
+        return None
     columns = [pa.Array.from_buffers(pa.string(), rows, [valid[s], out_offsets[s], out_data[s].slice(0, int(total[s]))],
                                      null_count=int(nulls[s])) for s in range(nslots)]  # fmt: skip
     return columns, [(int(i) + 1, int(c)) for i, c in zip(bad_line[:bad], bad_count[:bad], strict=True)]
+
+
+if __name__ == "__main__":
+    print(build())

@@ -157,10 +157,12 @@ int64_t kf_split(int64_t n, const int32_t *off, const uint8_t *data, int64_t siz
  * Pass 2. The rows' values into each slot's string array: offsets[s] (rows + 1 of them),
  * out[s] (total[s] bytes and 16 of room: a short value is one 16-byte move where data
  * has 16 readable bytes from it) and valid[s] (zeroed; NULL for a slot without nulls).
+ * Returns 0, or -1 if its few bytes of bookkeeping could not be had (nothing written).
  */
-void kf_fill(int64_t rows, const uint8_t *data, int64_t size, int nslots, const int32_t *start, const int32_t *len,
-             uint8_t quote, int32_t **offsets, uint8_t **out, uint8_t **valid) {
+int kf_fill(int64_t rows, const uint8_t *data, int64_t size, int nslots, const int32_t *start, const int32_t *len,
+            uint8_t quote, int32_t **offsets, uint8_t **out, uint8_t **valid) {
     int32_t *pos = calloc((size_t)nslots, sizeof *pos);
+    if (!pos) return -1;
     for (int s = 0; s < nslots; s++) offsets[s][0] = 0;
     for (int64_t r = 0; r < rows; r++) {
         const int32_t *row_start = start + r * nslots, *row_len = len + r * nslots;
@@ -187,4 +189,5 @@ void kf_fill(int64_t rows, const uint8_t *data, int64_t size, int nslots, const 
         }
     }
     free(pos);
+    return 0;
 }
