@@ -224,3 +224,21 @@ def test_the_parser_reads_the_same_with_and_without_the_c_split(monkeypatch):
             out = LineParser(("x", "y", "z"))(lines_batch(batch, block=3))
             outs.append((out.rows.to_pylist(), out.rejects.to_pylist()))
     assert outs[:2] == outs[2:]
+
+
+def test_a_batch_the_c_split_would_read_otherwise_is_left_to_arrows_reader():
+    """A BOM first in the batch (Arrow's reader drops it there, and only there), an empty
+    line, and a column kept twice (the key that is also the event time) are Arrow's."""
+    from kappa_ingest import native
+
+    for raw in ([b"\xef\xbb\xbfa,b,c", b"1,2,3"], [b"1,2,3", b"", b"4,5,6"]):
+        assert native.split_fields(pa.array(raw, pa.binary()), 3, [0, 1, 2], b",", b'"') is None
+    with pytest.raises(ValueError):
+        native.split_fields(pa.array([b"1,2,3"], pa.binary()), 3, [0, -1, 0], b",", b'"')
+    parser = LineParser(("x", "y", "z"), wanted=("x", "x"))
+    lines = pa.array([b"a,b,c", b"1,2,3"], pa.binary()).view(pa.string())
+    got, want = (
+        parser._parse(lines, parser.columns, ("x", "x")),
+        parser._parse_in_arrow(lines, parser.columns, ("x", "x")),
+    )
+    assert got[0].equals(want[0]) and got[1] == want[1]

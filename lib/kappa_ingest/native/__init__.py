@@ -134,9 +134,14 @@ _MAX_SPANS = 1 << 25  # a batch's rows x kept columns split at once (8 bytes eac
 _scratch = threading.local()
 
 
+_KEPT_SPANS = 1 << 23  # a thread keeps at most 32 MiB of them
+
+
 def _spans(size: int) -> np.ndarray:
-    """This thread's scratch int32s for c/fields.c's spans, kept between batches: fresh
-    pages for each batch's spans cost as much as splitting its lines."""
+    """This thread's scratch int32s for c/fields.c's spans, kept between batches (up to
+    _KEPT_SPANS): fresh pages for each batch's spans cost as much as splitting its lines."""
+    if size > _KEPT_SPANS:
+        return np.empty(size, dtype=np.int32)
     have = getattr(_scratch, "spans", None)
     if have is None or len(have) < size:
         have = _scratch.spans = np.empty(max(size, 1 << 16), dtype=np.int32)
@@ -438,21 +443,27 @@ def json_values(
 def split_fields(
     lines: pa.Array, ncols: int, slots: list[int], delimiter: bytes, quote: bytes
 ) -> tuple[list[pa.Array], list[tuple[int, int]]] | None:
-    """c/fields.c: ``lines`` (string or binary, none empty) split into ``ncols`` fields
-    each, field ``j`` kept as string column ``slots[j]`` (-1: not kept): the columns, and
-    the lines of another field count as (1-based line, count), as Arrow's CSV reader gives
-    them with every value text, an empty one null. None where a line is of a form left to
-    Arrow's reader (c/fields.c says which), or the batch is too large to split at once."""
+    """c/fields.c: ``lines`` (string or binary) split into ``ncols`` fields each, field
+    ``j`` kept as string column ``slots[j]`` (-1: not kept; each column kept once): the
+    columns, and the lines of another field count as (1-based line, count), as Arrow's CSV
+    reader gives them with every value text, an empty one null. None where a line is of a
+    form left to Arrow's reader (c/fields.c says which; an empty line; a BOM first, which
+    Arrow's reader drops at the start of its input), or the batch is too large to split at
+    once."""
     lib = load()
     n, nslots = len(lines), max(slots) + 1
     if nslots == 0 or n * nslots > _MAX_SPANS or len(delimiter) != 1 or len(quote) != 1:
         return None
+    if sorted(s for s in slots if s >= 0) != list(range(nslots)):
+        raise ValueError(f"each kept column needs one field: {slots}")
     if not (pa.types.is_string(lines.type) or pa.types.is_binary(lines.type)):
         return None  # (large offsets)
     view = lines.view(pa.binary())
     _, offsets_buf, data_buf = view.buffers()
     offsets = np.frombuffer(offsets_buf, dtype=np.int32, count=n + 1, offset=4 * view.offset)
-    if data_buf is None:
+    if data_buf is None or np.any(offsets[1:] == offsets[:-1]):
+        return None
+    if data_buf.size - offsets[0] >= 3 and data_buf.slice(int(offsets[0]), 3).to_pybytes() == b"\xef\xbb\xbf":
         return None
     slot = np.full(ncols, -1, dtype=np.int32)
     slot[: len(slots)] = slots

@@ -328,7 +328,8 @@ class LineParser:
         """The lines' fields as Arrow's CSV reader reads them (split in C where the lines are
         of the plain forms, c/fields.c); rows of another width are reported by their 1-based
         number and field count instead of being parsed."""
-        if len(lines) and len(set(columns)) == len(columns) and set(kept) <= set(columns):
+        unique = len(set(columns)) == len(columns) and len(set(kept)) == len(kept)
+        if len(lines) and unique and set(kept) <= set(columns):
             split = _split_in_c(lines, columns, kept, self.delimiter, self.quote)
             if split is not None:
                 arrays, bad = split

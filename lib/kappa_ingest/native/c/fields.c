@@ -47,7 +47,7 @@ static int plain_fields(const uint8_t *data, int64_t size, int32_t p, int32_t en
                         uint8_t delim, uint8_t quote, int32_t *row_start, int32_t *row_len) {
     int j = 0;
     int32_t field = p;
-    for (int32_t q = p; q < end; q += 16) {
+    for (int64_t q = p; q < end; q += 16) { /* 64 bits: a line may end within 16 bytes of 2 GiB */
         int w = size - q >= 16 ? 16 : (int)(size - q);
         uint32_t delims, other = marks(data + q, w, delim, quote, &delims);
         if (end - q < 16) {
@@ -57,7 +57,7 @@ static int plain_fields(const uint8_t *data, int64_t size, int32_t p, int32_t en
         }
         if (other) return -1;
         while (delims) {
-            int32_t at = q + __builtin_ctz(delims);
+            int32_t at = (int32_t)(q + __builtin_ctz(delims));
             delims &= delims - 1;
             if (j < ncols && slot[j] >= 0) {
                 row_start[slot[j]] = field;
@@ -178,7 +178,7 @@ int kf_fill(int64_t rows, const uint8_t *data, int64_t size, int nslots, const i
                         dst[w] = c;
                         if (c == quote) src++;
                     }
-                } else if (length <= 16 && at + 16 <= size) {
+                } else if (length <= 16 && (int64_t)at + 16 <= size) {
                     memcpy(dst, data + at, 16);
                 } else {
                     memcpy(dst, data + at, (size_t)length);
