@@ -131,10 +131,8 @@ _SIGNATURES = {
 }
 
 _MAX_SPANS = 1 << 25  # a batch's rows x kept columns split at once (8 bytes each)
-_scratch = threading.local()
-
-
 _KEPT_SPANS = 1 << 23  # a thread keeps at most 32 MiB of them
+_scratch = threading.local()
 
 
 def _spans(size: int) -> np.ndarray:
