@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -18,6 +19,7 @@ from kappa_ingest.sinks.task_stats import TaskStats
 from kappa_ingest.sinks.task_units import DROP, TaskInput
 from kappa_ingest.source import splits
 from kappa_ingest.source.columns import BLOCK_COL, BLOCK_LEN_COL, FILE_COL, LINE_COL
+from kappa_ingest.source.records import Encoded
 from kappa_ingest.source.splits import InputFile, Plan, Unit
 from kappa_ingest.source.task_input import segments
 from kappa_ingest.spark.metrics import SparkRunMetrics, StageInfo, TaskInfo
@@ -165,15 +167,38 @@ def lines(rows: list[tuple[str, int, int]]) -> pa.RecordBatch:
     )  # fmt: skip
 
 
-def test_a_batch_is_cut_where_the_split_changes_and_sorted_first_when_shuffled():
+def test_a_batch_is_cut_where_the_split_changes_and_grouped_first_when_shuffled():
     batch = lines([("file:/a.csv", 0, 10)] * 3 + [("file:/a.csv", 10, 5)] * 2 + [("file:/b.csv", 0, 7)])
     assert [(f, s, n, b.num_rows) for f, s, n, b, _ in segments(batch)] == [
         ("file:/a.csv", 0, 10, 3), ("file:/a.csv", 10, 5, 2), ("file:/b.csv", 0, 7, 1)]  # fmt: skip
-    mixed = lines([("file:/b.csv", 0, 7), ("file:/a.csv", 0, 10), ("file:/b.csv", 0, 7)])
-    assert [(f, b.num_rows, list(at)) for f, _, _, b, at in segments(mixed, mixed=True)] == [
-        ("file:/a.csv", 1, [1]),
-        ("file:/b.csv", 2, [0, 2]),
-    ]  # where each row was
+    mixed = lines([("file:/b.csv", 0, 7), ("file:/a.csv", 0, 10), ("file:/b.csv", 0, 7), ("file:/a.csv", 10, 5)])
+    assert [(f, s, b.num_rows, list(at)) for f, s, _, b, at in segments(mixed, mixed=True)] == [
+        ("file:/b.csv", 0, 2, [0, 2]),
+        ("file:/a.csv", 0, 1, [1]),
+        ("file:/a.csv", 10, 1, [3]),
+    ]  # where each row was, each split's rows in their order
+    assert [list(b.column(BLOCK_COL).to_pylist()) for *_, b, _ in segments(mixed, mixed=True)] == [[0, 0], [0], [10]]
+
+
+def test_a_mixed_batch_whose_splits_are_runs_already_is_cut_as_it_is():
+    runs = lines([("file:/b.csv", 0, 7)] * 2 + [("file:/a.csv", 0, 10)] * 3 + [("file:/b.csv", 7, 7)])
+    assert [(f, s, list(at)) for f, s, _, _, at in segments(runs, mixed=True)] == [
+        ("file:/b.csv", 0, [0, 1]), ("file:/a.csv", 0, [2, 3, 4]), ("file:/b.csv", 7, [5])]  # fmt: skip
+
+
+def encoded(values: list[str]) -> Encoded:
+    n = len(values)
+    return Encoded(None, pa.array(values, pa.binary()), pa.array(range(n), pa.int64()), pa.array(["f"] * n))
+
+
+def test_pieces_encoded_apart_are_put_back_in_their_rows_order():
+    a, b = encoded(["r0", "r2", "r3"]), encoded(["r1", "r4"])
+    merged = Encoded.merge([a, b], [np.array([0, 2, 3]), np.array([1, 4])])
+    assert merged.values.to_pylist() == [b"r0", b"r1", b"r2", b"r3", b"r4"]
+    assert merged.timestamps_ms.to_pylist() == [0, 0, 1, 2, 1]
+    in_runs = Encoded.merge([b, a], [np.array([0, 1]), np.array([2, 3, 4])])
+    assert in_runs.values.to_pylist() == [b"r1", b"r4", b"r0", b"r2", b"r3"]
+    assert Encoded.merge([a], [np.array([3, 5, 9])]) is a  # a batch of one run: nothing to put back
 
 
 def test_a_task_drops_units_delivered_before_found_delivered_or_taken_over():

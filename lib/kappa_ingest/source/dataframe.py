@@ -132,6 +132,12 @@ class Source:
     # Where the tasks read their own splits: each task's splits, ``df``'s partitions as batches.
     handed: tuple[pa.RecordBatch, ...] = ()
 
+    @property
+    def narrow(self) -> bool:
+        """Rows of a bounded width: each task's splits, or lines moved by their offsets
+        with their marks, no line's text (:mod:`kappa_ingest.spark.arrow_batches`)."""
+        return self.mode == "lines" and LINE_COL not in self.df.columns
+
     def event_micros(self) -> Column:
         """Each row's event time in UTC microseconds, as the rows were sorted by (ordered runs)."""
         if EVENT_US_COL in self.df.columns:  # lines sorted before they were parsed

@@ -75,13 +75,22 @@ class Encoded:
     @classmethod
     def merge(cls, pieces: list[Encoded], positions: list[np.ndarray]) -> Encoded:
         """Pieces encoded apart, put back in the order of their rows' ``positions``."""
-        order = pa.array(np.argsort(np.concatenate(positions), kind="stable"))
+        at = np.concatenate(positions)
+        in_order = bool(np.all(at[1:] > at[:-1]))  # each piece a run of the batch: joined as they are
+        if in_order and len(pieces) == 1:
+            return pieces[0]
+        order = None if in_order else pa.array(np.argsort(at, kind="stable"))
+
+        def joined(arrays: list[pa.Array]) -> pa.Array:
+            whole = pa.concat_arrays(arrays)
+            return whole if order is None else whole.take(order)
+
         keys = [p.keys for p in pieces]
         return cls(
-            pa.concat_arrays(keys).take(order) if all(k is not None for k in keys) else None,  # type: ignore[arg-type]
-            pa.concat_arrays([p.values for p in pieces]).take(order),
-            pa.concat_arrays([p.timestamps_ms for p in pieces]).take(order),
-            pa.concat_arrays([p.source_files for p in pieces]).take(order),
+            joined(keys) if all(k is not None for k in keys) else None,  # type: ignore[arg-type]
+            joined([p.values for p in pieces]),
+            joined([p.timestamps_ms for p in pieces]),
+            joined([p.source_files for p in pieces]),
         )
 
     @property

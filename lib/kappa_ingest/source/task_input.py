@@ -3,7 +3,7 @@ unit by unit (which units a writer sends is :mod:`kappa_ingest.sinks.task_units`
 
 Spark hands a task the rows of its splits in order, so a batch is a few runs of rows,
 each from one split (found from the ``_metadata`` columns the source adds). After a
-shuffle (``parts`` > 1) rows arrive mixed: the batch is sorted by split first.
+shuffle (``parts`` > 1) rows arrive mixed: the batch is grouped by split first.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from kappa_ingest.source.columns import BLOCK_COL, BLOCK_LEN_COL, FILE_COL
 from kappa_ingest.source.parsing import BatchParser, Parsed
@@ -26,24 +25,32 @@ def segments(
 ) -> Iterator[tuple[str, int, int, pa.RecordBatch, np.ndarray | None]]:
     """``(Spark's file path, split start, split length, rows, positions)`` for each run of
     rows of one split; ``positions``: where the rows were in the batch (mixed batches only,
-    whose rows are sorted by split first, stably)."""
+    whose rows are grouped by split first, stably, where a split's rows are not already
+    one run: an ordered replay of files in time order comes a run of each split at a time)."""
     n = batch.num_rows
     if n == 0:
         return
-    order = None
-    if mixed:
-        order = np.asarray(pc.sort_indices(batch, [(FILE_COL, "ascending"), (BLOCK_COL, "ascending")]))
-        batch = batch.take(pa.array(order))
     files = batch.column(FILE_COL).dictionary_encode()
-    names = files.dictionary.to_pylist()
     codes = np.asarray(files.indices)
     starts = np.asarray(batch.column(BLOCK_COL))
+    bounds = _runs(codes, starts)
+    order = None
+    firsts = bounds[:-1]
+    if mixed and len(set(zip(codes[firsts].tolist(), starts[firsts].tolist(), strict=True))) < len(firsts):
+        order = np.lexsort((starts, codes))  # stable: each split's rows keep their order
+        batch, codes, starts = batch.take(pa.array(order)), codes[order], starts[order]
+        bounds = _runs(codes, starts)
+    names = files.dictionary.to_pylist()
     lengths = np.asarray(batch.column(BLOCK_LEN_COL))
-    cuts = np.flatnonzero((codes[1:] != codes[:-1]) | (starts[1:] != starts[:-1])) + 1
-    bounds = [0, *cuts.tolist(), n]
     for lo, hi in pairwise(bounds):
-        at = order[lo:hi] if order is not None else None
+        at = None if not mixed else order[lo:hi] if order is not None else np.arange(lo, hi)
         yield names[codes[lo]], int(starts[lo]), int(lengths[lo]), batch.slice(lo, hi - lo), at
+
+
+def _runs(codes: np.ndarray, starts: np.ndarray) -> list[int]:
+    """Where each run of rows of one split begins, and the end."""
+    cuts = np.flatnonzero((codes[1:] != codes[:-1]) | (starts[1:] != starts[:-1])) + 1
+    return [0, *cuts.tolist(), len(codes)]
 
 
 def lines_of(handed: Iterator[pa.RecordBatch], parser: BatchParser, stats: Any = None) -> Iterator[pa.RecordBatch]:

@@ -1,0 +1,39 @@
+"""Narrow rows go to the Python workers in batches of the row cap alone, Spark's byte cap
+(and its sizing after every row) lifted for the jobs inside, and the session's setting
+is given back after."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+
+from kappa_ingest.spark.arrow_batches import MAX_BYTES, UNSIZED, unsized_batches
+
+ROWS = "spark.sql.execution.arrow.maxRecordsPerBatch"
+
+
+def _batch_rows(spark) -> list[int]:
+    def sizes(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            yield pa.RecordBatch.from_pydict({"n": [b.num_rows]})
+
+    return sorted(r.n for r in spark.range(0, 6000, 1, 1).mapInArrow(sizes, "n long").collect())
+
+
+def test_narrow_rows_are_batched_by_the_row_cap_alone_and_the_setting_given_back(spark):
+    spark.conf.set(ROWS, "2500")
+    spark.conf.set(MAX_BYTES, "4096")  # 512 longs a batch where the byte cap holds
+    try:
+        with unsized_batches(spark, narrow=True):
+            assert spark.conf.get(MAX_BYTES) == UNSIZED
+            assert _batch_rows(spark) == [1000, 2500, 2500]  # the executors read it as the job ran
+        assert spark.conf.get(MAX_BYTES) == "4096"
+        with unsized_batches(spark, narrow=False):
+            assert max(_batch_rows(spark)) < 1000
+    finally:
+        spark.conf.unset(ROWS)
+        spark.conf.unset(MAX_BYTES)
+    with unsized_batches(spark, narrow=True):
+        pass
+    assert spark.conf.get(MAX_BYTES) == "268435456b"  # unset before, unset after: Spark's default
