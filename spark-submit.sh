@@ -45,6 +45,8 @@ for arg in "$@"; do
   [[ $arg == spark.pyspark.driver.python=* ]] && driver=()
 done
 log4j="-Dlog4j2.configurationFile=file:$here/conf/log4j2-spark.properties"
+# Arrow's index checks off for the vectors Spark writes for Python (kappa_ingest.spark.session).
+java_opts="$log4j -Darrow.enable_unsafe_memory_access=true"
 
 export KAPPA_INGEST_HOME=$here
 export SPARK_LOCAL_IP=${SPARK_LOCAL_IP:-127.0.0.1}
@@ -54,8 +56,8 @@ exec "$spark_submit" \
   "${props[@]}" "${driver[@]}" \
   --packages org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0 \
   --conf "spark.jars.ivySettings=$here/conf/ivysettings.xml" \
-  --conf "spark.driver.extraJavaOptions=$log4j" \
-  --conf "spark.executor.extraJavaOptions=$log4j" \
+  --conf "spark.driver.extraJavaOptions=$java_opts" \
+  --conf "spark.executor.extraJavaOptions=$java_opts" \
   --py-files "$here/build/kappa_ingest.zip" \
   --jars "$("$venv/bin/python" -m kappa_ingest.kafka.interceptor)" \
   "$@"

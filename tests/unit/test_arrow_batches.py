@@ -1,6 +1,6 @@
-"""Narrow rows go to the Python workers in batches of the row cap alone, Spark's byte cap
-(and its sizing after every row) lifted for the jobs inside, and the session's setting
-is given back after."""
+"""Rows handed from the JVM to the Python workers: narrow rows in batches of the row cap
+alone, Spark's byte cap (and its sizing after every row) lifted for the jobs inside and the
+session's setting given back after; Arrow's vectors written without index checks."""
 
 from __future__ import annotations
 
@@ -37,3 +37,9 @@ def test_narrow_rows_are_batched_by_the_row_cap_alone_and_the_setting_given_back
     with unsized_batches(spark, narrow=True):
         pass
     assert spark.conf.get(MAX_BYTES) == "268435456b"  # unset before, unset after: Spark's default
+
+
+def test_the_jvm_writes_arrow_vectors_without_index_checks(spark):
+    jvm = spark.sparkContext._jvm
+    assert jvm.System.getProperty("arrow.enable_unsafe_memory_access") == "true"
+    assert not jvm.org.apache.arrow.memory.BoundsChecking.BOUNDS_CHECKING_ENABLED

@@ -35,6 +35,12 @@ PACKAGES = (KAFKA_PACKAGE, DELTA_PACKAGE)
 # 20,000 rows (one killed and replaced) spent 14.6 CPU-s instead of 26.6 (the line path's
 # rows never pass through an executor JVM; Spark's own Kafka sink's do).
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
+# Arrow's Java vectors check each index written against their buffers (a reference count
+# read and two compares a value). The rows handed to Python after a shuffle (an ordered
+# replay's) are written by Spark's ArrowWriter at indexes it takes from the vectors' own
+# counts; unchecked, the JVM's CPU a row while an ordered replay sent went 2.62 -> 1.95 µs
+# (bench-results/20261128T091248Z, 20261128T092145Z). spark-submit.sh sets it too.
+ARROW_UNCHECKED = "-Darrow.enable_unsafe_memory_access=true"
 QUICK_JIT_BYTES = 1 << 30
 
 
@@ -69,7 +75,7 @@ def build_session(
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         log4j = f"-Dlog4j2.configurationFile=file:{conf_dir() / 'log4j2-spark.properties'}"
         archive = class_archive.options() if start_up_aids else ""
-        driver_java = f"{log4j} {archive} {QUICK_JIT if quick_jit else ''}".strip()
+        driver_java = f"{log4j} {ARROW_UNCHECKED} {archive} {QUICK_JIT if quick_jit else ''}".strip()
         from kappa_ingest.kafka.interceptor import jar_path
 
         resolved = resolved_package_jars()
@@ -85,7 +91,7 @@ def build_session(
                 }
             ),
             "spark.driver.extraJavaOptions": driver_java,
-            "spark.executor.extraJavaOptions": f"{log4j} {QUICK_JIT if quick_jit else ''}".strip(),
+            "spark.executor.extraJavaOptions": f"{log4j} {ARROW_UNCHECKED} {QUICK_JIT if quick_jit else ''}".strip(),
         }
         master = master or "local[*]"
         if start_up_aids and master.startswith("local"):  # workers run this venv's Python, with the package
