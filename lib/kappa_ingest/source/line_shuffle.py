@@ -67,33 +67,34 @@ def marked(lines: DataFrame, parser: LineParser, order: Typing | None = None, ke
 
     def mark(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from kappa_ingest.source import split_reader
-        from kappa_ingest.source.task_input import segments
+        from kappa_ingest.source.task_input import cyclic_gc_off, segments
 
         # Only the key and the event time are converted: a third of the cost of every column.
         parse = replace(parser, wanted=tuple(c for c in (key, order.event_column) if c) if order else ()).fresh()
         counted: dict[tuple[str, int], int] = {}  # a split's lines may come over several batches
         schema = None
-        for batch in (
-            split_reader.read(batches, at=True, encoding=parser.encoding, store=parser.store) if spans else batches
-        ):
-            # A scan task reads its splits' lines in order; a batch may hold several splits.
-            for file, start, _, rows, _ in segments(batch):
-                before = counted.get((file, start), 0)
-                counted[(file, start)] = before + rows.num_rows
-                line_no = np.arange(before, before + rows.num_rows, dtype=np.int64)
-                out = [*rows.columns, pa.array((line_no == 0) & (start == 0)), pa.array(line_no)]
-                names = [*rows.schema.names, FIRST_COL, LINE_NO_COL]
-                if spans:  # the line's place in its file, not its text
-                    text = names.index(LINE_COL)
-                    out.append(pc.binary_length(out[text]).cast(pa.int32()))
-                    names.append(LINE_LEN_COL)
-                if event_only is not None:
-                    out += _key_and_event_time(parse(rows), rows.num_rows, key, event_only)
-                    names += [KEY_COL, EVENT_US_COL]
-                if spans:
-                    del out[text], names[text]
-                schema = schema or _schema(names, out)
-                yield pa.RecordBatch.from_arrays(out, schema=schema)
+        with cyclic_gc_off():
+            for batch in (
+                split_reader.read(batches, at=True, encoding=parser.encoding, store=parser.store) if spans else batches
+            ):
+                # A scan task reads its splits' lines in order; a batch may hold several splits.
+                for file, start, _, rows, _ in segments(batch):
+                    before = counted.get((file, start), 0)
+                    counted[(file, start)] = before + rows.num_rows
+                    line_no = np.arange(before, before + rows.num_rows, dtype=np.int64)
+                    out = [*rows.columns, pa.array((line_no == 0) & (start == 0)), pa.array(line_no)]
+                    names = [*rows.schema.names, FIRST_COL, LINE_NO_COL]
+                    if spans:  # the line's place in its file, not its text
+                        text = names.index(LINE_COL)
+                        out.append(pc.binary_length(out[text]).cast(pa.int32()))
+                        names.append(LINE_LEN_COL)
+                    if event_only is not None:
+                        out += _key_and_event_time(parse(rows), rows.num_rows, key, event_only)
+                        names += [KEY_COL, EVENT_US_COL]
+                    if spans:
+                        del out[text], names[text]
+                    schema = schema or _schema(names, out)
+                    yield pa.RecordBatch.from_arrays(out, schema=schema)
 
     return lines.mapInArrow(mark, ddl)
 
