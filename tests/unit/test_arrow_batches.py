@@ -8,9 +8,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from kappa_ingest.spark.arrow_batches import MAX_BYTES, UNSIZED, unsized_batches
-
-ROWS = "spark.sql.execution.arrow.maxRecordsPerBatch"
+from kappa_ingest.spark.arrow_batches import MAX_BYTES, MAX_ROWS, unsized_batches
 
 
 def _batch_rows(spark) -> list[int]:
@@ -22,21 +20,25 @@ def _batch_rows(spark) -> list[int]:
 
 
 def test_narrow_rows_are_batched_by_the_row_cap_alone_and_the_setting_given_back(spark):
-    spark.conf.set(ROWS, "2500")
+    before = {k: spark.conf.get(k, None) for k in (MAX_ROWS, MAX_BYTES)}
+    spark.conf.set(MAX_ROWS, "2500")
     spark.conf.set(MAX_BYTES, "4096")  # 512 longs a batch where the byte cap holds
     try:
         with unsized_batches(spark, narrow=True):
-            assert spark.conf.get(MAX_BYTES) == UNSIZED
             assert _batch_rows(spark) == [1000, 2500, 2500]  # the executors read it as the job ran
         assert spark.conf.get(MAX_BYTES) == "4096"
         with unsized_batches(spark, narrow=False):
             assert max(_batch_rows(spark)) < 1000
-    finally:
-        spark.conf.unset(ROWS)
+        spark.conf.set(MAX_ROWS, "0")  # no row cap: the byte cap stays
+        with unsized_batches(spark, narrow=True):
+            assert max(_batch_rows(spark)) < 1000
         spark.conf.unset(MAX_BYTES)
-    with unsized_batches(spark, narrow=True):
-        pass
-    assert spark.conf.get(MAX_BYTES) == "268435456b"  # unset before, unset after: Spark's default
+        with unsized_batches(spark, narrow=True):
+            pass
+        assert spark.conf.get(MAX_BYTES, None) is None  # unset before, unset after
+    finally:
+        for k, v in before.items():
+            spark.conf.unset(k) if v is None else spark.conf.set(k, v)
 
 
 def test_the_jvm_writes_arrow_vectors_without_index_checks(spark):

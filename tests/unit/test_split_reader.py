@@ -109,6 +109,31 @@ def test_lines_moved_by_their_offsets_read_back_as_they_were(tmp_path, seed, mon
     assert LINE_AT_COL not in back.schema.names
 
 
+def test_lines_moved_by_their_offsets_are_read_back_in_batches_a_binary_array_holds(tmp_path, monkeypatch):
+    """However many moved lines Spark hands a task at once, each batch read back holds at
+    most GATHER_BYTES of lines (32-bit offsets), a longer line alone, every line once."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from kappa_ingest.source.columns import BLOCK_COL, BLOCK_LEN_COL, FILE_COL, LINE_COL, LINE_LEN_COL
+
+    data = b"".join(b"%d,%s\n" % (i, b"x" * (60 if i == 7 else i % 13)) for i in range(60))
+    (tmp_path / "a.csv").write_bytes(data)
+    splits = pa.RecordBatch.from_pydict({FILE_COL: [f"file://{tmp_path / 'a.csv'}"], BLOCK_COL: [0],
+                                         BLOCK_LEN_COL: [len(data)]})  # fmt: skip
+    read = pa.Table.from_batches(list(split_reader.read(iter([splits]), at=True))).combine_chunks()
+    want = read.column(LINE_COL).to_pylist()
+    moved = read.drop_columns([LINE_COL]).append_column(
+        LINE_LEN_COL, pc.binary_length(read.column(LINE_COL)).cast(pa.int32())
+    )
+    monkeypatch.setattr(split_reader, "GATHER_BYTES", 40)
+    back = list(split_reader.read(iter(moved.to_batches())))
+    sizes = [sum(len(x) for x in b.column(LINE_COL).to_pylist()) for b in back]
+    assert len(back) > 5 and all(s <= 40 or b.num_rows == 1 for s, b in zip(sizes, back, strict=True))
+    assert max(sizes) > 40  # line 7, longer than the limit, alone
+    assert [x for b in back for x in b.column(LINE_COL).to_pylist()] == want
+
+
 def test_a_line_past_its_files_end_is_an_error_not_other_bytes(tmp_path):
     import pyarrow as pa
 

@@ -135,7 +135,8 @@ class Source:
     @property
     def narrow(self) -> bool:
         """Rows of a bounded width: each task's splits, or lines moved by their offsets
-        with their marks, no line's text (:mod:`kappa_ingest.spark.arrow_batches`)."""
+        with their marks, no line's text (an ordered replay's key is one field's:
+        :mod:`kappa_ingest.spark.arrow_batches`)."""
         return self.mode == "lines" and LINE_COL not in self.df.columns
 
     def event_micros(self) -> Column:

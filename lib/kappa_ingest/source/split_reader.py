@@ -143,7 +143,7 @@ def read(
     opening.use(store)
     for batch in handed:
         if LINE_AT_COL in batch.schema.names:
-            yield with_lines(batch)
+            yield from (with_lines(part) for part in by_line_bytes(batch, GATHER_BYTES))
             continue
         for uri, start, length in zip(*(batch.column(c).to_pylist() for c in (FILE_COL, BLOCK_COL, BLOCK_LEN_COL)),
                                       strict=True):  # fmt: skip
@@ -158,6 +158,23 @@ def read(
                     columns.append(pa.array(starts))
                     names.append(LINE_AT_COL)
                 yield pa.RecordBatch.from_arrays(columns, names=names)
+
+
+# The bytes of lines read back into one batch at most: a binary array's offsets are 32-bit,
+# and Spark hands a task as many moved lines at once as its row cap says.
+GATHER_BYTES = 1 << 30
+
+
+def by_line_bytes(batch: pa.RecordBatch, limit: int) -> Iterator[pa.RecordBatch]:
+    """A batch of lines moved by their offsets, in slices of at most ``limit`` bytes of
+    lines (a longer line alone)."""
+    ends = np.cumsum(np.asarray(batch.column(LINE_LEN_COL), dtype=np.int64))
+    lo = 0
+    while lo < batch.num_rows:
+        before = int(ends[lo - 1]) if lo else 0
+        hi = max(lo + 1, int(np.searchsorted(ends, before + limit, side="right")))
+        yield batch.slice(lo, hi - lo)
+        lo = hi
 
 
 def with_lines(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -207,8 +224,11 @@ def native_gather(sources: list[pa.Buffer], file: np.ndarray, at: np.ndarray, le
     from kappa_ingest import native
 
     n = len(at)
-    offsets = np.zeros(n + 1, dtype=np.int32)
+    offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(length, out=offsets[1:])
+    if offsets[-1] > np.iinfo(np.int32).max:
+        raise ValueError(f"{offsets[-1]} bytes of lines in one batch: more than a binary array holds")
+    offsets = offsets.astype(np.int32)
     sizes = np.array([b.size for b in sources], dtype=np.int64)
     if n and (np.any(at < 0) or np.any(at + length > sizes[file])):
         raise ValueError("a moved line lies past the end of its file (was it changed during the run?)")

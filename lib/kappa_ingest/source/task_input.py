@@ -38,7 +38,11 @@ def segments(
     bounds = _runs(codes, starts)
     order = None
     firsts = bounds[:-1]
-    if mixed and len(set(zip(codes[firsts].tolist(), starts[firsts].tolist(), strict=True))) < len(firsts):
+    if (
+        mixed
+        and len(firsts) > 1
+        and np.unique(np.stack([codes[firsts], starts[firsts]]), axis=1).shape[1] < len(firsts)
+    ):
         order = np.lexsort((starts, codes))  # stable: each split's rows keep their order
         batch, codes, starts = batch.take(pa.array(order)), codes[order], starts[order]
         bounds = _runs(codes, starts)

@@ -67,7 +67,7 @@ def build_session(
     (default ``local[*]``); ``extra_conf`` wins over ``conf/`` defaults; ``quick_jit``
     starts the driver and executor JVMs with the quick compiler only (see ``QUICK_JIT``); without
     ``start_up_aids`` (the benchmark's baselines, as users would run them) neither the class
-    archive nor the preloading worker daemon is used."""
+    archive, the preloading worker daemon nor Arrow's unchecked writes are used."""
     builder = SparkSession.builder.appName(app_name)
     if not launched_by_spark_submit():
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -75,7 +75,8 @@ def build_session(
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         log4j = f"-Dlog4j2.configurationFile=file:{conf_dir() / 'log4j2-spark.properties'}"
         archive = class_archive.options() if start_up_aids else ""
-        driver_java = f"{log4j} {ARROW_UNCHECKED} {archive} {QUICK_JIT if quick_jit else ''}".strip()
+        arrow = ARROW_UNCHECKED if start_up_aids else ""
+        driver_java = f"{log4j} {arrow} {archive} {QUICK_JIT if quick_jit else ''}".strip()
         from kappa_ingest.kafka.interceptor import jar_path
 
         resolved = resolved_package_jars()
@@ -91,7 +92,7 @@ def build_session(
                 }
             ),
             "spark.driver.extraJavaOptions": driver_java,
-            "spark.executor.extraJavaOptions": f"{log4j} {ARROW_UNCHECKED} {QUICK_JIT if quick_jit else ''}".strip(),
+            "spark.executor.extraJavaOptions": f"{log4j} {arrow} {QUICK_JIT if quick_jit else ''}".strip(),
         }
         master = master or "local[*]"
         if start_up_aids and master.startswith("local"):  # workers run this venv's Python, with the package
