@@ -33,15 +33,18 @@ PACKAGES = (KAFKA_PACKAGE, DELTA_PACKAGE)
 # extra CPU grows with the input, so only inputs under QUICK_JIT_BYTES get it. Executors
 # started for the session get it by the same rule: two local-cluster executors sending
 # 20,000 rows (one killed and replaced) spent 14.6 CPU-s instead of 26.6 (the line path's
-# rows never pass through an executor JVM; Spark's own Kafka sink's do).
+# rows never pass through an executor JVM; Spark's own Kafka sink's do). An ordered
+# replay's do: C2 cut the JVM's CPU a row while it sent (1.55 µs against 2.62) but not its
+# time to exit (23.8 s against 22.7, 1M rows, bench-results/20261128T091829Z).
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
+QUICK_JIT_BYTES = 1 << 30
+
 # Arrow's Java vectors check each index written against their buffers (a reference count
 # read and two compares a value). The rows handed to Python after a shuffle (an ordered
 # replay's) are written by Spark's ArrowWriter at indexes it takes from the vectors' own
 # counts; unchecked, the JVM's CPU a row while an ordered replay sent went 2.62 -> 1.95 µs
 # (bench-results/20261128T091248Z, 20261128T092145Z). spark-submit.sh sets it too.
 ARROW_UNCHECKED = "-Darrow.enable_unsafe_memory_access=true"
-QUICK_JIT_BYTES = 1 << 30
 
 
 def quick_jit(input_bytes: int) -> bool:
