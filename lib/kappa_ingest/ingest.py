@@ -59,6 +59,7 @@ from kappa_ingest.source import opening, quarantine, record_size
 from kappa_ingest.source.splits import changed_input
 from kappa_ingest.spark import metrics as spark_metrics
 from kappa_ingest.spark import warmup
+from kappa_ingest.spark.arrow_batches import unsized_batches
 from kappa_ingest.spark.failures import classify, spark_action
 from kappa_ingest.spark.job_groups import job_group
 
@@ -141,12 +142,13 @@ def _pipeline(
         earlier = work.earlier  # what was delivered before, and the files to read
         source, group = _read(cfg, spark, report, earlier, held)
         skip = work.skip
-        if cfg.expectations:
-            source = _gate(cfg, source, skip, report, echo)
-        source, sent, outcome = _send(cfg, spark, source, resources, report, skip, earlier, warming, echo)
-        new_entries = _account(cfg, spark, report, source, sent, outcome, group, earlier)
-        _settle(cfg, report, source, sent, outcome, held, work.resumption, replay, new_entries)
-        _quarantine(cfg, report, source, skip)
+        with unsized_batches(spark, source.narrow):  # every job that hands the source's rows to Python
+            if cfg.expectations:
+                source = _gate(cfg, source, skip, report, echo)
+            source, sent, outcome = _send(cfg, spark, source, resources, report, skip, earlier, warming, echo)
+            new_entries = _account(cfg, spark, report, source, sent, outcome, group, earlier)
+            _settle(cfg, report, source, sent, outcome, held, work.resumption, replay, new_entries)
+            _quarantine(cfg, report, source, skip)
         report.check_counts()
         report.status = "succeeded" if report.consistent else "failed"
         if not report.consistent:

@@ -122,7 +122,7 @@ def test_lines_moved_by_their_offsets_are_read_back_in_batches_a_binary_array_ho
     splits = pa.RecordBatch.from_pydict({FILE_COL: [f"file://{tmp_path / 'a.csv'}"], BLOCK_COL: [0],
                                          BLOCK_LEN_COL: [len(data)]})  # fmt: skip
     read = pa.Table.from_batches(list(split_reader.read(iter([splits]), at=True))).combine_chunks()
-    want = read.column(LINE_COL).to_pylist()
+    want = data.split(b"\n")[:-1]
     moved = read.drop_columns([LINE_COL]).append_column(
         LINE_LEN_COL, pc.binary_length(read.column(LINE_COL)).cast(pa.int32())
     )

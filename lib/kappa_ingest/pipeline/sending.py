@@ -40,7 +40,6 @@ from kappa_ingest.source import record_size
 from kappa_ingest.source.inputs import estimate_rows
 from kappa_ingest.source.records import wall_clock_ms
 from kappa_ingest.source.splits import Unit
-from kappa_ingest.spark.arrow_batches import unsized_batches
 from kappa_ingest.spark.failures import spark_action
 from kappa_ingest.spark.job_groups import side_jobs
 
@@ -273,8 +272,7 @@ def _sent(
         connecting.start()
     try:
         try:
-            with unsized_batches(ready.source.df.sparkSession, ready.source.narrow):
-                outcome = sinks.send(cfg.sink, ready.source, ready.settings, ready.servers, task_delivery, rate)
+            outcome = sinks.send(cfg.sink, ready.source, ready.settings, ready.servers, task_delivery, rate)
         finally:
             clock.end("sending")
             progress.close()

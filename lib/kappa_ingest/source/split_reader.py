@@ -143,7 +143,7 @@ def read(
     opening.use(store)
     for batch in handed:
         if LINE_AT_COL in batch.schema.names:
-            yield from (with_lines(part) for part in by_line_bytes(batch, GATHER_BYTES))
+            yield from (with_lines(part) for part in _by_line_bytes(batch, GATHER_BYTES))
             continue
         for uri, start, length in zip(*(batch.column(c).to_pylist() for c in (FILE_COL, BLOCK_COL, BLOCK_LEN_COL)),
                                       strict=True):  # fmt: skip
@@ -165,7 +165,7 @@ def read(
 GATHER_BYTES = 1 << 30
 
 
-def by_line_bytes(batch: pa.RecordBatch, limit: int) -> Iterator[pa.RecordBatch]:
+def _by_line_bytes(batch: pa.RecordBatch, limit: int) -> Iterator[pa.RecordBatch]:
     """A batch of lines moved by their offsets, in slices of at most ``limit`` bytes of
     lines (a longer line alone)."""
     ends = np.cumsum(np.asarray(batch.column(LINE_LEN_COL), dtype=np.int64))

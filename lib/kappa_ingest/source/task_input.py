@@ -37,19 +37,17 @@ def segments(
     starts = np.asarray(batch.column(BLOCK_COL))
     bounds = _runs(codes, starts)
     order = None
-    firsts = bounds[:-1]
-    if (
-        mixed
-        and len(firsts) > 1
-        and np.unique(np.stack([codes[firsts], starts[firsts]]), axis=1).shape[1] < len(firsts)
-    ):
-        order = np.lexsort((starts, codes))  # stable: each split's rows keep their order
-        batch, codes, starts = batch.take(pa.array(order)), codes[order], starts[order]
-        bounds = _runs(codes, starts)
+    if mixed:
+        order = np.arange(n)  # each split one run already: its rows where they are
+        firsts = bounds[:-1]
+        if np.unique(np.stack([codes[firsts], starts[firsts]]), axis=1).shape[1] < len(firsts):
+            order = np.lexsort((starts, codes))  # stable: each split's rows keep their order
+            batch, codes, starts = batch.take(pa.array(order)), codes[order], starts[order]
+            bounds = _runs(codes, starts)
     names = files.dictionary.to_pylist()
     lengths = np.asarray(batch.column(BLOCK_LEN_COL))
     for lo, hi in pairwise(bounds):
-        at = None if not mixed else order[lo:hi] if order is not None else np.arange(lo, hi)
+        at = order[lo:hi] if order is not None else None
         yield names[codes[lo]], int(starts[lo]), int(lengths[lo]), batch.slice(lo, hi - lo), at
 
 
