@@ -31,7 +31,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("--partitions", type=int, default=2, help="Spark partitions and local[N] cores")
     p.add_argument("--out", default="bench-results")
     p.add_argument("--data", default="data", help="where generated inputs are kept between runs")
-    p.add_argument("--baseline", metavar="COMMIT", help="also run the plain line path as this commit has it")
+    p.add_argument(
+        "--baseline",
+        metavar="COMMIT",
+        help="also run the plain line path as this commit has it (and each path --only names with its ' at baseline')",
+    )
     p.add_argument("--metrics-dir", default="metrics", help="the Delta metrics store the runs are appended to")
     args = p.parse_args(argv)
     exit_on_sigterm()  # stop the benchmark's broker on SIGTERM too

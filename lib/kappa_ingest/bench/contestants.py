@@ -241,19 +241,23 @@ PATHS = [
     ReadPath("multiline", lambda ctx: ["--multiline"], lambda ctx: ["--multiline"]),
 ]  # fmt: skip
 PLAIN_LINE_PATH = "kappa-ingest confluent exactly-once"
-BASELINE = f"{PLAIN_LINE_PATH} at baseline"
+AT_BASELINE = " at baseline"
+BASELINE = f"{PLAIN_LINE_PATH}{AT_BASELINE}"
 
 
 def _paths() -> list[Contestant]:
     """Each path's kappa-ingest run (against the plain line path: the option's cost) and
-    plain Spark doing the same work, on the same input."""
+    plain Spark doing the same work, on the same input; and the path as the --baseline
+    commit has it (a change to one path measured against that path, in the same run)."""
     out = []
     for path in PATHS:
         plain = f"plain Spark {path.label}"
+        name = f"{PLAIN_LINE_PATH} {path.label}"
         out.append(Contestant(plain, "baseline", _plain_spark_doing(path), _script_timing, layouts=path.layouts))
-        out.append(Contestant(f"{PLAIN_LINE_PATH} {path.label}", "kappa-ingest",
-                              _kappa_cmd("confluent", "exactly-once", path=path), _kappa_timing,
+        out.append(Contestant(name, "kappa-ingest", _kappa_cmd("confluent", "exactly-once", path=path), _kappa_timing,
                               layouts=path.layouts, versus=PLAIN_LINE_PATH, same_work=plain))  # fmt: skip
+        out.append(Contestant(name + AT_BASELINE, "kappa-ingest", _baseline_cmd(path), _kappa_timing,
+                              layouts=path.layouts))  # fmt: skip
     return out
 
 
@@ -262,13 +266,18 @@ def _full_jit_cmd(ctx: Context, topic: str) -> list[str]:
     return ["env", "KAPPA_INGEST_QUICK_JIT=0", *_kappa_cmd("confluent", "exactly-once")(ctx, topic)]
 
 
-def _baseline_cmd(ctx: Context, topic: str) -> list[str]:
-    """The plain line path as the baseline commit runs it: its package first on the path
-    (driver and Python workers alike: Spark hands PYTHONPATH on to its workers)."""
-    assert ctx.baseline_lib is not None
-    cmd = _kappa_cmd("confluent", "exactly-once")(ctx, topic)
-    boot = f"import sys; sys.path.insert(0, {str(ctx.baseline_lib)!r}); from kappa_ingest.cli import main; sys.exit(main())"
-    return ["env", f"PYTHONPATH={ctx.baseline_lib}", sys.executable, "-c", boot, *cmd[1:]]
+def _baseline_cmd(path: ReadPath | None = None) -> Callable[[Context, str], list[str]]:
+    """The plain line path (or ``path``) as the baseline commit runs it: its package first
+    on the path (driver and Python workers alike: Spark hands PYTHONPATH on to its workers)."""
+
+    def cmd(ctx: Context, topic: str) -> list[str]:
+        assert ctx.baseline_lib is not None
+        today = _kappa_cmd("confluent", "exactly-once", path=path)(ctx, topic)
+        boot = (f"import sys; sys.path.insert(0, {str(ctx.baseline_lib)!r}); from kappa_ingest.cli import main;"
+                " sys.exit(main())")  # fmt: skip
+        return ["env", f"PYTHONPATH={ctx.baseline_lib}", sys.executable, "-c", boot, *today[1:]]
+
+    return cmd
 
 
 def _kappa_timing(usage: Usage, ctx: Context, topic: str) -> Timing:
@@ -302,7 +311,7 @@ CONTESTANTS = [
     # The driver JVM with C2 allowed, beside the quick compiler chosen for inputs under 1 GiB.
     Contestant(f"{PLAIN_LINE_PATH} full JIT", "kappa-ingest", _full_jit_cmd, _kappa_timing, versus=PLAIN_LINE_PATH),
     # The same plain line path at an earlier commit (jobs/benchmark.py --baseline REF): a regression check.
-    Contestant(BASELINE, "kappa-ingest", _baseline_cmd, _kappa_timing),
+    Contestant(BASELINE, "kappa-ingest", _baseline_cmd(), _kappa_timing),
     _kappa("confluent", "at-least-once"),
     _kappa("spark", "at-least-once"),
     _kappa("kafka-python", "exactly-once"),

@@ -16,3 +16,6 @@ KEY_COL = "__kappa_key"  # a shuffled line's --key-column text (an ordered repla
 EVENT_US_COL = "__kappa_event_us"  # a shuffled line's event time, UTC microseconds (an ordered replay's sort)
 LINE_AT_COL = "__kappa_line_at"  # a line moved without its text: its byte offset in its file
 LINE_LEN_COL = "__kappa_line_len"  # ... and its length in bytes (its terminator not counted)
+# An ordered replay's line read back from its place alone: its split's number in the run, its
+# byte offset and length, in 16 bytes that sort as split, then offset (source.line_shuffle).
+MARK_COL = "__kappa_mark"

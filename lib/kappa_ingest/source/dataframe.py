@@ -46,7 +46,7 @@ from pyspark.sql.types import DataType, StringType, StructField, StructType
 
 from kappa_ingest.errors import InputError, UsageError
 from kappa_ingest.s3.access import is_s3
-from kappa_ingest.source import line_shuffle, opening, split_reader, splits, text_scan, transcode
+from kappa_ingest.source import line_places, line_shuffle, opening, split_reader, splits, text_scan, transcode
 from kappa_ingest.source.columns import (
     BLOCK_COL,
     BLOCK_LEN_COL,
@@ -252,7 +252,10 @@ def read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None = None, path
         # Where tasks can read their splits themselves, Spark's JVM reads none of the lines.
         own = split_reader.usable(files)
         own_frame = split_reader.frame(spark, plan, files, splits_read) if own else None
-        own_scan = (own_frame[0], replace(line_parser, reads_splits=True)) if own_frame else None
+        own_scan = None
+        if own_frame is not None:  # an ordered replay's lines name their splits by number
+            numbered = line_places.numbered(own_frame[1]) if _sorted_by_event_time(cfg) else ()
+            own_scan = (own_frame[0], replace(line_parser, reads_splits=True, splits=numbered))
         handed: list[pa.RecordBatch] = []
         # Lines Spark reads, made where something needs them (in a store, the tasks' own reading is the only one).
         scan = text.scan if text is not None else lambda: own_scan

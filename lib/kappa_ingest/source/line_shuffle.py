@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from kappa_ingest.source import line_places
 from kappa_ingest.source.columns import (
     BLOCK_COL,
     EVENT_TS_COL,
@@ -40,6 +41,7 @@ from kappa_ingest.source.columns import (
     LINE_COL,
     LINE_LEN_COL,
     LINE_NO_COL,
+    MARK_COL,
 )
 from kappa_ingest.source.parsing import LineParser, Parsed
 from kappa_ingest.source.typed import TS_TYPE, Typing
@@ -52,18 +54,24 @@ def marked(lines: DataFrame, parser: LineParser, order: Typing | None = None, ke
 
     Splits read here move without their text: each line's byte offset and length in its
     file instead (an eighth of a wide line's bytes through the shuffle and the sort), read
-    back from the file by the task that parses it (:func:`kappa_ingest.source.split_reader.with_lines`)."""
+    back from the file by the task that parses it (:func:`kappa_ingest.source.split_reader.with_lines`);
+    in an ordered replay, its place alone (:mod:`kappa_ingest.source.line_places`)."""
     spans = parser.reads_splits
+    placed = spans and order is not None
     ddl = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in lines.schema.fields)
-    if spans:  # the scan's columns (its text aside) come in the order split_reader.read gives them
-        ddl += f", {LINE_AT_COL} long"
-    ddl += f", {FIRST_COL} boolean, {LINE_NO_COL} long"
-    if spans:
-        ddl += f", {LINE_LEN_COL} int"
+    if placed:
+        ddl = f"{MARK_COL} binary"
+    else:
+        if spans:  # the scan's columns (its text aside) come in the order split_reader.read gives them
+            ddl += f", {LINE_AT_COL} long"
+        ddl += f", {FIRST_COL} boolean, {LINE_NO_COL} long"
+        if spans:
+            ddl += f", {LINE_LEN_COL} int"
     if order is not None:
         ddl += f", {KEY_COL} string, {EVENT_US_COL} long"
     event_only = Typing(null_values=order.null_values, event_column=order.event_column,
                         event_format=order.event_format) if order is not None else None  # fmt: skip
+    splits = parser.splits
 
     def mark(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from kappa_ingest.source import split_reader
@@ -72,6 +80,7 @@ def marked(lines: DataFrame, parser: LineParser, order: Typing | None = None, ke
         # Only the key and the event time are converted: a third of the cost of every column.
         parse = replace(parser, wanted=tuple(c for c in (key, order.event_column) if c) if order else ()).fresh()
         counted: dict[tuple[str, int], int] = {}  # a split's lines may come over several batches
+        number = {(f, s): i for i, (f, s, _) in enumerate(splits)} if placed else {}
         schema = None
         with cyclic_gc_off():
             for batch in (
@@ -79,24 +88,37 @@ def marked(lines: DataFrame, parser: LineParser, order: Typing | None = None, ke
             ):
                 # A scan task reads its splits' lines in order; a batch may hold several splits.
                 for file, start, _, rows, _ in segments(batch):
-                    before = counted.get((file, start), 0)
-                    counted[(file, start)] = before + rows.num_rows
-                    line_no = np.arange(before, before + rows.num_rows, dtype=np.int64)
-                    out = [*rows.columns, pa.array((line_no == 0) & (start == 0)), pa.array(line_no)]
-                    names = [*rows.schema.names, FIRST_COL, LINE_NO_COL]
-                    if spans:  # the line's place in its file, not its text
-                        text = names.index(LINE_COL)
-                        out.append(pc.binary_length(out[text]).cast(pa.int32()))
-                        names.append(LINE_LEN_COL)
+                    if placed:
+                        length = np.asarray(pc.binary_length(rows.column(LINE_COL)))
+                        out = [line_places.packed(number[(file, start)], np.asarray(rows.column(LINE_AT_COL)), length)]
+                        names = [MARK_COL]
+                    else:
+                        out, names = _numbered(rows, file, start, counted, spans)
                     if event_only is not None:
                         out += _key_and_event_time(parse(rows), rows.num_rows, key, event_only)
                         names += [KEY_COL, EVENT_US_COL]
-                    if spans:
-                        del out[text], names[text]
                     schema = schema or _schema(names, out)
                     yield pa.RecordBatch.from_arrays(out, schema=schema)
 
     return lines.mapInArrow(mark, ddl)
+
+
+def _numbered(
+    rows: pa.RecordBatch, file: str, start: int, counted: dict[tuple[str, int], int], spans: bool
+) -> tuple[list[pa.Array], list[str]]:
+    """A split's run of lines with whether each is its file's first and its number in the
+    split; moved by offset (``spans``): its length in place of its text."""
+    before = counted.get((file, start), 0)
+    counted[(file, start)] = before + rows.num_rows
+    line_no = np.arange(before, before + rows.num_rows, dtype=np.int64)
+    out = [*rows.columns, pa.array((line_no == 0) & (start == 0)), pa.array(line_no)]
+    names = [*rows.schema.names, FIRST_COL, LINE_NO_COL]
+    if spans:  # the line's place in its file, not its text
+        text = names.index(LINE_COL)
+        out.append(pc.binary_length(out[text]).cast(pa.int32()))
+        names.append(LINE_LEN_COL)
+        del out[text], names[text]
+    return out, names
 
 
 def _schema(names: list[str], arrays: list[pa.Array]) -> pa.Schema:
@@ -135,7 +157,10 @@ def by_key_in_event_time_order(df: DataFrame, parts: int) -> DataFrame:
 
 
 def in_event_time_order(df: DataFrame) -> DataFrame:
-    """Each task's marked lines in event-time order, ties in file order."""
+    """Each task's marked lines in event-time order, ties in file order (a line's mark sorts
+    so); the key, once the lines are parted by it, dropped before the sort copies it."""
+    if MARK_COL in df.columns:
+        return df.drop(KEY_COL).sortWithinPartitions(F.col(EVENT_US_COL), F.col(MARK_COL))
     return df.sortWithinPartitions(F.col(EVENT_US_COL), F.col(FILE_COL), F.col(BLOCK_COL), F.col(LINE_NO_COL))
 
 

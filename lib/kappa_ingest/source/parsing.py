@@ -53,6 +53,7 @@ class BatchParser(Protocol):
     reads_splits: bool  # handed its splits, the task reads their lines itself (kappa_ingest.source.split_reader)
     encoding: str  # of the lines it is handed or reads
     store: Any  # where the objects it reads are (source.opening.Store); None: local files
+    splits: tuple[tuple[str, int, int], ...]  # the run's, numbered, where its lines name theirs so
 
     def fresh(self) -> BatchParser:
         """A parser for a new task."""
@@ -81,6 +82,10 @@ class Wrapping:
     @property
     def store(self) -> Any:
         return self.inner.store
+
+    @property
+    def splits(self) -> tuple[tuple[str, int, int], ...]:
+        return self.inner.splits
 
 
 class HeaderMismatch(ValueError):
@@ -187,6 +192,8 @@ class LineParser:
     encoding: str = "utf-8"  # else a single-byte one or UTF-16, turned into UTF-8 first (kappa_ingest.source.transcode)
     reads_splits: bool = False  # the task is handed its splits and reads their lines (kappa_ingest.source.split_reader)
     store: Any = None  # where its objects are (source.opening.Store), when the inputs are in a store
+    # The run's splits, numbered: an ordered replay's lines name theirs by number (source.line_places).
+    splits: tuple[tuple[str, int, int], ...] = ()
     _seen: set[str] = field(default_factory=set)
 
     @property
@@ -445,6 +452,7 @@ class RowParser:
     reads_splits = False
     encoding = "utf-8"  # (Spark's reader decoded the rows)
     store = None
+    splits = ()
 
     columns: tuple[str, ...]
     delimiter: str = ","

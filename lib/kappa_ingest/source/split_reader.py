@@ -41,8 +41,16 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from kappa_ingest.s3.access import is_s3
-from kappa_ingest.source import opening, transcode
-from kappa_ingest.source.columns import BLOCK_COL, BLOCK_LEN_COL, FILE_COL, LINE_AT_COL, LINE_COL, LINE_LEN_COL
+from kappa_ingest.source import line_places, opening, transcode
+from kappa_ingest.source.columns import (
+    BLOCK_COL,
+    BLOCK_LEN_COL,
+    FILE_COL,
+    LINE_AT_COL,
+    LINE_COL,
+    LINE_LEN_COL,
+    MARK_COL,
+)
 from kappa_ingest.source.splits import Plan, canonical_file
 
 CHUNK_BYTES = 2 << 20  # about Spark's 10,000-row Arrow batches of the test layouts
@@ -132,16 +140,22 @@ def read(
     at: bool = False,
     encoding: str = "utf-8",
     store: opening.Store | None = None,
+    splits: tuple[line_places.Split, ...] = (),
 ) -> Iterator[pa.RecordBatch]:
     """The lines of the splits a task was handed, as batches of the text scan's columns;
     ``at``: with each line's byte offset in its file (LINE_AT_COL) too; ``encoding``: the
     files' (UTF-16 is read by unit; any other by byte); ``store``: where objects are.
 
     Handed lines moved by a shuffle without their text (LINE_AT_COL and LINE_LEN_COL in
-    place of LINE_COL: :mod:`kappa_ingest.source.line_shuffle`), the lines are read from the
-    files at those offsets (:func:`with_lines`)."""
+    place of LINE_COL: :mod:`kappa_ingest.source.line_shuffle`; or by their places alone,
+    MARK_COL, of ``splits``), the lines are read from the files at those offsets
+    (:func:`with_lines`)."""
     opening.use(store)
+    places = None
     for batch in handed:
+        if MARK_COL in batch.schema.names:
+            places = places or line_places.Places(splits)
+            batch = places.restored(batch)
         if LINE_AT_COL in batch.schema.names:
             yield from (with_lines(part) for part in _by_line_bytes(batch, GATHER_BYTES))
             continue

@@ -82,7 +82,7 @@ def lines_of(handed: Iterator[pa.RecordBatch], parser: BatchParser, stats: Any =
 
     if stats is not None:
         stats.lines_read = 0
-    for batch in split_reader.read(handed, encoding=parser.encoding, store=parser.store):
+    for batch in split_reader.read(handed, encoding=parser.encoding, store=parser.store, splits=parser.splits):
         if stats is not None:
             stats.lines_read += batch.num_rows
         yield batch
