@@ -11,7 +11,10 @@ A line's marks: whether it is its file's first line (the header, or a BOM to tak
 position tells no more once lines move), its number in its split (ties in event time
 keep the file's order) and, for an ordered replay, its key and event time, found by the
 same Arrow parser and typing the sink uses. A line that does not parse has neither and
-sorts first; the sink quarantines it with its reason.
+sorts first; the sink quarantines it with its reason. An ordered replay of splits the
+tasks read moves each line as its place alone (:mod:`kappa_ingest.source.line_places`):
+one 16-byte value for the sort and for Spark to hand the sink, where its file, split and
+first-line flag were columns on every row.
 
 A row's part of its split is a function of its own text (its line, or its key; a UTF-16
 line, moved by offset: its place in its file), never of the files read beside it, so a

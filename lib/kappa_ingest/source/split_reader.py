@@ -23,8 +23,9 @@ same lines in each split:
 
 Lines an ordered replay moves (:mod:`kappa_ingest.source.line_shuffle`) need not carry their
 text through Spark's shuffle and sort: read with their byte offsets (``read(at=True)``),
-they move as offset and length, and the task that parses them reads them back from the
-file (:func:`with_lines`), which the page cache still holds.
+they move as offset and length (an ordered replay's, as their places:
+:mod:`kappa_ingest.source.line_places`), and the task that parses them reads them back
+from the file (:func:`with_lines`), which the page cache still holds.
 
 Line bounds are found with numpy over each chunk's bytes; a line's bytes are copied once,
 into the batch (a line holds no ``\\r`` or ``\\n``, so the chunk less those bytes is the
