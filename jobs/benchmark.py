@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
     p.add_argument(
         "--baseline",
         metavar="COMMIT",
-        help="also run the plain line path as this commit has it (and each path --only names with its ' at baseline')",
+        help="also run the plain line path as this commit has it (and any '<path> at baseline' --only names)",
     )
     p.add_argument("--metrics-dir", default="metrics", help="the Delta metrics store the runs are appended to")
     args = p.parse_args(argv)

@@ -269,23 +269,31 @@ def _kept(records) -> Counter:
                    for r in records)  # fmt: skip
 
 
-@pytest.mark.parametrize("order", [False, True], ids=["unit by unit", "ordered replay"])
-def test_every_mode_reads_an_object_as_it_reads_the_same_local_file(spark, kafka, s3, tmp_path, order):
+@pytest.mark.parametrize(
+    ("order", "packed"),
+    [(False, False), (True, False), (False, True), (True, True)],
+    ids=["unit by unit", "ordered replay", "gzip: more producers than splits", "gzip: ordered replay"],
+)
+def test_every_mode_reads_an_object_as_it_reads_the_same_local_file(spark, kafka, s3, tmp_path, order, packed):
     """The same options on a local file and on its copy in the store give the same records,
     quarantine and dead letters (whose source_file is the s3:// URI); an ordered replay's
     lines are read back from the object by offset and reach each key's partition in
-    event-time order."""
+    event-time order. A gzipped object's lines (offsets in its text, not in the object)
+    move through the shuffle with their text, as Spark's scan of the local file moves them."""
     local = _table(tmp_path / "t.csv", 3_000, seed=31)
-    uri = s3_put(s3, f"modes/{order}/t.csv", local)
+    if packed:
+        (tmp_path / "t.csv.gz").write_bytes(gzip.compress(local.read_bytes()))
+        local = tmp_path / "t.csv.gz"
+    uri = s3_put(s3, f"modes/{order}/{local.name}", local)
     options = dict(key_column="k", event_time_column="ev", null_values=("NA",), partitions=3,
                    schema="id INT, v STRING", order_by_event_time=order)  # fmt: skip
     results = {}
     for where, inputs in (("local", [str(local)]), ("s3", [uri])):
-        dlq = f"dead-{where}-{order}"
+        dlq = f"dead-{where}-{order}-{packed}"
         out = tmp_path / where
         out.mkdir()
         results[where] = run(spark, kafka, out, inputs=inputs, dead_letter_topic=dlq, s3_endpoint=s3.endpoint,
-                             topic=f"modes-{where}-{order}", **options)  # fmt: skip
+                             topic=f"modes-{where}-{order}-{packed}", **options)  # fmt: skip
         results[where] += (consume_all(kafka.bootstrap_servers, dlq, json_values=False),)
     (_, local_sum, local_recs, local_dead), (_, s3_sum, s3_recs, s3_dead) = results["local"], results["s3"]
     assert s3_sum["status"] == "succeeded" and s3_sum["read_path"] == "lines", s3_sum["error"]

@@ -154,6 +154,15 @@ def test_a_path_against_itself_at_the_baseline_is_reported_not_a_regression_that
     assert regressed(checks(summary)) == []
 
 
+def test_a_paths_baseline_runs_only_where_named_whole():
+    from kappa_ingest.bench.runner import _selected
+
+    ordered = f"{PLAIN_LINE_PATH} ordered by event time"
+    assert not _selected(ordered + AT_BASELINE, ["kappa", "ordered by event time", ordered])
+    assert _selected(ordered + AT_BASELINE, [ordered + AT_BASELINE]) and _selected(ordered, ["ordered by event"])
+    assert _selected(BASELINE, ["kappa"])  # the plain line path's, as before
+
+
 def test_rounds_go_forwards_then_backwards():
     names = ["ceiling", "today", "baseline"]
     assert [round_order(names, i) for i in range(3)] == [names, names[::-1], names]

@@ -39,21 +39,28 @@ def test_a_marks_bytes_sort_as_its_split_then_its_offset():
     assert [(split[i], at[i]) for i in by_bytes] == sorted(zip(split, at, strict=True))
 
 
-def test_the_runs_splits_are_numbered_in_file_then_start_order():
+def test_the_runs_splits_are_numbered_in_file_then_start_order_as_spark_orders_paths():
+    """Spark orders strings by their UTF-8 bytes: the numbering must too (U+FFFD before
+    U+1F600, which UTF-16's order would put the other way)."""
+    files = ["file:/b.csv", "file:/a.csv", "file:/\U0001f600.csv", "file:/\ufffd.csv", "file:/é.csv"]
     batches = [
-        pa.RecordBatch.from_pydict(
-            {FILE_COL: ["file:/b.csv", "file:/a.csv"], BLOCK_COL: [0, 100], BLOCK_LEN_COL: [50, 20]}
-        ),
+        pa.RecordBatch.from_pydict({FILE_COL: files, BLOCK_COL: [0, 100, 0, 0, 0], BLOCK_LEN_COL: [50, 20, 9, 9, 9]}),
         pa.RecordBatch.from_pydict({FILE_COL: ["file:/a.csv"], BLOCK_COL: [0], BLOCK_LEN_COL: [100]}),
     ]
-    assert line_places.numbered(batches) == (("file:/a.csv", 0, 100), ("file:/a.csv", 100, 20), ("file:/b.csv", 0, 50))
+    numbered = split_reader.numbered_splits(batches)
+    assert [(f, s) for f, s, _ in numbered] == sorted(
+        {(f, s) for b in batches for f, s in zip(b.column(0).to_pylist(), b.column(1).to_pylist(), strict=True)},
+        key=lambda fs: (fs[0].encode(), fs[1]),
+    )
+    assert numbered[:2] == (("file:/a.csv", 0, 100), ("file:/a.csv", 100, 20))
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_lines_moved_by_their_places_read_back_with_their_files_splits_and_first_lines(tmp_path, seed):
+def test_lines_moved_by_their_places_sort_and_read_back_as_they_were_read(tmp_path, seed):
     """Lines read from several files' splits, moved as marks in any order (the event time
     beside them, as an ordered replay's sort leaves it), read back: each line's text, file,
-    split and whether it is its file's first, as read."""
+    split and whether it is its file's first, as read; and the marks, sorted as bytes,
+    give the lines in file order (file, split start, line)."""
     rnd = random.Random(seed)
     handed = []
     for name in ("a.csv", "b.csv"):
@@ -62,14 +69,16 @@ def test_lines_moved_by_their_places_read_back_with_their_files_splits_and_first
         handed += [(f"file://{tmp_path / name}", s, min(89, len(data) - s)) for s in range(0, max(len(data), 1), 89)]
     splits = pa.RecordBatch.from_pydict(dict(zip((FILE_COL, BLOCK_COL, BLOCK_LEN_COL), zip(*handed, strict=True),
                                                  strict=True)))  # fmt: skip
-    numbered = line_places.numbered([splits])
+    numbered = split_reader.numbered_splits([splits])
     number = {(f, s): i for i, (f, s, _) in enumerate(numbered)}
     read = pa.Table.from_batches(list(split_reader.read(iter([splits]), chunk_bytes=64, at=True))).combine_chunks()
-    split_of = [number[(f, s)] for f, s in zip(read.column(FILE_COL).to_pylist(), read.column(BLOCK_COL).to_pylist(),
-                                               strict=True)]  # fmt: skip
+    where = list(zip(read.column(FILE_COL).to_pylist(), read.column(BLOCK_COL).to_pylist(), strict=True))
+    # The old mark: the first line read of a file's first split.
+    first_read = [w[1] == 0 and w not in where[:i] for i, w in enumerate(where)]
     at = np.asarray(read.column(LINE_AT_COL))
     length = np.asarray(pc.binary_length(read.column(LINE_COL)))
-    marks = pa.concat_arrays([line_places.packed(s, at[i : i + 1], length[i : i + 1]) for i, s in enumerate(split_of)])
+    marks = pa.concat_arrays([line_places.packed(number[w], at[i : i + 1], length[i : i + 1])
+                              for i, w in enumerate(where)])  # fmt: skip
     order = pa.array(np.random.default_rng(seed).permutation(read.num_rows))
     moved = pa.RecordBatch.from_arrays([marks.take(order), pa.array(np.arange(read.num_rows)).take(order)],
                                        names=[MARK_COL, EVENT_US_COL])  # fmt: skip
@@ -77,10 +86,11 @@ def test_lines_moved_by_their_places_read_back_with_their_files_splits_and_first
     want = read.take(order)
     for c in (LINE_COL, FILE_COL, BLOCK_COL, BLOCK_LEN_COL):
         assert back.column(c).to_pylist() == want.column(c).to_pylist(), c
-    assert back.column(FIRST_COL).to_pylist() == [a == 0 for a in want.column(LINE_AT_COL).to_pylist()]
-    assert sum(back.column(FIRST_COL).to_pylist()) == 2  # each file's first line, once
+    assert back.column(FIRST_COL).to_pylist() == [first_read[i] for i in order.to_pylist()]
     assert back.column(EVENT_US_COL).to_pylist() == order.to_pylist()
     assert MARK_COL not in back.schema.names and LINE_AT_COL not in back.schema.names
+    by_bytes = sorted(range(len(marks)), key=lambda i: marks[i].as_py())
+    assert by_bytes == list(range(read.num_rows))  # the reader's order is file order
 
 
 def test_a_mark_the_run_did_not_make_is_an_error_not_another_line():

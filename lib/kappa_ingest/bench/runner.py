@@ -566,9 +566,12 @@ def _secure_settings(cluster: local_kafka.LocalKafka) -> dict[str, str]:
 
 
 def _selected(name: str, only: list[str]) -> bool:
-    """``--only`` names a contestant exactly, or else by a part of its name."""
+    """``--only`` names a contestant exactly, or else by a part of its name (a path's
+    baseline only by its whole name: ``--only kappa`` would otherwise run each path twice)."""
     names = {c.name.lower() for c in CONTESTANTS}
-    return any(o.lower() == name.lower() or (o.lower() not in names and o.lower() in name.lower()) for o in only)
+    by_part = name == BASELINE or not name.endswith(AT_BASELINE)
+    return any(o.lower() == name.lower() or (by_part and o.lower() not in names and o.lower() in name.lower())
+               for o in only)  # fmt: skip
 
 
 # Long: the bench's order (data, broker, warm-up, rounds, files) is its method; read top to bottom.

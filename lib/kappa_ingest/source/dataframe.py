@@ -46,7 +46,7 @@ from pyspark.sql.types import DataType, StringType, StructField, StructType
 
 from kappa_ingest.errors import InputError, UsageError
 from kappa_ingest.s3.access import is_s3
-from kappa_ingest.source import line_places, line_shuffle, opening, split_reader, splits, text_scan, transcode
+from kappa_ingest.source import line_shuffle, opening, split_reader, splits, text_scan, transcode
 from kappa_ingest.source.columns import (
     BLOCK_COL,
     BLOCK_LEN_COL,
@@ -135,8 +135,7 @@ class Source:
     @property
     def narrow(self) -> bool:
         """Rows of a bounded width: each task's splits, or lines moved by their offsets
-        with their marks, no line's text (an ordered replay's key is one field's:
-        :mod:`kappa_ingest.spark.arrow_batches`)."""
+        or places with their marks, no line's text (:mod:`kappa_ingest.spark.arrow_batches`)."""
         return self.mode == "lines" and LINE_COL not in self.df.columns
 
     def event_micros(self) -> Column:
@@ -254,12 +253,13 @@ def read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None = None, path
         own_frame = split_reader.frame(spark, plan, files, splits_read) if own else None
         own_scan = None
         if own_frame is not None:  # an ordered replay's lines name their splits by number
-            numbered = line_places.numbered(own_frame[1]) if _sorted_by_event_time(cfg) else ()
+            numbered = split_reader.numbered_splits(own_frame[1]) if _sorted_by_event_time(cfg) else ()
             own_scan = (own_frame[0], replace(line_parser, reads_splits=True, splits=numbered))
         handed: list[pa.RecordBatch] = []
         # Lines Spark reads, made where something needs them (in a store, the tasks' own reading is the only one).
         scan = text.scan if text is not None else lambda: own_scan
-        moved = _moved_lines(spark, cfg, scan, own_scan, typed, splits_read, plan.parts if pinned else None)
+        whole = any(p.endswith(".gz") for p in paths)  # a gzipped object's lines have no offsets in it
+        moved = _moved_lines(spark, cfg, scan, own_scan, typed, splits_read, plan.parts if pinned else None, whole)
         if moved is None:
             tasks = min(splits_read, cfg.partitions or splits_read)
             if own_frame is not None:
@@ -356,20 +356,22 @@ def _moved_lines(
     typed: Typing,
     splits_read: int,
     parts: int | None,
+    whole: bool = False,
 ) -> tuple[DataFrame, int, int, bool, LineParser] | None:
     """The raw lines shuffled or sorted before they are parsed, where the run asks for it
     (:mod:`kappa_ingest.source.line_shuffle`): with the parts per split, the number of tasks,
     whether they were shuffled and the parser that marked them; None where the scan's own
     tasks and order will do. ``scan``: Spark's text scan and its parser (made when asked); ``own_scan``: the
     splits for tasks that read them themselves, where they can. ``parts`` fixed: a resumed
-    run keeps its original's."""
+    run keeps its original's. ``whole``: lines the tasks read move with their text."""
     ordered = own_scan or scan()  # lines parted by their key, or not parted: moved by offset where they can be
     if cfg.order_by_event_time:  # each key's rows in one task, in event-time order
         parts = parts or cfg.partitions or spark.sparkContext.defaultParallelism
-        df = line_shuffle.by_key_in_event_time_order(line_shuffle.marked(*ordered, typed, cfg.key_column), parts)
+        df = line_shuffle.by_key_in_event_time_order(line_shuffle.marked(*ordered, typed, cfg.key_column, whole), parts)
         return df, parts, parts, True, ordered[1]
     if _sorted_by_event_time(cfg):  # paced: each split's rows in event-time order, in its own task
-        return line_shuffle.in_event_time_order(line_shuffle.marked(*ordered, typed)), 1, splits_read, False, ordered[1]
+        sorted_lines = line_shuffle.in_event_time_order(line_shuffle.marked(*ordered, typed, whole=whole))
+        return sorted_lines, 1, splits_read, False, ordered[1]
     if parts is None and not cfg.incremental and cfg.partitions is not None and cfg.partitions > splits_read:
         parts = cfg.partitions
     if parts is None or parts == 1:
@@ -377,7 +379,7 @@ def _moved_lines(
     # A line's part is a hash of its text, which the text scan moves with it (UTF-16, which
     # only the tasks read right: of its place in its file).
     by = own_scan if transcode.wide(cfg.encoding) and own_scan else scan()
-    return line_shuffle.by_line(line_shuffle.marked(*by), parts), parts, parts, True, by[1]
+    return line_shuffle.by_line(line_shuffle.marked(*by, whole=whole), parts), parts, parts, True, by[1]
 
 
 def _typed(parser: BatchParser, typed: Typing) -> BatchParser:

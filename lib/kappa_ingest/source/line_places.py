@@ -31,16 +31,6 @@ Split = tuple[str, int, int]  # Spark's file path, the split's start and length
 MARK = np.dtype([("split", ">u4"), ("at", ">i8"), ("len", ">i4")])
 
 
-def numbered(handed: list[pa.RecordBatch]) -> tuple[Split, ...]:
-    """The splits the tasks are handed (their FILE_COL, BLOCK_COL, BLOCK_LEN_COL rows), in
-    the order a line's mark sorts them: by file, then start (Spark's string order is
-    bytewise, as Python's is of code points)."""
-    out = []
-    for b in handed:
-        out += zip(*(b.column(c).to_pylist() for c in (FILE_COL, BLOCK_COL, BLOCK_LEN_COL)), strict=True)
-    return tuple(sorted(out))
-
-
 def packed(split: int, at: np.ndarray, length: np.ndarray) -> pa.Array:
     """The marks of lines of split number ``split`` at byte offsets ``at``, ``length`` bytes
     long, as a binary array of 16-byte values."""
@@ -86,9 +76,9 @@ class Places:
 def _marks(column: pa.Array) -> np.ndarray:
     """The 16-byte values of a binary array, read in place as MARK records."""
     n = len(column)
+    if n == 0:
+        return np.empty(0, MARK)
     offsets = np.frombuffer(column.buffers()[1], dtype=np.int32, count=n + 1, offset=4 * column.offset)
     if column.null_count or np.any(np.diff(offsets) != MARK.itemsize):
         raise ValueError(f"a moved line's mark is not {MARK.itemsize} bytes")
-    if n == 0:
-        return np.empty(0, MARK)
     return np.frombuffer(column.buffers()[2], dtype=MARK, count=n, offset=int(offsets[0]))

@@ -50,7 +50,9 @@ from kappa_ingest.source.parsing import LineParser, Parsed
 from kappa_ingest.source.typed import TS_TYPE, Typing
 
 
-def marked(lines: DataFrame, parser: LineParser, order: Typing | None = None, key: str | None = None) -> DataFrame:
+def marked(
+    lines: DataFrame, parser: LineParser, order: Typing | None = None, key: str | None = None, whole: bool = False
+) -> DataFrame:
     """``lines`` (the file scan's raw lines, or a task's splits to read: a parser that
     ``reads_splits``) with their marks; ``order``: the typing that finds each line's event
     time (and ``key``, its key), for a replay in that order.
@@ -58,20 +60,21 @@ def marked(lines: DataFrame, parser: LineParser, order: Typing | None = None, ke
     Splits read here move without their text: each line's byte offset and length in its
     file instead (an eighth of a wide line's bytes through the shuffle and the sort), read
     back from the file by the task that parses it (:func:`kappa_ingest.source.split_reader.with_lines`);
-    in an ordered replay, its place alone (:mod:`kappa_ingest.source.line_places`)."""
+    in an ordered replay, its place alone (:mod:`kappa_ingest.source.line_places`). ``whole``:
+    with their text all the same (a gzipped object's offsets are in its text, which no
+    ranged read finds)."""
     spans = parser.reads_splits
-    placed = spans and order is not None
-    ddl = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in lines.schema.fields)
+    by_offset = spans and not whole
+    placed = by_offset and order is not None and bool(parser.splits)
+    fields = [f"`{f.name}` {f.dataType.simpleString()}" for f in lines.schema.fields]
     if placed:
-        ddl = f"{MARK_COL} binary"
+        fields = [f"{MARK_COL} binary"]
+    elif by_offset:  # the scan's columns (its text aside) come in the order split_reader.read gives them
+        fields += [f"{LINE_AT_COL} long", f"{FIRST_COL} boolean", f"{LINE_NO_COL} long", f"{LINE_LEN_COL} int"]
     else:
-        if spans:  # the scan's columns (its text aside) come in the order split_reader.read gives them
-            ddl += f", {LINE_AT_COL} long"
-        ddl += f", {FIRST_COL} boolean, {LINE_NO_COL} long"
-        if spans:
-            ddl += f", {LINE_LEN_COL} int"
+        fields = ([f"{LINE_COL} binary"] if spans else []) + fields + [f"{FIRST_COL} boolean", f"{LINE_NO_COL} long"]
     if order is not None:
-        ddl += f", {KEY_COL} string, {EVENT_US_COL} long"
+        fields += [f"{KEY_COL} string", f"{EVENT_US_COL} long"]
     event_only = Typing(null_values=order.null_values, event_column=order.event_column,
                         event_format=order.event_format) if order is not None else None  # fmt: skip
     splits = parser.splits
@@ -87,36 +90,44 @@ def marked(lines: DataFrame, parser: LineParser, order: Typing | None = None, ke
         schema = None
         with cyclic_gc_off():
             for batch in (
-                split_reader.read(batches, at=True, encoding=parser.encoding, store=parser.store) if spans else batches
+                split_reader.read(batches, at=by_offset, encoding=parser.encoding, store=parser.store)
+                if spans
+                else batches
             ):
                 # A scan task reads its splits' lines in order; a batch may hold several splits.
                 for file, start, _, rows, _ in segments(batch):
                     if placed:
-                        length = np.asarray(pc.binary_length(rows.column(LINE_COL)))
-                        out = [line_places.packed(number[(file, start)], np.asarray(rows.column(LINE_AT_COL)), length)]
-                        names = [MARK_COL]
+                        out, names = [_places(rows, number, file, start)], [MARK_COL]
                     else:
-                        out, names = _numbered(rows, file, start, counted, spans)
+                        out, names = _numbered(rows, file, start, counted, by_offset)
                     if event_only is not None:
                         out += _key_and_event_time(parse(rows), rows.num_rows, key, event_only)
                         names += [KEY_COL, EVENT_US_COL]
                     schema = schema or _schema(names, out)
                     yield pa.RecordBatch.from_arrays(out, schema=schema)
 
-    return lines.mapInArrow(mark, ddl)
+    return lines.mapInArrow(mark, ", ".join(fields))
+
+
+def _places(rows: pa.RecordBatch, number: dict[tuple[str, int], int], file: str, start: int) -> pa.Array:
+    """A split's run of lines as their marks: the split's number, each line's offset and length."""
+    if (file, start) not in number:
+        raise ValueError(f"the split at {start} of {file} is not one of the run's numbered splits")
+    length = np.asarray(pc.binary_length(rows.column(LINE_COL)))
+    return line_places.packed(number[(file, start)], np.asarray(rows.column(LINE_AT_COL)), length)
 
 
 def _numbered(
-    rows: pa.RecordBatch, file: str, start: int, counted: dict[tuple[str, int], int], spans: bool
+    rows: pa.RecordBatch, file: str, start: int, counted: dict[tuple[str, int], int], by_offset: bool
 ) -> tuple[list[pa.Array], list[str]]:
     """A split's run of lines with whether each is its file's first and its number in the
-    split; moved by offset (``spans``): its length in place of its text."""
+    split; moved by offset: its length in place of its text."""
     before = counted.get((file, start), 0)
     counted[(file, start)] = before + rows.num_rows
     line_no = np.arange(before, before + rows.num_rows, dtype=np.int64)
     out = [*rows.columns, pa.array((line_no == 0) & (start == 0)), pa.array(line_no)]
     names = [*rows.schema.names, FIRST_COL, LINE_NO_COL]
-    if spans:  # the line's place in its file, not its text
+    if by_offset:  # the line's place in its file, not its text
         text = names.index(LINE_COL)
         out.append(pc.binary_length(out[text]).cast(pa.int32()))
         names.append(LINE_LEN_COL)
@@ -162,8 +173,9 @@ def by_key_in_event_time_order(df: DataFrame, parts: int) -> DataFrame:
 def in_event_time_order(df: DataFrame) -> DataFrame:
     """Each task's marked lines in event-time order, ties in file order (a line's mark sorts
     so); the key, once the lines are parted by it, dropped before the sort copies it."""
+    df = df.drop(KEY_COL)
     if MARK_COL in df.columns:
-        return df.drop(KEY_COL).sortWithinPartitions(F.col(EVENT_US_COL), F.col(MARK_COL))
+        return df.sortWithinPartitions(F.col(EVENT_US_COL), F.col(MARK_COL))
     return df.sortWithinPartitions(F.col(EVENT_US_COL), F.col(FILE_COL), F.col(BLOCK_COL), F.col(LINE_NO_COL))
 
 

@@ -40,6 +40,7 @@ from kappa_ingest.source.columns import (
     LINE_COL,
     REJECT_COL,
 )
+from kappa_ingest.source.line_places import Split
 from kappa_ingest.source.typed import Typing
 
 BOM = "\ufeff"
@@ -53,7 +54,7 @@ class BatchParser(Protocol):
     reads_splits: bool  # handed its splits, the task reads their lines itself (kappa_ingest.source.split_reader)
     encoding: str  # of the lines it is handed or reads
     store: Any  # where the objects it reads are (source.opening.Store); None: local files
-    splits: tuple[tuple[str, int, int], ...]  # the run's, numbered, where its lines name theirs so
+    splits: tuple[Split, ...]  # the run's, numbered, where its lines name theirs so
 
     def fresh(self) -> BatchParser:
         """A parser for a new task."""
@@ -84,7 +85,7 @@ class Wrapping:
         return self.inner.store
 
     @property
-    def splits(self) -> tuple[tuple[str, int, int], ...]:
+    def splits(self) -> tuple[Split, ...]:
         return self.inner.splits
 
 
@@ -193,7 +194,7 @@ class LineParser:
     reads_splits: bool = False  # the task is handed its splits and reads their lines (kappa_ingest.source.split_reader)
     store: Any = None  # where its objects are (source.opening.Store), when the inputs are in a store
     # The run's splits, numbered: an ordered replay's lines name theirs by number (source.line_places).
-    splits: tuple[tuple[str, int, int], ...] = ()
+    splits: tuple[Split, ...] = field(default=(), repr=False)
     _seen: set[str] = field(default_factory=set)
 
     @property

@@ -128,10 +128,20 @@ def frame(spark: SparkSession, plan: Plan, uris: list[str], tasks: int) -> tuple
 def handed_splits(handed: list[pa.RecordBatch]) -> list[tuple[str, int, int]]:
     """The splits a task was handed (its frame's rows), in the order it reads them:
     ``(file as the ledger names it, start, length)``."""
+    return [(canonical_file(f), s, n) for f, s, n in _rows(handed)]
+
+
+def numbered_splits(handed: list[pa.RecordBatch]) -> tuple[line_places.Split, ...]:
+    """The splits the tasks are handed, as Spark names their files, in the order a moved
+    line's mark sorts them (:mod:`kappa_ingest.source.line_places`): by file, then start
+    (Spark's string order is bytewise, as Python's is of code points)."""
+    return tuple(sorted(_rows(handed)))
+
+
+def _rows(handed: list[pa.RecordBatch]) -> list[tuple[str, int, int]]:
     out: list[tuple[str, int, int]] = []
     for b in handed:
-        files, starts, lengths = (b.column(c).to_pylist() for c in (FILE_COL, BLOCK_COL, BLOCK_LEN_COL))
-        out += [(canonical_file(f), s, n) for f, s, n in zip(files, starts, lengths, strict=True)]
+        out += zip(*(b.column(c).to_pylist() for c in (FILE_COL, BLOCK_COL, BLOCK_LEN_COL)), strict=True)
     return out
 
 
@@ -150,7 +160,7 @@ def read(
     Handed lines moved by a shuffle without their text (LINE_AT_COL and LINE_LEN_COL in
     place of LINE_COL: :mod:`kappa_ingest.source.line_shuffle`; or by their places alone,
     MARK_COL, of ``splits``), the lines are read from the files at those offsets
-    (:func:`with_lines`)."""
+    (:func:`with_lines`); moved with their text, they are the batch."""
     opening.use(store)
     places = None
     for batch in handed:
@@ -159,6 +169,9 @@ def read(
             batch = places.restored(batch)
         if LINE_AT_COL in batch.schema.names:
             yield from (with_lines(part) for part in _by_line_bytes(batch, GATHER_BYTES))
+            continue
+        if LINE_COL in batch.schema.names:  # lines moved with their text (a gzipped object's)
+            yield batch
             continue
         for uri, start, length in zip(*(batch.column(c).to_pylist() for c in (FILE_COL, BLOCK_COL, BLOCK_LEN_COL)),
                                       strict=True):  # fmt: skip

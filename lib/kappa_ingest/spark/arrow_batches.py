@@ -5,7 +5,7 @@ Spark 4 caps a batch of rows for a Python worker at ``maxBytesPerBatch`` (256 Mi
 as at ``maxRecordsPerBatch``, and keeps to the byte cap by sizing the whole batch after
 every row it adds (``ArrowWriter.sizeInBytes``: each column's value count set and its
 buffers summed). Rows of a bounded width (a task's splits; lines moved by their offsets
-with their marks, an ordered replay's key among them) are bounded by the row cap alone,
+or places with their marks) are bounded by the row cap alone,
 and that sizing was a third of the executor JVM's CPU while an ordered replay sent
 (perf). Rows that carry text of any length (a line, a record Spark's CSV reader parsed)
 keep the byte cap.
