@@ -258,7 +258,8 @@ def read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None = None, path
         handed: list[pa.RecordBatch] = []
         # Lines Spark reads, made where something needs them (in a store, the tasks' own reading is the only one).
         scan = text.scan if text is not None else lambda: own_scan
-        whole = any(p.endswith(".gz") for p in paths)  # a gzipped object's lines have no offsets in it
+        # A gzipped object's lines have no offsets in the object: they move with their text.
+        whole = not all(splits.splittable(p, cfg.multiline) for p in paths)
         moved = _moved_lines(spark, cfg, scan, own_scan, typed, splits_read, plan.parts if pinned else None, whole)
         if moved is None:
             tasks = min(splits_read, cfg.partitions or splits_read)
