@@ -20,11 +20,15 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import SparkSession
+from pyspark.rdd import RDD
+from pyspark.serializers import NoOpSerializer
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from kappa_ingest.delivery.guarantees import TaskDelivery
 from kappa_ingest.sinks import dead_letter, task_notes
@@ -169,6 +173,37 @@ def rdd_shares_workers(spark: SparkSession) -> bool:
     return all(str(spark.conf.get(k)).lower() == v for k, v in SHARED_DAEMON.items())
 
 
+@contextmanager
+def sql_settings_in_tasks(spark: SparkSession) -> Iterator[None]:
+    """The session's settings handed to the tasks of the jobs run inside, as Spark hands
+    them to a query's (``SQLExecution.withSQLConfPropagated``: as local properties, which
+    tasks read their SQL settings from). An RDD over a DataFrame's plan runs outside a
+    query: its tasks, the plan's Python functions among them, would otherwise read the
+    defaults (another worker daemon, Arrow's byte cap)."""
+    sc = spark.sparkContext
+    handed = {k: v for k, v in spark.conf.getAll.items() if k.startswith("spark") and sc.getLocalProperty(k) is None}
+    for k, v in handed.items():
+        sc.setLocalProperty(k, v)
+    try:
+        yield
+    finally:
+        for k in handed:
+            sc.setLocalProperty(k, None)  # type: ignore[arg-type]
+
+
+def arrow_batches(df: DataFrame) -> RDD:
+    """``df``'s partitions as Arrow batches of ``maxRecordsPerBatch`` rows, for an RDD's
+    Python tasks. Spark writes each row straight into the batch's vectors
+    (``Dataset.toArrowBatchRdd``), where ``mapInArrow`` first wraps every row in a
+    struct of one field, a Scala array made and checked per row (a quarter of the
+    executor JVM's CPU while an ordered replay sent, perf). No byte cap: for rows of a
+    bounded width only (``Source.narrow``)."""
+    large = str(df.sparkSession.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")).lower() == "true"
+    schema = to_arrow_schema(df.schema, prefers_large_types=large)
+    batches = RDD(df._jdf.toArrowBatchRdd().toJavaRDD(), df.sparkSession.sparkContext, NoOpSerializer())
+    return batches.mapPartitions(lambda blobs: (pa.ipc.read_record_batch(pa.py_buffer(b), schema) for b in blobs))
+
+
 def run_partitions(
     source: Source,
     make_producer: MakeProducer,
@@ -242,6 +277,10 @@ def run_partitions(
             # plan and its splits' broadcast took ~0.75 s from the set-up's end to the first task).
             tasks = spark.sparkContext.parallelize(source.handed, len(source.handed))
             stats = [TaskStats(**row) for b in tasks.mapPartitions(run).collect() for row in b.to_pylist()]
+        elif source.narrow and rdd_shares_workers(spark):  # lines moved by their offsets or places
+            with sql_settings_in_tasks(spark):
+                batches = arrow_batches(df)  # runs the shuffle's map stage (adaptive execution)
+                stats = [TaskStats(**row) for b in batches.mapPartitions(run).collect() for row in b.to_pylist()]
         else:
             stats = [TaskStats(**row.asDict()) for row in df.mapInArrow(run, STATS_SCHEMA).collect()]
     except Exception as e:  # noqa: BLE001 - the caller maps it; what succeeded is in the accumulator
