@@ -75,9 +75,18 @@ def test_a_sorted_frame_comes_to_an_rdds_tasks_as_its_arrow_batches_each_part_in
             .repartition(2, "n")
             .sortWithinPartitions("ev", "mark")
         )
-        with sql_settings_in_tasks(spark):  # the map stage's Python function reads the session's row cap
+        sc = spark.sparkContext
+        sc.setJobGroup(f"handed-{large}", "")
+        with sql_settings_in_tasks(
+            spark, map_stages="batches handed"
+        ):  # the map stage's Python function reads the session's row cap
             parts = arrow_batches(df).mapPartitions(lambda batches: [list(batches)]).collect()
-        assert spark.sparkContext.getLocalProperty(MAX_ROWS) is None  # handed for the jobs inside only
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        assert sc.getLocalProperty(MAX_ROWS) is None  # handed for the jobs inside only
+        tracker = sc.statusTracker()
+        stages = [s for j in tracker.getJobIdsForGroup(f"handed-{large}") for s in tracker.getJobInfo(j).stageIds]
+        names = {tracker.getStageInfo(s).name for s in stages}  # the map stage's; the collect's is PySpark's own
+        assert "batches handed" in names and not any("CompletableFuture" in n for n in names)
         expected = [[r.asDict() for r in part] for part in df.rdd.glom().collect()]
     finally:
         for k, v in before.items():

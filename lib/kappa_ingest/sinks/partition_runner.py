@@ -168,20 +168,27 @@ SHARED_DAEMON = {"spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": 
                  "spark.sql.execution.pyspark.udf.hideTraceback.enabled": "false"}  # fmt: skip
 
 
+CALL_SITE = "callSite.short"  # a job's stages are named so where it is set (SparkContext.getCallSite)
+
+
 def rdd_shares_workers(spark: SparkSession) -> bool:
     """Whether an RDD's Python tasks run in the DataFrame tasks' workers (one daemon)."""
     return all(str(spark.conf.get(k)).lower() == v for k, v in SHARED_DAEMON.items())
 
 
 @contextmanager
-def sql_settings_in_tasks(spark: SparkSession) -> Iterator[None]:
+def sql_settings_in_tasks(spark: SparkSession, map_stages: str) -> Iterator[None]:
     """The session's settings handed to the tasks of the jobs run inside, as Spark hands
     them to a query's (``SQLExecution.withSQLConfPropagated``: as local properties, which
     tasks read their SQL settings from). An RDD over a DataFrame's plan runs outside a
     query: its tasks, the plan's Python functions among them, would otherwise read the
-    defaults (another worker daemon, Arrow's byte cap)."""
+    defaults (another worker daemon, Arrow's byte cap). ``map_stages``: what the shuffles'
+    map stages are called (adaptive execution submits them from a thread of its own, which
+    names them ``$anonfun$withThreadLocalCaptured$2 at CompletableFuture.java``; an RDD
+    action's stage PySpark names itself)."""
     sc = spark.sparkContext
-    handed = {k: v for k, v in spark.conf.getAll.items() if k.startswith("spark") and sc.getLocalProperty(k) is None}
+    handed = {k: v for k, v in spark.conf.getAll.items() if k.startswith("spark")}
+    handed = {k: v for k, v in {**handed, CALL_SITE: map_stages}.items() if sc.getLocalProperty(k) is None}
     for k, v in handed.items():
         sc.setLocalProperty(k, v)
     try:
@@ -278,7 +285,7 @@ def run_partitions(
             tasks = spark.sparkContext.parallelize(source.handed, len(source.handed))
             stats = [TaskStats(**row) for b in tasks.mapPartitions(run).collect() for row in b.to_pylist()]
         elif source.narrow and rdd_shares_workers(spark):  # lines moved by their offsets or places
-            with sql_settings_in_tasks(spark):
+            with sql_settings_in_tasks(spark, map_stages="lines marked and moved"):
                 batches = arrow_batches(df)  # runs the shuffle's map stage (adaptive execution)
                 stats = [TaskStats(**row) for b in batches.mapPartitions(run).collect() for row in b.to_pylist()]
         else:
