@@ -5,6 +5,7 @@ frame's narrow rows handed to an RDD's tasks as the batches Spark writes them in
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -53,6 +54,18 @@ def test_the_jvm_writes_arrow_vectors_without_index_checks(spark):
     assert not jvm.org.apache.arrow.memory.BoundsChecking.BOUNDS_CHECKING_ENABLED
 
 
+def _stage_names(spark, group: str) -> set[str]:
+    """The names of a job group's stages, once Spark's listener bus has recorded them all."""
+    tracker = spark.sparkContext.statusTracker()
+    for _ in range(100):
+        jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup(group)]
+        stages = [tracker.getStageInfo(s) for j in jobs if j is not None for s in j.stageIds]
+        if jobs and all(j is not None and j.status == "SUCCEEDED" for j in jobs) and all(stages):
+            return {s.name for s in stages}
+        time.sleep(0.05)
+    raise AssertionError(f"the jobs of {group} were not recorded")
+
+
 @pytest.mark.parametrize("large", [False, True], ids=["binary", "large binary"])
 def test_a_sorted_frame_comes_to_an_rdds_tasks_as_its_arrow_batches_each_part_in_order(spark, large):
     def with_batch_sizes(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -76,17 +89,22 @@ def test_a_sorted_frame_comes_to_an_rdds_tasks_as_its_arrow_batches_each_part_in
             .sortWithinPartitions("ev", "mark")
         )
         sc = spark.sparkContext
-        sc.setJobGroup(f"handed-{large}", "")
-        with sql_settings_in_tasks(
-            spark, map_stages="batches handed"
-        ):  # the map stage's Python function reads the session's row cap
-            parts = arrow_batches(df).mapPartitions(lambda batches: [list(batches)]).collect()
-        sc.setLocalProperty("spark.jobGroup.id", None)
-        assert sc.getLocalProperty(MAX_ROWS) is None  # handed for the jobs inside only
-        tracker = sc.statusTracker()
-        stages = [s for j in tracker.getJobIdsForGroup(f"handed-{large}") for s in tracker.getJobInfo(j).stageIds]
-        names = {tracker.getStageInfo(s).name for s in stages}  # the map stage's; the collect's is PySpark's own
-        assert "batches handed" in names and not any("CompletableFuture" in n for n in names)
+        sc.setLocalProperty("spark.jobGroup.id", f"handed-{large}")
+        sc.setLocalProperty(MAX_ROWS, "9")  # the thread's own, put back after
+        try:
+            with sql_settings_in_tasks(
+                spark, map_stages="batches handed"
+            ):  # the map stage's Python function reads the session's row cap
+                parts = arrow_batches(df).mapPartitions(lambda batches: [list(batches)]).collect()
+            assert sc.getLocalProperty(MAX_ROWS) == "9" and sc.getLocalProperty("callSite.short") is None
+            assert sc.getLocalProperty("spark.jobGroup.id") == f"handed-{large}"
+            with pytest.raises(RuntimeError), sql_settings_in_tasks(spark, map_stages="never run"):
+                raise RuntimeError
+            assert sc.getLocalProperty(MAX_ROWS) == "9" and sc.getLocalProperty("callSite.short") is None
+        finally:
+            sc.setLocalProperty(MAX_ROWS, None)
+            sc.setLocalProperty("spark.jobGroup.id", None)
+        assert _stage_names(spark, f"handed-{large}") >= {"batches handed"}  # the collect's is PySpark's own
         expected = [[r.asDict() for r in part] for part in df.rdd.glom().collect()]
     finally:
         for k, v in before.items():

@@ -168,6 +168,7 @@ SHARED_DAEMON = {"spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": 
                  "spark.sql.execution.pyspark.udf.hideTraceback.enabled": "false"}  # fmt: skip
 
 
+ROW_CAP = "spark.sql.execution.arrow.maxRecordsPerBatch"
 CALL_SITE = "callSite.short"  # a job's stages are named so where it is set (SparkContext.getCallSite)
 
 
@@ -179,23 +180,24 @@ def rdd_shares_workers(spark: SparkSession) -> bool:
 @contextmanager
 def sql_settings_in_tasks(spark: SparkSession, map_stages: str) -> Iterator[None]:
     """The session's settings handed to the tasks of the jobs run inside, as Spark hands
-    them to a query's (``SQLExecution.withSQLConfPropagated``: as local properties, which
-    tasks read their SQL settings from). An RDD over a DataFrame's plan runs outside a
-    query: its tasks, the plan's Python functions among them, would otherwise read the
-    defaults (another worker daemon, Arrow's byte cap). ``map_stages``: what the shuffles'
-    map stages are called (adaptive execution submits them from a thread of its own, which
-    names them ``$anonfun$withThreadLocalCaptured$2 at CompletableFuture.java``; an RDD
-    action's stage PySpark names itself)."""
+    them to a query's (``SQLExecution.withSQLConfPropagated``: every ``spark*`` setting a
+    local property of the thread's jobs, which tasks read their SQL settings from). An
+    RDD over a DataFrame's plan runs outside a query: its tasks, the plan's Python
+    functions among them, would otherwise read the defaults (another worker daemon,
+    Arrow's byte cap). ``map_stages``: what the shuffles' map stages are called (adaptive
+    execution submits them from a thread of its own, which names them
+    ``$anonfun$withThreadLocalCaptured$2 at CompletableFuture.java``; an RDD action's
+    stage PySpark names itself). The thread's own properties are put back after."""
     sc = spark.sparkContext
-    handed = {k: v for k, v in spark.conf.getAll.items() if k.startswith("spark")}
-    handed = {k: v for k, v in {**handed, CALL_SITE: map_stages}.items() if sc.getLocalProperty(k) is None}
-    for k, v in handed.items():
-        sc.setLocalProperty(k, v)
+    jsc = sc._jsc.sc()
+    before = jsc.getLocalProperties()
+    handed = sc._jvm.org.apache.spark.util.Utils.cloneProperties(before)
+    handed.putAll({**{k: v for k, v in spark.conf.getAll.items() if k.startswith("spark")}, CALL_SITE: map_stages})
+    jsc.setLocalProperties(handed)
     try:
         yield
     finally:
-        for k in handed:
-            sc.setLocalProperty(k, None)  # type: ignore[arg-type]
+        jsc.setLocalProperties(before)
 
 
 def arrow_batches(df: DataFrame) -> RDD:
@@ -204,7 +206,8 @@ def arrow_batches(df: DataFrame) -> RDD:
     (``Dataset.toArrowBatchRdd``), where ``mapInArrow`` first wraps every row in a
     struct of one field, a Scala array made and checked per row (a quarter of the
     executor JVM's CPU while an ordered replay sent, perf). No byte cap: for rows of a
-    bounded width only (``Source.narrow``)."""
+    bounded width only (``Source.narrow``), and a row cap (``ROW_CAP`` 0 or less: a
+    whole partition in one batch)."""
     large = str(df.sparkSession.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")).lower() == "true"
     schema = to_arrow_schema(df.schema, prefers_large_types=large)
     batches = RDD(df._jdf.toArrowBatchRdd().toJavaRDD(), df.sparkSession.sparkContext, NoOpSerializer())
@@ -284,7 +287,7 @@ def run_partitions(
             # plan and its splits' broadcast took ~0.75 s from the set-up's end to the first task).
             tasks = spark.sparkContext.parallelize(source.handed, len(source.handed))
             stats = [TaskStats(**row) for b in tasks.mapPartitions(run).collect() for row in b.to_pylist()]
-        elif source.narrow and rdd_shares_workers(spark):  # lines moved by their offsets or places
+        elif source.narrow and int(spark.conf.get(ROW_CAP) or 0) > 0 and rdd_shares_workers(spark):  # moved lines
             with sql_settings_in_tasks(spark, map_stages="lines marked and moved"):
                 batches = arrow_batches(df)  # runs the shuffle's map stage (adaptive execution)
                 stats = [TaskStats(**row) for b in batches.mapPartitions(run).collect() for row in b.to_pylist()]
