@@ -168,13 +168,13 @@ SHARED_DAEMON = {"spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": 
                  "spark.sql.execution.pyspark.udf.hideTraceback.enabled": "false"}  # fmt: skip
 
 
-ROW_CAP = "spark.sql.execution.arrow.maxRecordsPerBatch"
-CALL_SITE = "callSite.short"  # a job's stages are named so where it is set (SparkContext.getCallSite)
-
-
 def rdd_shares_workers(spark: SparkSession) -> bool:
     """Whether an RDD's Python tasks run in the DataFrame tasks' workers (one daemon)."""
     return all(str(spark.conf.get(k)).lower() == v for k, v in SHARED_DAEMON.items())
+
+
+ROW_CAP = "spark.sql.execution.arrow.maxRecordsPerBatch"
+CALL_SITE = "callSite.short"  # a job's stages are named so where it is set (SparkContext.getCallSite)
 
 
 @contextmanager
@@ -281,16 +281,17 @@ def run_partitions(
         acc.add({stats.task_id: stats})
         yield pa.RecordBatch.from_pylist([asdict(stats)])
 
+    def sent_by(tasks: RDD) -> list[TaskStats]:
+        return [TaskStats(**row) for b in tasks.mapPartitions(run).collect() for row in b.to_pylist()]
+
     try:
         if source.handed and rdd_shares_workers(spark):
             # Each task handed its splits by an RDD of them: no query to plan (the DataFrame's
             # plan and its splits' broadcast took ~0.75 s from the set-up's end to the first task).
-            tasks = spark.sparkContext.parallelize(source.handed, len(source.handed))
-            stats = [TaskStats(**row) for b in tasks.mapPartitions(run).collect() for row in b.to_pylist()]
+            stats = sent_by(spark.sparkContext.parallelize(source.handed, len(source.handed)))
         elif source.narrow and int(spark.conf.get(ROW_CAP) or 0) > 0 and rdd_shares_workers(spark):  # moved lines
             with sql_settings_in_tasks(spark, map_stages="lines marked and moved"):
-                batches = arrow_batches(df)  # runs the shuffle's map stage (adaptive execution)
-                stats = [TaskStats(**row) for b in batches.mapPartitions(run).collect() for row in b.to_pylist()]
+                stats = sent_by(arrow_batches(df))  # arrow_batches runs the shuffle's map stage (adaptive execution)
         else:
             stats = [TaskStats(**row.asDict()) for row in df.mapInArrow(run, STATS_SCHEMA).collect()]
     except Exception as e:  # noqa: BLE001 - the caller maps it; what succeeded is in the accumulator
