@@ -12,8 +12,9 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
+from kappa_ingest.sinks.partition_runner import ROW_CAP as MAX_ROWS
 from kappa_ingest.sinks.partition_runner import arrow_batches, sql_settings_in_tasks
-from kappa_ingest.spark.arrow_batches import MAX_BYTES, MAX_ROWS, unsized_batches
+from kappa_ingest.spark.arrow_batches import MAX_BYTES, unsized_batches
 
 LARGE = "spark.sql.execution.arrow.useLargeVarTypes"
 

@@ -565,11 +565,16 @@ def _secure_settings(cluster: local_kafka.LocalKafka) -> dict[str, str]:
     return {k: v for k, v in client_settings(cluster, "admin").items() if k != "bootstrap.servers"}
 
 
+def _path_baseline(name: str) -> bool:
+    """An option path's run at the --baseline commit (run only where ``--only`` names it whole)."""
+    return name != BASELINE and name.endswith(AT_BASELINE)
+
+
 def _selected(name: str, only: list[str]) -> bool:
     """``--only`` names a contestant exactly, or else by a part of its name (a path's
     baseline only by its whole name: ``--only kappa`` would otherwise run each path twice)."""
     names = {c.name.lower() for c in CONTESTANTS}
-    by_part = name == BASELINE or not name.endswith(AT_BASELINE)
+    by_part = not _path_baseline(name)
     return any(o.lower() == name.lower() or (by_part and o.lower() not in names and o.lower() in name.lower())
                for o in only)  # fmt: skip
 
@@ -600,8 +605,7 @@ def run_bench(
     out = out_root / stamp
     out.mkdir(parents=True, exist_ok=True)
     # A path's baseline runs where --only names it: with --baseline alone, the plain line path's.
-    chosen = [c for c in CONTESTANTS if (_selected(c.name, only) if only else
-                                         c.name == BASELINE or not c.name.endswith(AT_BASELINE))]  # fmt: skip
+    chosen = [c for c in CONTESTANTS if (_selected(c.name, only) if only else not _path_baseline(c.name))]
     skipped = {c.name: why for c in chosen if (why := c.available())}
     if baseline is None:
         skipped |= {c.name: "no --baseline COMMIT given" for c in chosen if c.name.endswith(AT_BASELINE)}

@@ -177,6 +177,12 @@ ROW_CAP = "spark.sql.execution.arrow.maxRecordsPerBatch"
 CALL_SITE = "callSite.short"  # a job's stages are named so where it is set (SparkContext.getCallSite)
 
 
+def row_capped(spark: SparkSession) -> bool:
+    """Whether the rows handed to Python come in batches of at most ``ROW_CAP`` rows (0 or
+    less: no row cap, Spark's byte cap alone)."""
+    return int(spark.conf.get(ROW_CAP) or 0) > 0
+
+
 @contextmanager
 def sql_settings_in_tasks(spark: SparkSession, map_stages: str) -> Iterator[None]:
     """The session's settings handed to the tasks of the jobs run inside, as Spark hands
@@ -289,7 +295,7 @@ def run_partitions(
             # Each task handed its splits by an RDD of them: no query to plan (the DataFrame's
             # plan and its splits' broadcast took ~0.75 s from the set-up's end to the first task).
             stats = sent_by(spark.sparkContext.parallelize(source.handed, len(source.handed)))
-        elif source.narrow and int(spark.conf.get(ROW_CAP) or 0) > 0 and rdd_shares_workers(spark):  # moved lines
+        elif source.narrow and row_capped(spark) and rdd_shares_workers(spark):  # moved lines
             with sql_settings_in_tasks(spark, map_stages="lines marked and moved"):
                 stats = sent_by(arrow_batches(df))  # arrow_batches runs the shuffle's map stage (adaptive execution)
         else:

@@ -54,14 +54,16 @@ class Places:
 
     def restored(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """``batch`` with its lines' marks (MARK_COL) turned into the columns of a line moved
-        by its offset: its file, split start and length, first-line flag, offset and length."""
+        by its offset: its file (dictionary-encoded), split start and length, first-line
+        flag, offset and length."""
         marks = _marks(batch.column(MARK_COL))
         split = marks["split"].astype(np.intp)
         if len(split) and split.max() >= len(self.file_of):
             raise ValueError("a moved line names a split the run did not plan")
         at = marks["at"].astype(np.int64)
         placed = {
-            FILE_COL: self.files.take(pa.array(self.file_of[split])),
+            # As a dictionary: the reading back groups lines by file (split_reader.with_lines).
+            FILE_COL: pa.DictionaryArray.from_arrays(pa.array(self.file_of[split]), self.files),
             BLOCK_COL: pa.array(self.start[split]),
             BLOCK_LEN_COL: pa.array(self.length[split]),
             FIRST_COL: pa.array(at == 0),  # a file's first line begins at its first byte

@@ -209,7 +209,7 @@ def with_lines(batch: pa.RecordBatch) -> pa.RecordBatch:
     """A batch of lines moved by their offsets (LINE_AT_COL, LINE_LEN_COL) with their text
     read from the files (LINE_COL first, the offsets dropped): one copy per line, from
     each file mapped into memory (the page cache the scan read it through)."""
-    files = batch.column(FILE_COL).dictionary_encode()
+    files = batch.column(FILE_COL).dictionary_encode()  # a restored place's is one already
     uris = files.dictionary.to_pylist()
     indices = np.asarray(files.indices, dtype=np.int32)
     at = np.asarray(batch.column(LINE_AT_COL), dtype=np.int64)
@@ -224,7 +224,13 @@ def with_lines(batch: pa.RecordBatch) -> pa.RecordBatch:
             for m in maps:
                 m.close()
     rest = [n for n in batch.schema.names if n not in (LINE_AT_COL, LINE_LEN_COL)]
-    return pa.RecordBatch.from_arrays([lines, *(batch.column(n) for n in rest)], names=[LINE_COL, *rest])
+    columns = [_as_text(batch.column(n)) for n in rest]
+    return pa.RecordBatch.from_arrays([lines, *columns], names=[LINE_COL, *rest])
+
+
+def _as_text(column: pa.Array) -> pa.Array:
+    """A restored place's file column, dictionary-encoded, as the text the parser reads; any other as it is."""
+    return column.cast(column.type.value_type) if pa.types.is_dictionary(column.type) else column
 
 
 def _object_lines(uris: list[str], indices: np.ndarray, at: np.ndarray, length: np.ndarray) -> pa.Array:

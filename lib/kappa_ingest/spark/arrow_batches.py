@@ -18,8 +18,9 @@ from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
 
+from kappa_ingest.sinks.partition_runner import row_capped
+
 MAX_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
-MAX_ROWS = "spark.sql.execution.arrow.maxRecordsPerBatch"
 UNSIZED = str(2**31 - 1)  # Int.MaxValue: Spark skips the sizing altogether
 
 
@@ -28,7 +29,7 @@ def unsized_batches(spark: SparkSession, narrow: bool) -> Iterator[None]:
     """The jobs run inside hand rows to Python by the row cap alone, where ``narrow``
     (their rows are of a bounded width) and there is a row cap (0 or less: none, and the
     byte cap stays); the session's setting is restored after."""
-    if not narrow or int(spark.conf.get(MAX_ROWS) or 0) <= 0:
+    if not narrow or not row_capped(spark):
         yield
         return
     before = spark.conf.get(MAX_BYTES, None)
