@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import expected_rows, rows, run
+from helpers import expected_rows, high_watermarks, rows, run
 
 pytestmark = pytest.mark.integration
 
@@ -102,3 +102,71 @@ def test_more_producers_than_splits_shuffle_raw_lines(spark, kafka, tmp_path):
     assert all(c["ok"] for c in summary["checks"]), [c for c in summary["checks"] if not c["ok"]]
     assert rows(records) == expected_rows(paths[1])  # the BOM'd header skipped wherever its line went
     assert summary["rows_read"] == 3000
+
+
+@pytest.mark.parametrize(("parts", "topic_partitions", "multiline"), [(2, 4, False), (4, 2, False), (3, 2, True)],
+                         ids=["2 parts, 4 partitions", "4 parts, 2 partitions", "Spark's reader"])  # fmt: skip
+def test_an_ordered_replays_tasks_each_send_to_their_own_partitions(
+    spark, kafka, tmp_path, parts, topic_partitions, multiline
+):
+    """A line's part is the partition Kafka's partitioner gives its record's key among the
+    parts, so each transaction writes only its own partitions: one commit marker for each
+    partition, where parts by any other hash put one in every partition from every task.
+    A typed key is parted as the record's key: "007", "07" and "7" are the key "7", whose
+    rows are then in one task, and its history in event-time order in its partition (on
+    Spark's reader too, parted there by the key's typed value)."""
+    from kafka.partitioner.default import murmur2
+
+    path, topic = tmp_path / "keyed.csv", f"own-partitions-{parts}"
+    rnd = random.Random(parts)
+    with open(path, "w") as f:
+        f.write("id,ev,k\n")
+        for i in range(6000):
+            k = rnd.randrange(60)
+            f.write(
+                f"{i},2020-05-06T07:{rnd.randrange(60):02d}:{rnd.randrange(60):02d}Z,{rnd.choice(['', '0', '00'])}{k}\n"
+            )
+    _, summary, records = run(spark, kafka, tmp_path, inputs=[str(path)], schema="id INT, ev STRING, k INT",
+                              key_column="k", event_time_column="ev", order_by_event_time=True, partitions=parts,
+                              topic_partitions=topic_partitions, sink="confluent", topic=topic, multiline=multiline)  # fmt: skip
+    assert (summary["read_path"], summary["plan"]["parts_by"]) == (
+        ("spark-csv", "key-values") if multiline else ("lines", "kafka-keys"))  # fmt: skip
+    assert sorted(r.value["data"]["id"] for r in records) == list(range(6000))
+    assert {r.key for r in records} == {str(k).encode() for k in range(60)}
+    assert all(r.partition == (murmur2(r.key) & 0x7FFFFFFF) % topic_partitions for r in records)
+    assert _in_event_time_order_per_key(records)
+    assert all(c["ok"] for c in summary["checks"]), [c for c in summary["checks"] if not c["ok"]]
+    if not multiline:
+        per_partition = Counter(r.partition for r in records)
+        markers = {p: end - per_partition[p] for p, end in high_watermarks(kafka.bootstrap_servers, topic).items()}
+        assert markers == dict.fromkeys(range(topic_partitions), max(1, parts // topic_partitions))
+
+
+def test_a_resumed_ordered_replay_keeps_the_parts_its_original_was_planned_with(spark, tmp_path):
+    """A run planned before the parts followed the record's key (parts_by "lines", or on
+    Spark's reader "rows") is resumed with its keys parted as they were then: by a hash of
+    the key's text."""
+    from dataclasses import replace
+
+    from kappa_ingest import config
+    from kappa_ingest.source import dataframe, splits
+
+    paths = _files(tmp_path, 200)
+    cfg = config.validate({"inputs": paths, "topic": "t", "bootstrap_servers": "127.0.0.1:9", "key_column": "k",
+                           "event_time_column": "ev", "order_by_event_time": True, "partitions": 3,
+                           "metrics_dir": str(tmp_path / "m")})  # fmt: skip
+    fresh = dataframe.read(spark, cfg)
+    assert fresh.plan.parts_by == splits.BY_KEYS and fresh.plan.parts == 3
+    for by, column in ((splits.BY_LINES, "__kappa_key"), (splits.BY_KEYS, "__kappa_part")):
+        resumed = dataframe.read(spark, cfg, replace(fresh.plan, parts_by=by))
+        assert resumed.plan.parts_by == by and resumed.plan.parts == 3
+        shuffle = resumed.df._jdf.queryExecution().executedPlan().toString()
+        assert f"hashpartitioning({column}" in shuffle, shuffle
+    # On Spark's reader, a typed key: by its value (before: by its text).
+    cfg = replace(cfg, multiline=True, schema="id STRING, ev STRING, k INT, v STRING")
+    fresh = dataframe.read(spark, cfg)
+    assert fresh.plan.parts_by == splits.BY_KEY_VALUES
+    for by, parted in ((splits.BY_ROWS, "hashpartitioning(k#"), (splits.BY_KEY_VALUES, "hashpartitioning(try_cast(k#")):
+        resumed = dataframe.read(spark, cfg, replace(fresh.plan, parts_by=by))
+        assert resumed.plan.parts_by == by
+        assert parted in resumed.df._jdf.queryExecution().executedPlan().toString()

@@ -113,3 +113,24 @@ def test_c_typed_values_and_event_time_are_polars_bytes(key):
     assert fast.timestamps_ms.to_pylist() == reference.timestamps_ms.to_pylist()
     some = json.loads(fast.values[0].as_py())
     assert list(some) == ["ingest_ts", "event_ts", "source_file", "data"]
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3, 12])
+@pytest.mark.parametrize("where", ["C", "Python"])
+def test_a_keys_partition_is_the_one_kafkas_own_partitioner_gives_it(parts, where, tmp_path, monkeypatch):
+    """Against kafka-python's murmur2 (the Java client's): keys of every length and byte,
+    a slice of an array, and null keys (-1: the partitioner's random partition)."""
+    from kafka.partitioner.default import murmur2
+
+    if where == "Python":
+        monkeypatch.setenv("KAPPA_INGEST_CACHE", str(tmp_path))
+        monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+        monkeypatch.setattr(native, "load", native.build)
+    rnd = random.Random(parts)
+    keys = [None if rnd.random() < 0.05 else "".join(rnd.choice(TRICKY) for _ in range(rnd.randint(0, 11)))
+            for _ in range(2000)]  # fmt: skip
+    arr = pa.array(keys, pa.string()).slice(7)
+    expected = [-1 if k is None else (murmur2(k.encode()) & 0x7FFFFFFF) % parts for k in keys[7:]]
+    assert native.key_partitions(arr, parts).tolist() == expected
+    binary = pa.array([k.encode() if k is not None else None for k in keys], pa.large_binary())
+    assert native.key_partitions(binary.slice(7), parts).tolist() == expected

@@ -12,7 +12,8 @@
 - ``c/gather.c``: lines moved by a shuffle as offsets, read back from their files
   (:func:`gather`), and where a chunk's lines end (:func:`line_ends`);
 - ``c/fields.c``: a batch's lines split into text columns, as Arrow's CSV reader splits
-  them (:func:`split_fields`).
+  them (:func:`split_fields`);
+- ``c/keys.c``: the topic partition Kafka's partitioner gives each key (:func:`key_partitions`).
 
 They are compiled once per source and librdkafka version (``cc``, against the librdkafka
 inside the confluent-kafka wheel) into the kappa-ingest cache. Executors on a cluster
@@ -42,7 +43,15 @@ import pyarrow as pa
 
 from kappa_ingest.paths import cache_dir
 
-SOURCES = ("json.c", "produce.c", "gather.c", "fields.c", "consume.c", "rdkafka_abi.h")  # in c/ beside this file
+SOURCES = (
+    "json.c",
+    "produce.c",
+    "gather.c",
+    "fields.c",
+    "consume.c",
+    "keys.c",
+    "rdkafka_abi.h",
+)  # in c/ beside this file
 _c = ctypes
 _P = _c.c_void_p
 _CHARS, _I64S = _c.POINTER(_c.c_char_p), _c.POINTER(_c.c_int64)
@@ -126,6 +135,7 @@ _SIGNATURES = {
         [_c.c_int64, _P, _P, _c.c_int64, _c.c_int, _P, _c.c_int, _c.c_uint8, _c.c_uint8, *[_P] * 6],
     ),
     "kf_fill": (_c.c_int, [_c.c_int64, _P, _c.c_int64, _c.c_int, _P, _P, _c.c_uint8, _P, _P, _P]),
+    "kk_parts": (None, [_c.c_int64, _P, _P, _P, _c.c_int64, _c.c_int32, _P]),
     "kj_not_literal": (_c.c_int64, [_c.c_int64, _P, _c.c_int, _c.c_int]),
     "kj_write": (_c.c_int64, [_c.c_int64, _c.c_int, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _c.c_char_p, _c.c_int64]),
 }
@@ -320,6 +330,43 @@ def line_ends(buf: bytes, eof: bool) -> tuple[np.ndarray, np.ndarray]:
         if k >= 0:
             return ends[:k], term[:k]
         cap = len(buf)
+
+
+def key_partitions(keys: pa.Array, partitions: int) -> np.ndarray:
+    """The partition Kafka's own partitioner (and librdkafka's murmur2_random) gives each
+    key among ``partitions``: Java's murmur2 of its bytes (a string's: its UTF-8); -1 for a
+    null key (the partitioner's random one). Without the C loops, the same hash in Python."""
+    out = np.empty(len(keys), dtype=np.int32)
+    view = keys.view(pa.binary()) if pa.types.is_string(keys.type) else keys.cast(pa.binary())
+    try:
+        lib = load()
+    except NativeUnavailable:
+        for i, key in enumerate(view.to_pylist()):
+            out[i] = -1 if key is None else (murmur2(key) & 0x7FFFFFFF) % partitions
+        return out
+    validity, offsets, data = view.buffers()
+    valid = validity.address if validity is not None and view.null_count else None
+    lib.kk_parts(len(view), offsets.address + 4 * view.offset, data.address if data is not None else None, valid,
+                 view.offset, partitions, out.ctypes.data)  # fmt: skip
+    return out
+
+
+def murmur2(data: bytes) -> int:
+    """Java's murmur2 (``org.apache.kafka.common.utils.Utils.murmur2``) as an unsigned 32-bit int."""
+    m, mask = 0x5BD1E995, 0xFFFFFFFF
+    h = (0x9747B28C ^ len(data)) & mask
+    tail = len(data) & ~3
+    for i in range(0, tail, 4):
+        k = int.from_bytes(data[i : i + 4], "little") * m & mask
+        k = (k ^ k >> 24) * m & mask
+        h = (h * m & mask) ^ k
+    rest = len(data) & 3
+    if rest:
+        for j in reversed(range(rest)):
+            h ^= data[tail + j] << (8 * j)
+        h = h * m & mask
+    h = (h ^ h >> 13) * m & mask
+    return h ^ h >> 15
 
 
 @dataclass

@@ -229,9 +229,10 @@ def read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None = None, path
     by_file = {splits.canonical_file(p): lay for p, lay in layouts.items()} if len(set(layouts.values())) > 1 else {}
     # A resumed run keeps its original's parts only if they were made the same way.
     in_store = any(is_s3(p) for p in paths)
-    if in_store and not (_lines_possible(cfg) and (plan.parts == 1 or plan.parts_by == splits.BY_LINES)):
+    line_parts = plan.parts == 1 or plan.parts_by in (splits.BY_LINES, splits.BY_KEYS)
+    if in_store and not (_lines_possible(cfg) and line_parts):
         raise UsageError(opening.needs_spark_reader(paths[0], cfg.multiline, cfg.escape, cfg.quote, cfg.encoding))
-    if _lines_possible(cfg) and (plan.parts == 1 or plan.parts_by == splits.BY_LINES):
+    if _lines_possible(cfg) and line_parts:
         head = layouts[paths[0]]
         line_parser = LineParser(head.columns, cfg.delimiter, cfg.quote, head.header_line, by_file,
                                  encoding=cfg.encoding)  # fmt: skip
@@ -260,7 +261,7 @@ def read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None = None, path
         scan = text.scan if text is not None else lambda: own_scan
         # A gzipped object's lines have no offsets in the object: they move with their text.
         whole = not all(splits.splittable(p, cfg.multiline) for p in paths)
-        moved = _moved_lines(spark, cfg, scan, own_scan, typed, splits_read, plan.parts if pinned else None, whole)
+        moved = _moved_lines(spark, cfg, scan, own_scan, typed, splits_read, pinned, whole)
         if moved is None:
             tasks = min(splits_read, cfg.partitions or splits_read)
             if own_frame is not None:
@@ -272,15 +273,15 @@ def read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None = None, path
                 df = lines.coalesce(tasks) if tasks < splits_read else lines
             return Source(df, spec, _typed(line_parser, typed), "lines", tuple(paths), read_bytes, plan, tasks,
                           headers, types=_types(declared), handed=tuple(handed))  # fmt: skip
-        df, parts, tasks, shuffled, marking = moved
-        plan = Plan(plan.files, plan.split_bytes, parts, splits.BY_LINES if parts > 1 else "")
+        df, parts, tasks, shuffled, marking, by = moved
+        plan = Plan(plan.files, plan.split_bytes, parts, by if parts > 1 else "")
         parser = _typed(line_shuffle.after_shuffle(marking), typed)
         return Source(df, spec, parser, "lines", tuple(paths), read_bytes, plan, tasks, headers,
                       _sorted_by_event_time(cfg), shuffled, _types(declared))  # fmt: skip
     # Spark reads text too: the typed values are made by the same code as on the line path.
     groups = [([p for p in paths if layouts[p].columns == h.columns], _text_schema(h.columns)) for h in headers]
-    df, parts, tasks, shuffled = _spark_csv(spark, cfg, groups, plan.parts if pinned is not None else None)
-    plan = Plan(plan.files, plan.split_bytes, parts, splits.BY_ROWS if parts > 1 else "")
+    df, parts, tasks, shuffled, by = _spark_csv(spark, cfg, groups, pinned, _types(declared))
+    plan = Plan(plan.files, plan.split_bytes, parts, by if parts > 1 else "")
     parser = _typed(RowParser(first, cfg.delimiter, cfg.quote, by_file), typed)
     return Source(df, spec, parser, "spark-csv", tuple(paths), read_bytes, plan, tasks, headers,
                   _sorted_by_event_time(cfg), shuffled, _types(declared))  # fmt: skip
@@ -356,23 +357,27 @@ def _moved_lines(
     own_scan: tuple[DataFrame, LineParser] | None,
     typed: Typing,
     splits_read: int,
-    parts: int | None,
+    pinned: Plan | None,
     whole: bool = False,
-) -> tuple[DataFrame, int, int, bool, LineParser] | None:
+) -> tuple[DataFrame, int, int, bool, LineParser, str] | None:
     """The raw lines shuffled or sorted before they are parsed, where the run asks for it
     (:mod:`kappa_ingest.source.line_shuffle`): with the parts per split, the number of tasks,
-    whether they were shuffled and the parser that marked them; None where the scan's own
-    tasks and order will do. ``scan``: Spark's text scan and its parser (made when asked); ``own_scan``: the
-    splits for tasks that read them themselves, where they can. ``parts`` fixed: a resumed
-    run keeps its original's. ``whole``: lines the tasks read move with their text."""
+    whether they were shuffled, the parser that marked them and what parted them (a plan's
+    ``parts_by``); None where the scan's own tasks and order will do. ``scan``: Spark's text
+    scan and its parser (made when asked); ``own_scan``: the splits for tasks that read them
+    themselves, where they can. ``pinned``: a resumed run keeps its original's parts, made
+    the same way. ``whole``: lines the tasks read move with their text."""
+    parts = pinned.parts if pinned is not None else None
     ordered = own_scan or scan()  # lines parted by their key, or not parted: moved by offset where they can be
     if cfg.order_by_event_time:  # each key's rows in one task, in event-time order
         parts = parts or cfg.partitions or spark.sparkContext.defaultParallelism
-        df = line_shuffle.by_key_in_event_time_order(line_shuffle.marked(*ordered, typed, cfg.key_column, whole), parts)
-        return df, parts, parts, True, ordered[1]
+        # By Kafka's partition of each key (runs planned before it: a hash of the key's text).
+        by = splits.BY_LINES if pinned is not None and pinned.parts_by == splits.BY_LINES else splits.BY_KEYS
+        marked = line_shuffle.marked(*ordered, typed, cfg.key_column, whole, parts if by == splits.BY_KEYS else None)
+        return line_shuffle.by_key_in_event_time_order(marked, parts), parts, parts, True, ordered[1], by
     if _sorted_by_event_time(cfg):  # paced: each split's rows in event-time order, in its own task
         sorted_lines = line_shuffle.in_event_time_order(line_shuffle.marked(*ordered, typed, whole=whole))
-        return sorted_lines, 1, splits_read, False, ordered[1]
+        return sorted_lines, 1, splits_read, False, ordered[1], splits.BY_LINES
     if parts is None and not cfg.incremental and cfg.partitions is not None and cfg.partitions > splits_read:
         parts = cfg.partitions
     if parts is None or parts == 1:
@@ -380,7 +385,14 @@ def _moved_lines(
     # A line's part is a hash of its text, which the text scan moves with it (UTF-16, which
     # only the tasks read right: of its place in its file).
     by = own_scan if transcode.wide(cfg.encoding) and own_scan else scan()
-    return line_shuffle.by_line(line_shuffle.marked(*by, whole=whole), parts), parts, parts, True, by[1]
+    return (
+        line_shuffle.by_line(line_shuffle.marked(*by, whole=whole), parts),
+        parts,
+        parts,
+        True,
+        by[1],
+        splits.BY_LINES,
+    )
 
 
 def _typed(parser: BatchParser, typed: Typing) -> BatchParser:
@@ -658,12 +670,18 @@ def _check_columns(cfg: ReadOptions, headers: tuple[Header, ...], declared: Stru
 
 
 def _spark_csv(
-    spark: SparkSession, cfg: ReadOptions, groups: list[tuple[list[str], StructType]], parts: int | None
-) -> tuple[DataFrame, int, int, bool]:
+    spark: SparkSession,
+    cfg: ReadOptions,
+    groups: list[tuple[list[str], StructType]],
+    pinned: Plan | None,
+    types: dict[str, DataType],
+) -> tuple[DataFrame, int, int, bool, str]:
     """Spark's CSV reader, one read per distinct header (each file's columns named by its
     own header) united by column name, repartitioned to ``--partitions``; with the parts
-    per split (``parts`` fixed: a resumed run keeps its original's), the number of tasks
-    and whether the rows were shuffled."""
+    per split (``pinned``: a resumed run keeps its original's, made the same way), the
+    number of tasks, whether the rows were shuffled and what parted them. ``types``: the
+    declared types (an ordered replay's typed key is parted by its value)."""
+    parts = pinned.parts if pinned is not None else None
     skipped_by_spark([p for group, _ in groups for p in group])
     options = {**reader_options(cfg), "enforceSchema": "true"}  # each read's schema is its files' header
     frames = []
@@ -696,13 +714,18 @@ def _spark_csv(
         # Each key's rows in one task (a unit is then one part of a split, as in any
         # shuffle), sorted by event time: its partition gets them in that order.
         parts = parts or cfg.partitions or spark.sparkContext.defaultParallelism
-        df = df.repartition(parts, F.col(cfg.key_column)).sortWithinPartitions(*by_event_time)
-        return df.drop(ROW_HASH_COL), parts, parts, True
+        key, by = F.col(cfg.key_column), splits.BY_ROWS
+        # A typed key's texts of one value ("007", "7") are one record key: parted by the
+        # value (runs planned before: by the text).
+        if cfg.key_column in types and not (pinned is not None and pinned.parts_by == splits.BY_ROWS):
+            key, by = key.try_cast(types[cfg.key_column]), splits.BY_KEY_VALUES
+        df = df.repartition(parts, key).sortWithinPartitions(*by_event_time)
+        return df.drop(ROW_HASH_COL), parts, parts, True, by
     partitions = None if cfg.incremental or _split_per_task(cfg) else cfg.partitions
     df, parts, tasks = _repartition(df, partitions, parts)
     if cfg.replay_speed:  # paced by event time: each task's rows in that order
         df = df.sortWithinPartitions(*by_event_time)
-    return df.drop(ROW_HASH_COL), parts, tasks, parts > 1
+    return df.drop(ROW_HASH_COL), parts, tasks, parts > 1, splits.BY_ROWS
 
 
 def reject_reason(schema: StructType, cfg: ReadOptions) -> Column:

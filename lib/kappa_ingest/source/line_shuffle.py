@@ -18,13 +18,18 @@ first-line flag were columns on every row.
 
 A row's part of its split is a function of its own text (its line, or its key; a UTF-16
 line, moved by offset: its place in its file), never of the files read beside it, so a
-unit is the same rows in every run and in its resume.
+unit is the same rows in every run and in its resume. An ordered replay's part is the
+partition Kafka's own partitioner gives the record's key among the parts (``by_keys``):
+with as many parts as the topic has partitions (or a multiple, or a divisor), each task
+sends to its own partitions only, so its producer fills whole batches of one partition
+at a time as a keyless one does, and every record of a key is sent by one task.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
+from functools import cache
 
 import numpy as np
 import pyarrow as pa
@@ -32,6 +37,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from kappa_ingest import native
 from kappa_ingest.source import line_places
 from kappa_ingest.source.columns import (
     BLOCK_COL,
@@ -45,17 +51,26 @@ from kappa_ingest.source.columns import (
     LINE_LEN_COL,
     LINE_NO_COL,
     MARK_COL,
+    PART_COL,
 )
 from kappa_ingest.source.parsing import LineParser, Parsed
+from kappa_ingest.source.records import key_text
 from kappa_ingest.source.typed import TS_TYPE, Typing
 
 
 def marked(
-    lines: DataFrame, parser: LineParser, order: Typing | None = None, key: str | None = None, whole: bool = False
+    lines: DataFrame,
+    parser: LineParser,
+    order: Typing | None = None,
+    key: str | None = None,
+    whole: bool = False,
+    parts: int | None = None,
 ) -> DataFrame:
     """``lines`` (the file scan's raw lines, or a task's splits to read: a parser that
     ``reads_splits``) with their marks; ``order``: the typing that finds each line's event
-    time (and ``key``, its key), for a replay in that order.
+    time (and ``key``, its key), for a replay in that order. With ``parts``, a keyed line
+    is marked with its part (PART_COL, ``by_keys``); without, with its key's text (KEY_COL:
+    the parts of a run planned before).
 
     Splits read here move without their text: each line's byte offset and length in its
     file instead (an eighth of a wide line's bytes through the shuffle and the sort), read
@@ -73,10 +88,13 @@ def marked(
         fields += [f"{LINE_AT_COL} long", f"{FIRST_COL} boolean", f"{LINE_NO_COL} long", f"{LINE_LEN_COL} int"]
     else:
         fields = ([f"{LINE_COL} binary"] if spans else []) + fields + [f"{FIRST_COL} boolean", f"{LINE_NO_COL} long"]
+    by_part = key is not None and parts is not None
     if order is not None:
-        fields += [f"{KEY_COL} string", f"{EVENT_US_COL} long"]
-    event_only = Typing(null_values=order.null_values, event_column=order.event_column,
-                        event_format=order.event_format) if order is not None else None  # fmt: skip
+        fields += [f"{PART_COL} int" if by_part else f"{KEY_COL} string", f"{EVENT_US_COL} long"]
+    # Only the key and the event time are typed; the key as the record's (kept by_keys).
+    key_types = tuple((c, t) for c, t in order.types if c == key) if order is not None and by_part else ()
+    event_only = Typing(key_types, order.null_values, order.event_column, order.event_format) if order else None
+    tokens = part_tokens(parts) if by_part else None
     splits = parser.splits
 
     def mark(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -101,8 +119,8 @@ def marked(
                     else:
                         out, names = _numbered(rows, file, start, counted, by_offset)
                     if event_only is not None:
-                        out += _key_and_event_time(parse(rows), rows.num_rows, key, event_only)
-                        names += [KEY_COL, EVENT_US_COL]
+                        out += _key_and_event_time(parse(rows), rows.num_rows, key, event_only, tokens)
+                        names += [PART_COL if tokens is not None else KEY_COL, EVENT_US_COL]
                     schema = schema or _schema(names, out)
                     yield pa.RecordBatch.from_arrays(out, schema=schema)
 
@@ -139,13 +157,26 @@ def _schema(names: list[str], arrays: list[pa.Array]) -> pa.Schema:
     return pa.schema([pa.field(n, a.type) for n, a in zip(names, arrays, strict=True)])
 
 
-def _key_and_event_time(parsed: Parsed, n: int, key: str | None, event_only: Typing) -> list[pa.Array]:
-    """The key's text and the event time of each line that parses; null for the others."""
-    typed, _ = event_only.apply(parsed.rows.select([event_only.event_column]))
+def _key_and_event_time(
+    parsed: Parsed, n: int, key: str | None, event_only: Typing, tokens: np.ndarray | None
+) -> list[pa.Array]:
+    """The key's text (with ``tokens``: its part's token) and the event time of each line
+    that parses; null for the others."""
     at = pa.array(parsed.row_at if parsed.row_at is not None else np.arange(parsed.rows.num_rows))
-    keys = parsed.rows.column(key) if key else pa.nulls(parsed.rows.num_rows, pa.string())
+    if tokens is not None:
+        assert key is not None
+        typed, _ = event_only.apply(parsed.rows.select(list(dict.fromkeys([key, event_only.event_column]))))
+        part = native.key_partitions(key_text(typed.column(key)), len(tokens))
+        # A null key's record goes to a random partition: its row to part 0.
+        keys: pa.Array = pa.array(tokens[np.maximum(part, 0)])
+    else:
+        typed, _ = event_only.apply(parsed.rows.select([event_only.event_column]))
+        keys = parsed.rows.column(key) if key else pa.nulls(parsed.rows.num_rows, pa.string())
     micros = typed.column(EVENT_TS_COL).cast(TS_TYPE).cast(pa.int64())
-    return [_scatter(keys, at, n, pa.string()), _scatter(micros, at, n, pa.int64())]
+    return [
+        _scatter(keys, at, n, keys.type if tokens is not None else pa.string()),
+        _scatter(micros, at, n, pa.int64()),
+    ]
 
 
 def _scatter(values: pa.Array, at: pa.Array, n: int, type_: pa.DataType) -> pa.Array:
@@ -166,17 +197,49 @@ def by_line(df: DataFrame, parts: int) -> DataFrame:
 
 
 def by_key_in_event_time_order(df: DataFrame, parts: int) -> DataFrame:
-    """Marked lines in ``parts`` parts by their key, each part in event-time order."""
-    return in_event_time_order(df.repartition(parts, F.col(KEY_COL)))
+    """Marked lines in ``parts`` parts by their key (their part's token, or a hash of the
+    key's text), each part in event-time order."""
+    return in_event_time_order(df.repartition(parts, F.col(PART_COL if PART_COL in df.columns else KEY_COL)))
 
 
 def in_event_time_order(df: DataFrame) -> DataFrame:
     """Each task's marked lines in event-time order, ties in file order (a line's mark sorts
     so); the key, once the lines are parted by it, dropped before the sort copies it."""
-    df = df.drop(KEY_COL)
+    df = df.drop(KEY_COL, PART_COL)
     if MARK_COL in df.columns:
         return df.sortWithinPartitions(F.col(EVENT_US_COL), F.col(MARK_COL))
     return df.sortWithinPartitions(F.col(EVENT_US_COL), F.col(FILE_COL), F.col(BLOCK_COL), F.col(LINE_NO_COL))
+
+
+@cache
+def part_tokens(parts: int) -> np.ndarray:
+    """For each part ``d`` of ``parts``, the least int ≥ 0 that Spark's hash partitioning
+    over ``parts`` (pmod of its murmur3, seed 42, of the int) puts in part ``d``: a shuffle
+    by a column of these puts each row in the part its token names."""
+    tokens = np.full(parts, -1, dtype=np.int32)
+    missing, v = parts, 0
+    while missing:
+        d = _spark_hash_int(v) % parts
+        if tokens[d] < 0:
+            tokens[d], missing = v, missing - 1
+        v += 1
+    return tokens
+
+
+def _spark_hash_int(v: int) -> int:
+    """Spark's ``Murmur3_x86_32.hashInt(v, 42)`` (``hash()`` of an int column), signed."""
+    mask = 0xFFFFFFFF
+
+    def rotl(x: int, r: int) -> int:
+        return (x << r | x >> (32 - r)) & mask
+
+    k = rotl(v * 0xCC9E2D51 & mask, 15) * 0x1B873593 & mask
+    h = (rotl(42 ^ k, 13) * 5 + 0xE6546B64) & mask
+    h ^= 4
+    h = (h ^ h >> 16) * 0x85EBCA6B & mask
+    h = (h ^ h >> 13) * 0xC2B2AE35 & mask
+    h ^= h >> 16
+    return h - (1 << 32) if h >> 31 else h
 
 
 def after_shuffle(parser: LineParser) -> LineParser:

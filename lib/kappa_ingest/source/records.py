@@ -141,7 +141,7 @@ def encode_batch(batch: pa.RecordBatch, spec: RecordSpec, now_ms: int) -> Encode
         return _encode_polars(batch, spec, now_ms)
     keys = None
     if spec.key_column is not None:
-        keys = _text(batch.column(spec.key_column)).view(pa.binary())
+        keys = key_text(batch.column(spec.key_column)).view(pa.binary())
     if spec.event_time:
         micros = np.asarray(pc.cast(batch.column(EVENT_TS_COL), pa.timestamp("us", tz="UTC")).cast(pa.int64()))
         stamps = pa.array(micros // 1000)  # floored, as polars' epoch("ms")
@@ -155,8 +155,8 @@ def encode_batch(batch: pa.RecordBatch, spec: RecordSpec, now_ms: int) -> Encode
     )
 
 
-def _text(arr: pa.Array) -> pa.Array:
-    """A column as text the way polars casts it (a key of a typed column)."""
+def key_text(arr: pa.Array) -> pa.Array:
+    """A key column as the record's key text, the way polars casts it (a typed column's)."""
     if pa.types.is_string(arr.type):
         return arr
     s = pl.from_arrow(arr)

@@ -59,7 +59,9 @@ class InputFile:
 
 
 BY_LINES = "lines"  # a hash of the raw line (or, ordered, of the key's text as Arrow parses it)
-BY_ROWS = "rows"  # a hash of the row Spark's CSV reader parsed (or of its key column)
+BY_KEYS = "kafka-keys"  # ordered, on the line path: Kafka's partition of the record's key among the parts
+BY_ROWS = "rows"  # a hash of the row Spark's CSV reader parsed (or of its key column's text)
+BY_KEY_VALUES = "key-values"  # ordered, on Spark's reader: a hash of the typed key column's value
 
 
 @dataclass(frozen=True)
