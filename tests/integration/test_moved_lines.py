@@ -149,6 +149,7 @@ def test_a_resumed_ordered_replay_keeps_the_parts_its_original_was_planned_with(
     from dataclasses import replace
 
     from kappa_ingest import config
+    from kappa_ingest.errors import UsageError
     from kappa_ingest.source import dataframe, splits
 
     paths = _files(tmp_path, 200)
@@ -170,3 +171,7 @@ def test_a_resumed_ordered_replay_keeps_the_parts_its_original_was_planned_with(
         resumed = dataframe.read(spark, cfg, replace(fresh.plan, parts_by=by))
         assert resumed.plan.parts_by == by
         assert parted in resumed.df._jdf.queryExecution().executedPlan().toString()
+    # Parts this reader cannot make again (another path's, a later version's) are refused.
+    for by in (splits.BY_KEYS, "parts of a later version"):
+        with pytest.raises(UsageError, match=f"parted by '{by}', which Spark's CSV reader does not part by here"):
+            dataframe.read(spark, cfg, replace(fresh.plan, parts_by=by))

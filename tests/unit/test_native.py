@@ -102,7 +102,7 @@ def _typed_batch(n: int, seed: int = 2) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([*columns.values(), stamps, files], names=[*columns, EVENT_TS_COL, FILE_COL])
 
 
-@pytest.mark.parametrize("key", ["i", "d", "text"])
+@pytest.mark.parametrize("key", ["i", "d", "t", "day", "text"])
 def test_c_typed_values_and_event_time_are_polars_bytes(key):
     native.load()
     batch = _typed_batch(2000)

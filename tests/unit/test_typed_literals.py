@@ -99,3 +99,22 @@ def test_an_event_time_written_as_the_records_write_it_is_copied_and_stamps_the_
     reference = _encode_polars(out, spec, 0)  # event_ts formatted from the parsed times
     assert got.values.to_pylist() == reference.values.to_pylist()
     assert got.timestamps_ms.to_pylist() == [1329868800010, 1330559999999]
+
+
+@pytest.mark.parametrize("kind", ["timestamp", "date", "int", "double"])
+def test_a_typed_keys_bytes_do_not_depend_on_the_rows_beside_it(kind):
+    """A batch whose fields are all their JSON literals keeps them as text; one with a field
+    written otherwise is converted: the same field's key is the same bytes either way, on
+    the C path and on polars'."""
+    field = {"timestamp": "2012-02-22T00:00:00.010Z", "date": "2012-02-22", "int": "42", "double": "50.125"}[kind]
+    other = {"timestamp": "2012-02-22 00:00:00.02", "date": "2012-2-3", "int": "042", "double": "50.1250"}[kind]
+    spec = RecordSpec(("k",), "r", key_column="k")
+    keys = []
+    for fields in ([field, field], [field, other]):
+        out, failures = Typing((("k", kind),)).apply(pa.RecordBatch.from_pydict({"k": fields}))
+        assert not failures
+        batch = out.append_column("__kappa_file", pa.array(["f", "f"]))
+        fast, reference = encode_batch(batch, spec, 0), _encode_polars(batch, spec, 0)
+        assert fast.keys.to_pylist() == reference.keys.to_pylist()
+        keys.append(fast.keys[0].as_py())
+    assert keys[0] == keys[1] == field.encode()

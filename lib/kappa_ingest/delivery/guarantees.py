@@ -147,7 +147,7 @@ class TaskDelivery:
     ledger_conf: dict[str, Any]  # librdkafka settings to read the ledger
     files: dict[str, tuple[int, int, str]]  # canonical file -> InputFile.identity(): (size, mtime_ms, version)
     parts: int = 1
-    parts_by: str = ""  # splits.BY_LINES or BY_ROWS, with parts > 1
+    parts_by: str = ""  # splits.BY_LINES, BY_KEYS, BY_ROWS or BY_KEY_VALUES, with parts > 1
     split_bytes: int = 0
     dead_letter_topic: str | None = None
     transaction_timeout_s: float = 60.0

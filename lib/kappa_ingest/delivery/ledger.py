@@ -69,7 +69,7 @@ class Entry:
     delivered_at_ms: int = field(default_factory=lambda: time.time_ns() // 1_000_000)
     status: str = "delivered"
     split_bytes: int = 0  # the run's split size (0: not recorded), so a later run splits the file alike
-    parts_by: str = ""  # with parts > 1, what put a row in its part (splits.BY_LINES, BY_ROWS; "": not recorded)
+    parts_by: str = ""  # with parts > 1, what put a row in its part (splits.BY_LINES, BY_KEYS, BY_ROWS, BY_KEY_VALUES; "": not recorded)
     file_version: str = ""  # an object's ETag (a local file: none)
 
     def key(self) -> bytes:

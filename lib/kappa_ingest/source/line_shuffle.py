@@ -223,6 +223,7 @@ def part_tokens(parts: int) -> np.ndarray:
         if tokens[d] < 0:
             tokens[d], missing = v, missing - 1
         v += 1
+    tokens.flags.writeable = False  # shared: the cache hands every caller this array
     return tokens
 
 

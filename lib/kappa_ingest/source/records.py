@@ -156,12 +156,20 @@ def encode_batch(batch: pa.RecordBatch, spec: RecordSpec, now_ms: int) -> Encode
 
 
 def key_text(arr: pa.Array) -> pa.Array:
-    """A key column as the record's key text, the way polars casts it (a typed column's)."""
+    """A key column as the record's key text (a typed column's: :func:`_key_expr`)."""
     if pa.types.is_string(arr.type):
         return arr
     s = pl.from_arrow(arr)
     assert isinstance(s, pl.Series)
-    return s.cast(pl.String).to_arrow().cast(pa.string())
+    return pl.select(_key_expr(pl.lit(s), s.dtype)).to_series().to_arrow().cast(pa.string())
+
+
+def _key_expr(col: pl.Expr, dtype: pl.DataType) -> pl.Expr:
+    """A typed key as text: a timestamp as the records write it (ISO, UTC, milliseconds),
+    which is the text of a batch whose timestamps were all written so and kept as text
+    (typed.LITERAL), so a key's bytes never depend on the rows beside it; any other value
+    as polars casts it (a kept literal's text, by its definition)."""
+    return _json_ready(col, dtype) if isinstance(dtype, pl.Datetime) else col.cast(pl.String)
 
 
 def json_literals(arr: pa.Array) -> tuple[pa.Array, bool]:
@@ -232,7 +240,7 @@ def _encode_polars(batch: pa.RecordBatch, spec: RecordSpec, now_ms: int) -> Enco
     else:
         exprs.append(pl.lit(now_ms, dtype=pl.Int64).alias("ts"))
     if spec.key_column is not None:
-        exprs.append(pl.col(spec.key_column).cast(pl.String).cast(pl.Binary).alias("key"))
+        exprs.append(_key_expr(pl.col(spec.key_column), schema[spec.key_column]).cast(pl.Binary).alias("key"))
     out = df.select(exprs).to_arrow()
     return Encoded(
         keys=_array(out, "key") if spec.key_column is not None else None,

@@ -72,7 +72,7 @@ class Plan:
     files: tuple[InputFile, ...]
     split_bytes: int
     parts: int = 1
-    parts_by: str = ""  # with parts > 1, what put a row in its part: BY_LINES or BY_ROWS
+    parts_by: str = ""  # with parts > 1, what put a row in its part: BY_LINES, BY_KEYS, BY_ROWS or BY_KEY_VALUES
 
     def splits(self, f: InputFile) -> list[tuple[int, int]]:
         """``(start, length)`` of each split of ``f``, as Spark's file scan makes them."""

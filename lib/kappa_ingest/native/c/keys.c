@@ -35,7 +35,7 @@ static uint32_t murmur2(const uint8_t *data, size_t len) {
 }
 
 /* out[i]: (murmur2(key i) & 0x7fffffff) % parts, Kafka's partition of key i among parts
- * partitions; -1 for a null key (bit bit0 + i of valid clear; valid NULL: none null). */
+ * partitions; -1 for a null key (its bit, number bit0 + i, clear in valid; valid NULL: no nulls). */
 void kk_parts(int64_t n, const int32_t *offsets, const uint8_t *data, const uint8_t *valid, int64_t bit0,
               int32_t parts, int32_t *out) {
     for (int64_t i = 0; i < n; i++) {
