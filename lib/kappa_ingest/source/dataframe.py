@@ -279,7 +279,8 @@ def read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None = None, path
         return Source(df, spec, parser, "lines", tuple(paths), read_bytes, plan, tasks, headers,
                       _sorted_by_event_time(cfg), shuffled, _types(declared))  # fmt: skip
     # Spark reads text too: the typed values are made by the same code as on the line path.
-    if pinned is not None and plan.parts > 1 and plan.parts_by not in (splits.BY_ROWS, splits.BY_KEY_VALUES):
+    # ("": a plan from before parts_by was recorded, whose parts were Spark's rows'.)
+    if pinned is not None and plan.parts > 1 and plan.parts_by not in ("", splits.BY_ROWS, splits.BY_KEY_VALUES):
         raise UsageError(f"the rows delivered before were parted by {plan.parts_by!r}, which Spark's CSV reader"
                          " does not part by here: resume them with the kappa-ingest version that sent them")  # fmt: skip
     groups = [([p for p in paths if layouts[p].columns == h.columns], _text_schema(h.columns)) for h in headers]
@@ -721,7 +722,7 @@ def _spark_csv(
         # A typed key's texts of one value ("007", "7") are one record key: parted by the
         # value (runs planned before: by the text).
         typed_key = cfg.key_column in types and not isinstance(types[cfg.key_column], StringType)
-        if typed_key and not (pinned is not None and pinned.parts_by == splits.BY_ROWS):
+        if typed_key and not (pinned is not None and pinned.parts_by in ("", splits.BY_ROWS)):
             key, by = key.try_cast(types[cfg.key_column]), splits.BY_KEY_VALUES
         df = df.repartition(parts, key).sortWithinPartitions(*by_event_time)
         return df.drop(ROW_HASH_COL), parts, parts, True, by
