@@ -134,3 +134,9 @@ def test_a_keys_partition_is_the_one_kafkas_own_partitioner_gives_it(parts, wher
     assert native.key_partitions(arr, parts).tolist() == expected
     binary = pa.array([k.encode() if k is not None else None for k in keys], pa.large_binary())
     assert native.key_partitions(binary.slice(7), parts).tolist() == expected
+    # Kafka's own test vectors (UtilsTest.testMurmur2: the Java client's signed hashes).
+    java = {b"21": -973932308, b"foobar": -790332482, b"a-little-bit-long-string": -985981536,
+            b"a-little-bit-longer-string": -1486304829, b"abc": 479470107,
+            b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971}  # fmt: skip
+    got = native.key_partitions(pa.array(list(java), pa.binary()), parts).tolist()
+    assert got == [(h & 0x7FFFFFFF) % parts for h in java.values()]

@@ -13,7 +13,8 @@
   (:func:`gather`), and where a chunk's lines end (:func:`line_ends`);
 - ``c/fields.c``: a batch's lines split into text columns, as Arrow's CSV reader splits
   them (:func:`split_fields`);
-- ``c/keys.c``: the topic partition Kafka's partitioner gives each key (:func:`key_partitions`).
+- ``c/keys.c``: the topic partition librdkafka's murmur2 partitioner gives each key
+  (:func:`key_partitions`).
 
 They are compiled once per source and librdkafka version (``cc``, against the librdkafka
 inside the confluent-kafka wheel) into the kappa-ingest cache. Executors on a cluster
@@ -335,12 +336,15 @@ def line_ends(buf: bytes, eof: bool) -> tuple[np.ndarray, np.ndarray]:
 def key_partitions(keys: pa.Array, partitions: int) -> np.ndarray:
     """The partition Kafka's own partitioner (and librdkafka's murmur2_random) gives each
     key among ``partitions``: Java's murmur2 of its bytes (a string's: its UTF-8); -1 for a
-    null key (the partitioner's random one). Without the C loops, the same hash in Python."""
+    null key (the partitioner's random one). c/keys.c asks librdkafka's own partitioner;
+    without the C loops, kafka-python's murmur2."""
     out = np.empty(len(keys), dtype=np.int32)
     view = keys.view(pa.binary()) if pa.types.is_string(keys.type) else keys.cast(pa.binary())
     try:
         lib = load()
     except NativeUnavailable:
+        from kafka.partitioner.default import murmur2
+
         for i, key in enumerate(view.to_pylist()):
             out[i] = -1 if key is None else (murmur2(key) & 0x7FFFFFFF) % partitions
         return out
@@ -349,24 +353,6 @@ def key_partitions(keys: pa.Array, partitions: int) -> np.ndarray:
     lib.kk_parts(len(view), offsets.address + 4 * view.offset, data.address if data is not None else None, valid,
                  view.offset, partitions, out.ctypes.data)  # fmt: skip
     return out
-
-
-def murmur2(data: bytes) -> int:
-    """Java's murmur2 (``org.apache.kafka.common.utils.Utils.murmur2``) as an unsigned 32-bit int."""
-    m, mask = 0x5BD1E995, 0xFFFFFFFF
-    h = (0x9747B28C ^ len(data)) & mask
-    tail = len(data) & ~3
-    for i in range(0, tail, 4):
-        k = int.from_bytes(data[i : i + 4], "little") * m & mask
-        k = (k ^ k >> 24) * m & mask
-        h = (h * m & mask) ^ k
-    rest = len(data) & 3
-    if rest:
-        for j in reversed(range(rest)):
-            h ^= data[tail + j] << (8 * j)
-        h = h * m & mask
-    h = (h ^ h >> 13) * m & mask
-    return h ^ h >> 15
 
 
 @dataclass

@@ -388,13 +388,13 @@ def _moved_lines(
         return None
     # A line's part is a hash of its text, which the text scan moves with it (UTF-16, which
     # only the tasks read right: of its place in its file).
-    by = own_scan if transcode.wide(cfg.encoding) and own_scan else scan()
+    lines, parser = own_scan if transcode.wide(cfg.encoding) and own_scan else scan()
     return (
-        line_shuffle.by_line(line_shuffle.marked(*by, whole=whole), parts),
+        line_shuffle.by_line(line_shuffle.marked(lines, parser, whole=whole), parts),
         parts,
         parts,
         True,
-        by[1],
+        parser,
         splits.BY_LINES,
     )
 

@@ -163,20 +163,17 @@ def _key_and_event_time(
     """The key's text (with ``tokens``: its part's token) and the event time of each line
     that parses; null for the others."""
     at = pa.array(parsed.row_at if parsed.row_at is not None else np.arange(parsed.rows.num_rows))
+    wanted = [key, event_only.event_column] if tokens is not None else [event_only.event_column]
+    typed, _ = event_only.apply(parsed.rows.select(list(dict.fromkeys(wanted))))
     if tokens is not None:
-        assert key is not None
-        typed, _ = event_only.apply(parsed.rows.select(list(dict.fromkeys([key, event_only.event_column]))))
         part = native.key_partitions(key_text(typed.column(key)), len(tokens))
         # A null key's record goes to a random partition: its row to part 0.
-        keys: pa.Array = pa.array(tokens[np.maximum(part, 0)])
+        keys, kind = pa.array(tokens[np.maximum(part, 0)]), pa.int32()
     else:
-        typed, _ = event_only.apply(parsed.rows.select([event_only.event_column]))
         keys = parsed.rows.column(key) if key else pa.nulls(parsed.rows.num_rows, pa.string())
+        kind = pa.string()
     micros = typed.column(EVENT_TS_COL).cast(TS_TYPE).cast(pa.int64())
-    return [
-        _scatter(keys, at, n, keys.type if tokens is not None else pa.string()),
-        _scatter(micros, at, n, pa.int64()),
-    ]
+    return [_scatter(keys, at, n, kind), _scatter(micros, at, n, pa.int64())]
 
 
 def _scatter(values: pa.Array, at: pa.Array, n: int, type_: pa.DataType) -> pa.Array:

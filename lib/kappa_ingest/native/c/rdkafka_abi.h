@@ -1,6 +1,6 @@
 /*
  * The few declarations of librdkafka's public ABI (rdkafka.h, stable since 1.4) that the
- * producer and consumer loops use: the wheel of confluent-kafka carries the library, not
+ * producer and consumer loops and the keys' partitions use: the wheel of confluent-kafka carries the library, not
  * its header.
  */
 #ifndef KAPPA_RDKAFKA_ABI_H
@@ -31,4 +31,5 @@ void rd_kafka_conf_destroy(rd_kafka_conf_t *);
 rd_kafka_t *rd_kafka_new(int, rd_kafka_conf_t *, char *, size_t);
 void rd_kafka_destroy(rd_kafka_t *);
 const char *rd_kafka_err2str(int);
+int32_t rd_kafka_msg_partitioner_murmur2(const rd_kafka_topic_t *, const void *, size_t, int32_t, void *, void *);
 #endif
