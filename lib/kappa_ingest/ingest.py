@@ -301,6 +301,8 @@ def _settle(
             raise reconciled.failure
         if replay is not None:
             reported.add_replay(report, reprocess.check_replay(cfg, replay, sent.conf))
+        else:
+            _warn_of_retention(report, cfg.topic, reconciling.retention_warning(cfg, sent))
     if changed is not None:  # after the reconciliation: the report still says what the topic holds
         raise changed
     taken = [u for st in outcome.stats for u in st.taken_units()]
@@ -311,6 +313,19 @@ def _settle(
             " committed by it within a minute; nothing of them was sent twice: run again with --incremental,"
             " or --resume, once the other run is over"
         )
+
+
+_warned_of: set[str] = set()  # topics this process printed a retention warning of (once: a watch's batches)
+
+
+def _warn_of_retention(report: RunReport, topic: str, warning: str | None) -> None:
+    """A run that succeeds and whose records the broker then deletes must say so."""
+    if warning is None:
+        return
+    report.broker["retention_warning"] = warning
+    if topic not in _warned_of:
+        _warned_of.add(topic)
+        print(f"kappa-ingest: warning: {warning}", file=sys.stderr)
 
 
 def _quarantine(cfg: IngestConfig, report: RunReport, source: csv_source.Source, skip: frozenset) -> None:

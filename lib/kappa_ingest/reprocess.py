@@ -24,6 +24,7 @@ from kappa_ingest.config import IngestConfig
 from kappa_ingest.config.choices import DEFAULT_LEDGER_TOPIC
 from kappa_ingest.delivery.ledger import Entry
 from kappa_ingest.errors import InputError, UsageError
+from kappa_ingest.kafka.retention import past_retention
 from kappa_ingest.kafka.topics import Admin
 from kappa_ingest.s3.access import is_s3
 from kappa_ingest.source import opening
@@ -217,24 +218,6 @@ def compare(admin: Any, conf: dict[str, Any], old: str, runs: tuple[str, ...], n
         ends = admin.end_offsets(old), admin.end_offsets(new)
         old_side, new_side = pool.submit(side, old, runs, ends[0]), pool.submit(side, new, (run_id,), ends[1])
         return {"old": old_side.result(), "new": new_side.result()}
-
-
-def past_retention(admin: Any, topic: str, oldest: str | None, now_ms: int) -> str | None:
-    """Why the broker will soon delete records just replayed into ``topic``, or None: they
-    carry their event time as their timestamp (``CreateTime``), and the ``oldest`` of them
-    (ISO-8601) is older than the topic's ``retention.ms``, which counts from the timestamp."""
-    retention = admin.topic_setting(topic, "retention.ms")
-    if not oldest or retention is None or int(retention) < 0:
-        return None
-    if admin.topic_setting(topic, "message.timestamp.type") == "LogAppendTime":
-        return None
-    oldest_ms = round(datetime.fromisoformat(oldest.replace("Z", "+00:00")).timestamp() * 1000)
-    if now_ms - oldest_ms <= int(retention):
-        return None
-    return (f"{topic} keeps records for retention.ms {int(retention):,} ms ({int(retention) / 86_400_000:.3g} days)"
-            f" counted from their timestamp, their event time here, the oldest {oldest}: the broker deletes those"
-            f" older than that within minutes; keep them with kafka-configs.sh --alter --entity-type topics"
-            f" --entity-name {topic} --add-config retention.ms=-1")  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from confluent_kafka.admin import ConfigResource
 from helpers import consume_all, expected_rows, rows
 from kappa_ingest import config, reprocess
 from kappa_ingest.ingest import ingest
+from kappa_ingest.kafka.retention import past_retention
 from kappa_ingest.kafka.topics import Admin
 
 pytestmark = pytest.mark.integration
@@ -123,13 +124,35 @@ def test_a_replay_whose_oldest_event_is_past_the_new_topics_retention_is_warned(
         admin.ensure_topic("kept-forever", 1, 1, {"retention.ms": "-1"})
         admin.ensure_topic("stamped-on-arrival", 1, 1, {"retention.ms": "604800000",
                                                         "message.timestamp.type": "LogAppendTime"})  # fmt: skip
-        warned = reprocess.past_retention(admin, "kept-7-days", old, now)
+        warned = past_retention(admin, "kept-7-days", old, now)
         assert warned is not None and "604,800,000 ms (7 days)" in warned and old in warned
         assert "--entity-name kept-7-days --add-config retention.ms=-1" in warned
-        assert reprocess.past_retention(admin, "kept-7-days", recent, now) is None
-        assert reprocess.past_retention(admin, "kept-forever", old, now) is None
-        assert reprocess.past_retention(admin, "stamped-on-arrival", old, now) is None
-        assert reprocess.past_retention(admin, "kept-7-days", None, now) is None  # nothing replayed
+        assert past_retention(admin, "kept-7-days", recent, now) is None
+        assert past_retention(admin, "kept-forever", old, now) is None
+        assert past_retention(admin, "stamped-on-arrival", old, now) is None
+        assert past_retention(admin, "kept-7-days", None, now) is None  # nothing replayed
+
+
+def test_an_ingest_whose_oldest_event_is_past_the_topics_retention_is_warned(spark, kafka, tmp_path, capsys):
+    """``ingest --event-time-column`` of old rows into a topic of Kafka's default seven days:
+    the run succeeds and says that the broker is about to delete its oldest records."""
+    from kappa_ingest.report.run import render
+
+    path = tmp_path / "old.csv"
+    now = datetime.now(UTC)
+    stamps = [now - timedelta(days=30), now - timedelta(days=2), now - timedelta(hours=1)]
+    path.write_text("id,ts\n" + "".join(f"{i},{t:%Y-%m-%dT%H:%M:%S}.000Z\n" for i, t in enumerate(stamps)))
+    with Admin(kafka.bootstrap_servers) as admin:
+        admin.ensure_topic("ingest-kept-7-days", 1, 1, {"retention.ms": "604800000"})
+    cfg = config.validate({"inputs": [str(path)], "topic": "ingest-kept-7-days", "event_time_column": "ts",
+                           "bootstrap_servers": kafka.bootstrap_servers, "metrics_dir": str(tmp_path / "m")})  # fmt: skip
+    report = ingest(cfg, spark, echo=False).summary()  # (read back, the records may be gone: not read)
+    warned = report["broker"]["retention_warning"]
+    assert report["status"] == "succeeded" and report["rows_sent"] == 3
+    assert "ingest-kept-7-days keeps records for retention.ms 604,800,000 ms (7 days)" in warned, warned
+    assert f"the oldest {stamps[0]:%Y-%m-%dT%H:%M:%S}.000Z" in warned, warned
+    assert f"  warning: {warned}" in render(report).splitlines()
+    assert f"kappa-ingest: warning: {warned}" in capsys.readouterr().err
 
 
 def test_a_replay_by_delivery_time_paced_by_event_time(spark, kafka, history, tmp_path):

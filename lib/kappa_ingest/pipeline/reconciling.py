@@ -17,8 +17,10 @@ from kappa_ingest.delivery.ledger import Entry
 from kappa_ingest.delivery.resume import Resumption
 from kappa_ingest.errors import KappaError
 from kappa_ingest.kafka import topics
+from kappa_ingest.kafka.retention import past_retention
 from kappa_ingest.kafka.settings import kafka_python_connection
 from kappa_ingest.pipeline.sending import Sent
+from kappa_ingest.source.records import iso_ms, wall_clock_ms
 
 Check = tuple[str, bool, Any, Any]  # (name, ok, expected, actual), as RunReport.check takes them
 
@@ -107,6 +109,19 @@ def reconcile_run(
                        low <= min(sent.sampled) and max(sent.sampled) <= high, f"{low}..{high}",
                        f"{min(sent.sampled)}..{max(sent.sampled)}"))  # fmt: skip
     return Reconciled(verdict, checks, others, dead_letters, failure)
+
+
+def retention_warning(cfg: IngestConfig, sent: Sent) -> str | None:
+    """Why the broker is about to delete records of the run, or None: stamped with their
+    event time, the oldest are older than the topic keeps records (a replay of 2012 into a
+    topic of Kafka's default seven days, say). The run succeeded; its records then go."""
+    oldest = min((s.oldest_ms for s in sent.outcome.stats if s.rows_sent), default=None)
+    if oldest is None or not cfg.event_time_column or cfg.dry_run:
+        return None
+    if sent.kept is not None:
+        return past_retention(sent.kept.admin(cfg.producer_settings()), cfg.topic, iso_ms(oldest), wall_clock_ms())
+    with topics.Admin(sent.conf["bootstrap.servers"], cfg.producer_settings()) as admin:
+        return past_retention(admin, cfg.topic, iso_ms(oldest), wall_clock_ms())
 
 
 def offset_delta(before: dict[int, int], after: dict[int, int]) -> int:

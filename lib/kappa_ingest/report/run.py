@@ -511,6 +511,8 @@ def render(s: dict[str, Any]) -> str:
             f"  broker side: peak {rate['peak_messages_per_s']:,.0f} msg/s, steady {rate['steady_messages_per_s']:,.0f}"
             f" msg/s, first record after {_fmt(rate['time_to_first_record_s'])} s; {one_minute_note(s['broker_rate'])}"
         )
+    if s["broker"].get("retention_warning"):
+        out.append(f"  warning: {s['broker']['retention_warning']}")
     if s["executors"]:
         out += ["", "executors"]
         out.append(

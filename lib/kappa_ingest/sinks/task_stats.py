@@ -8,6 +8,7 @@ import socket
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+import pyarrow.compute as pc
 from pyspark import AccumulatorParam, TaskContext
 
 from kappa_ingest.delivery.ledger import Entry
@@ -16,6 +17,8 @@ from kappa_ingest.sinks.task_units import TaskInput
 from kappa_ingest.source.parsing import Parsed
 from kappa_ingest.source.records import Encoded, wall_clock_ms
 from kappa_ingest.source.splits import Unit
+
+NO_RECORDS_MS = 2**63 - 1  # a task's oldest timestamp before it sends a record
 
 
 @dataclass
@@ -35,6 +38,7 @@ class TaskStats:
     lines_dropped: int = 0  # lines of units delivered before (resumed run, earlier attempt)
     lines_read: int = -1  # lines the task read itself (kappa_ingest.source.split_reader); -1: Spark read them
     bytes_sent: int = 0
+    oldest_ms: int = NO_RECORDS_MS  # the oldest timestamp its records carry (their event time, where given)
     started_ms: int = 0
     ended_ms: int = 0
     transactions: int = 0  # committed by this task
@@ -82,6 +86,8 @@ class TaskStats:
         self.lines_skipped += parsed.skipped
         self.bytes_sent += enc.nbytes
         self.ended_ms = wall_clock_ms()
+        if enc.rows:
+            self.oldest_ms = min(self.oldest_ms, pc.min(enc.timestamps_ms).as_py())
         if parsed.failed:
             counts = json.loads(self.failed)
             for label, n in parsed.failed.items():
