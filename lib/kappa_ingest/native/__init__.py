@@ -14,7 +14,8 @@
 - ``c/fields.c``: a batch's lines split into text columns, as Arrow's CSV reader splits
   them (:func:`split_fields`);
 - ``c/keys.c``: the topic partition librdkafka's murmur2 partitioner gives each key
-  (:func:`key_partitions`).
+  (:func:`key_partitions`);
+- ``c/transcode.c``: lines of a single-byte encoding in UTF-8 (:func:`single_byte_to_utf8`).
 
 They are compiled once per source and librdkafka version (``cc``, against the librdkafka
 inside the confluent-kafka wheel) into the kappa-ingest cache. Executors on a cluster
@@ -51,6 +52,7 @@ SOURCES = (
     "fields.c",
     "consume.c",
     "keys.c",
+    "transcode.c",
     "rdkafka_abi.h",
 )  # in c/ beside this file
 _c = ctypes
@@ -137,6 +139,7 @@ _SIGNATURES = {
     ),
     "kf_fill": (_c.c_int, [_c.c_int64, _P, _c.c_int64, _c.c_int, _P, _P, _c.c_uint8, _P, _P, _P]),
     "kk_parts": (None, [_c.c_int64, _P, _P, _P, _c.c_int64, _c.c_int32, _P]),
+    "kt_to_utf8": (_c.c_int64, [_P, _P, _c.c_int64, _P, _P, _P, _P, _c.c_int64, _P, _P]),
     "kj_not_literal": (_c.c_int64, [_c.c_int64, _P, _c.c_int, _c.c_int]),
     "kj_write": (_c.c_int64, [_c.c_int64, _c.c_int, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _c.c_char_p, _c.c_int64]),
 }
@@ -353,6 +356,25 @@ def key_partitions(keys: pa.Array, partitions: int) -> np.ndarray:
     lib.kk_parts(len(view), offsets.address + 4 * view.offset, data.address if data is not None else None, valid,
                  view.offset, partitions, out.ctypes.data)  # fmt: skip
     return out
+
+
+def single_byte_to_utf8(
+    data: np.ndarray, offsets: np.ndarray, utf8: np.ndarray, lengths: np.ndarray, undefined: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """c/transcode.c: lines ``offsets`` (int64, from 0) of ``data`` (uint8) in UTF-8, each
+    byte through its table entry (``utf8``: uint8[256 * 4], ``lengths`` bytes of each);
+    their bytes, their offsets (int64, n + 1) and which hold a byte ``undefined`` marks."""
+    lib = load()
+    n = len(offsets) - 1
+    out_offsets, bad = np.empty(n + 1, dtype=np.int64), np.empty(n, dtype=np.uint8)
+    cap = len(data) + len(data) // 8 + 64  # text of a few accented letters; if not, room for the most
+    while True:
+        out = np.empty(cap, dtype=np.uint8)
+        k = lib.kt_to_utf8(data.ctypes.data, offsets.ctypes.data, n, utf8.ctypes.data, lengths.ctypes.data,
+                           undefined.ctypes.data, out.ctypes.data, cap, out_offsets.ctypes.data, bad.ctypes.data)  # fmt: skip
+        if k >= 0:
+            return out[:k], out_offsets, bad.view(bool)
+        cap = 3 * len(data) + 64  # (a byte is at most U+FFFF: three bytes)
 
 
 @dataclass

@@ -28,6 +28,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kappa_ingest import native
+
 _ASCII_SYNTAX = b"\n\r,;|\t\"' "
 
 
@@ -38,6 +40,7 @@ class ByteTable:
     encoding: str
     utf8_length: np.ndarray  # uint8[256]
     undefined: np.ndarray  # bool[256]
+    utf8: np.ndarray  # uint8[256 * 4]: each byte value's UTF-8 bytes (utf8_length of them)
 
 
 @lru_cache(maxsize=16)
@@ -52,6 +55,7 @@ def table(encoding: str) -> ByteTable | None:
         return None
     lengths = np.zeros(256, dtype=np.uint8)
     undefined = np.zeros(256, dtype=bool)
+    utf8 = np.zeros(256 * 4, dtype=np.uint8)
     for b in range(256):
         try:
             char = bytes([b]).decode(name)
@@ -59,7 +63,9 @@ def table(encoding: str) -> ByteTable | None:
             undefined[b], char = True, "\ufffd"
         if len(char) != 1:
             return None
-        lengths[b] = len(char.encode("utf-8"))
+        encoded = char.encode("utf-8")
+        lengths[b] = len(encoded)
+        utf8[4 * b : 4 * b + len(encoded)] = np.frombuffer(encoded, dtype=np.uint8)
     chars = "".join(bytes([b]).decode(name, errors="replace") for b in range(256))
     if bytes(range(256)).decode(name, errors="replace") != chars:  # bytes read together: a multi-byte encoding
         return None
@@ -67,7 +73,7 @@ def table(encoding: str) -> ByteTable | None:
         return None
     if (lengths[:0x80] != 1).any() or undefined[:0x80].any():  # (to_utf8 takes bytes below 0x80 as they are)
         return None
-    return ByteTable(name, lengths, undefined)
+    return ByteTable(name, lengths, undefined, utf8)
 
 
 def to_utf8(lines: pa.Array, t: ByteTable) -> tuple[pa.Array, np.ndarray]:
@@ -76,6 +82,20 @@ def to_utf8(lines: pa.Array, t: ByteTable) -> tuple[pa.Array, np.ndarray]:
         lines = pc.fill_null(lines, b"")
     n = len(lines)
     offsets, data = _offsets_and_data(lines)
+    try:
+        text, utf8_offsets, bad = native.single_byte_to_utf8(data, offsets - offsets[0], t.utf8, t.utf8_length,
+                                                             t.undefined)  # fmt: skip
+    except native.NativeUnavailable:
+        return _to_utf8_numpy(lines, n, offsets, data, t)
+    if len(text) == len(data):  # (every other byte grows) ASCII: already UTF-8
+        return lines, bad
+    return _binary(n, utf8_offsets, text), bad
+
+
+def _to_utf8_numpy(
+    lines: pa.Array, n: int, offsets: np.ndarray, data: np.ndarray, t: ByteTable
+) -> tuple[pa.Array, np.ndarray]:
+    """:func:`to_utf8` without the C loops: Python's decoder, the offsets by numpy."""
     bad = np.zeros(n, dtype=bool)
     if not (data >= 0x80).any():  # ASCII: already UTF-8
         return lines, bad
