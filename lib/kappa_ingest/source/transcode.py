@@ -4,8 +4,9 @@ and Windows code pages) and UTF-16.
 
 In these encodings every byte is one character and the line ends and the CSV delimiters
 are their ASCII bytes, so Spark's text scan cuts the lines right and each line decodes on
-its own. A batch's bytes are decoded in one call; the new line boundaries follow from each
-byte's UTF-8 length (a table of 256), with no Python object per line. A byte the encoding
+its own. A batch's lines go through the encoding's table of 256 UTF-8 sequences in one
+pass of C (c/transcode.c), with no Python object per line; without the C loops, Python's
+decoder takes the batch's bytes in one call and numpy finds the new line boundaries. A byte the encoding
 leaves undefined (Windows-1252's 0x81, 0x8D, 0x8F, 0x90, 0x9D) decodes as U+FFFD, as Java's
 decoder does for Spark's CSV reader, and its line is marked to be quarantined.
 
