@@ -56,6 +56,15 @@ def test_ascii_batches_pass_untouched(loops):
     assert out is array and not bad.any()
 
 
+def test_high_bytes_that_decode_as_ascii_are_not_taken_for_ascii(loops):
+    """Mac Arabic writes some ASCII punctuation a second time above 0x7F (0xA0 is a space):
+    such a batch keeps its length in UTF-8, and is still not UTF-8 as it is."""
+    lines = [b"1\xa02", b"x\xa1", b"plain"]
+    out, bad = transcode.to_utf8(pa.array(lines, pa.binary()), transcode.table("mac-arabic"))
+    assert out.to_pylist() == [b.decode("mac-arabic").encode() for b in lines] == [b"1 2", b"x!", b"plain"]
+    assert not bad.any()
+
+
 def test_windows_1252_undefined_bytes_are_marked(loops):
     out, bad = transcode.to_utf8(
         pa.array([b"\x80 1", b"x\x81y", b"\x9d"], pa.binary()), transcode.table("windows-1252")

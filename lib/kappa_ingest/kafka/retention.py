@@ -11,13 +11,15 @@ def past_retention(admin: Any, topic: str, oldest: str | None, now_ms: int) -> s
     """Why the broker will soon delete records just sent to ``topic``, or None: they carry
     their event time as their timestamp (``CreateTime``), and the ``oldest`` of them
     (ISO-8601) is older than the topic's ``retention.ms``, which counts from the timestamp."""
-    retention = admin.topic_setting(topic, "retention.ms")
-    if not oldest or retention is None or int(retention) < 0:
+    if not oldest:
         return None
-    if admin.topic_setting(topic, "message.timestamp.type") == "LogAppendTime":
+    retention = admin.topic_setting(topic, "retention.ms")
+    if retention is None or int(retention) < 0:
         return None
     oldest_ms = round(datetime.fromisoformat(oldest.replace("Z", "+00:00")).timestamp() * 1000)
     if now_ms - oldest_ms <= int(retention):
+        return None
+    if admin.topic_setting(topic, "message.timestamp.type") == "LogAppendTime":  # (asked only then: a round trip)
         return None
     return (f"{topic} keeps records for retention.ms {int(retention):,} ms ({int(retention) / 86_400_000:.3g} days)"
             f" counted from their timestamp, their event time here, the oldest {oldest}: the broker deletes those"

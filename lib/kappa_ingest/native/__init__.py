@@ -367,14 +367,14 @@ def single_byte_to_utf8(
     lib = load()
     n = len(offsets) - 1
     out_offsets, bad = np.empty(n + 1, dtype=np.int64), np.empty(n, dtype=np.uint8)
-    cap = len(data) + len(data) // 8 + 64  # text of a few accented letters; if not, room for the most
-    while True:
+    # Room for text of a few accented letters; if that is outgrown, for the most it can take.
+    for cap in (len(data) + len(data) // 8 + 64, int(lengths.max()) * len(data) + 64):
         out = np.empty(cap, dtype=np.uint8)
         k = lib.kt_to_utf8(data.ctypes.data, offsets.ctypes.data, n, utf8.ctypes.data, lengths.ctypes.data,
                            undefined.ctypes.data, out.ctypes.data, cap, out_offsets.ctypes.data, bad.ctypes.data)  # fmt: skip
         if k >= 0:
             return out[:k], out_offsets, bad.view(bool)
-        cap = 3 * len(data) + 64  # (a byte is at most U+FFFF: three bytes)
+    raise AssertionError("kt_to_utf8 outgrew room for every byte's longest UTF-8")
 
 
 @dataclass

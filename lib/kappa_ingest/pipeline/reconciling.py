@@ -20,6 +20,7 @@ from kappa_ingest.kafka import topics
 from kappa_ingest.kafka.retention import past_retention
 from kappa_ingest.kafka.settings import kafka_python_connection
 from kappa_ingest.pipeline.sending import Sent
+from kappa_ingest.sinks.task_stats import NO_RECORDS_MS
 from kappa_ingest.source.records import iso_ms, wall_clock_ms
 
 Check = tuple[str, bool, Any, Any]  # (name, ok, expected, actual), as RunReport.check takes them
@@ -115,7 +116,8 @@ def retention_warning(cfg: IngestConfig, sent: Sent) -> str | None:
     """Why the broker is about to delete records of the run, or None: stamped with their
     event time, the oldest are older than the topic keeps records (a replay of 2012 into a
     topic of Kafka's default seven days, say). The run succeeded; its records then go."""
-    oldest = min((s.oldest_ms for s in sent.outcome.stats if s.rows_sent), default=None)
+    oldest = min((s.oldest_ms for s in sent.outcome.stats if s.rows_sent and s.oldest_ms != NO_RECORDS_MS),
+                 default=None)  # fmt: skip
     if oldest is None or not cfg.event_time_column or cfg.dry_run:
         return None
     if sent.kept is not None:

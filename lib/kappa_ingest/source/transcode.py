@@ -42,6 +42,7 @@ class ByteTable:
     utf8_length: np.ndarray  # uint8[256]
     undefined: np.ndarray  # bool[256]
     utf8: np.ndarray  # uint8[256 * 4]: each byte value's UTF-8 bytes (utf8_length of them)
+    high_grows: bool  # every byte above 0x7F takes two UTF-8 bytes or more (Mac Arabic's do not)
 
 
 @lru_cache(maxsize=16)
@@ -74,7 +75,7 @@ def table(encoding: str) -> ByteTable | None:
         return None
     if (lengths[:0x80] != 1).any() or undefined[:0x80].any():  # (to_utf8 takes bytes below 0x80 as they are)
         return None
-    return ByteTable(name, lengths, undefined, utf8)
+    return ByteTable(name, lengths, undefined, utf8, bool((lengths[0x80:] >= 2).all()))
 
 
 def to_utf8(lines: pa.Array, t: ByteTable) -> tuple[pa.Array, np.ndarray]:
@@ -88,7 +89,7 @@ def to_utf8(lines: pa.Array, t: ByteTable) -> tuple[pa.Array, np.ndarray]:
                                                              t.undefined)  # fmt: skip
     except native.NativeUnavailable:
         return _to_utf8_numpy(lines, n, offsets, data, t)
-    if len(text) == len(data):  # (every other byte grows) ASCII: already UTF-8
+    if len(text) == len(data) and t.high_grows:  # ASCII: already UTF-8
         return lines, bad
     return _binary(n, utf8_offsets, text), bad
 
