@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
@@ -284,7 +285,8 @@ def read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None = None, path
         raise UsageError(f"the rows delivered before were parted by {plan.parts_by!r}, which Spark's CSV reader"
                          " does not part by here: resume them with the kappa-ingest version that sent them")  # fmt: skip
     groups = [([p for p in paths if layouts[p].columns == h.columns], _text_schema(h.columns)) for h in headers]
-    df, parts, tasks, shuffled, by = _spark_csv(spark, cfg, groups, pinned, _types(declared))
+    with _utc_session(spark):
+        df, parts, tasks, shuffled, by = _spark_csv(spark, cfg, groups, pinned, _types(declared))
     plan = Plan(plan.files, plan.split_bytes, parts, by if parts > 1 else "")
     parser = _typed(RowParser(first, cfg.delimiter, cfg.quote, by_file), typed)
     return Source(df, spec, parser, "spark-csv", tuple(paths), read_bytes, plan, tasks, headers,
@@ -671,6 +673,28 @@ def _check_columns(cfg: ReadOptions, headers: tuple[Header, ...], declared: Stru
         if unknown:
             raise UsageError(f"--schema names {', '.join(unknown)}, in no input file's header;"
                              f" the columns are {', '.join(headers[0].columns)}")  # fmt: skip
+
+
+SESSION_TIME_ZONE = "spark.sql.session.timeZone"
+
+
+@contextmanager
+def _utc_session(spark: SparkSession) -> Iterator[None]:
+    """The session's time zone UTC while a plan is made: Spark reads a time without a zone
+    in the session's, kappa-ingest's typing (the records' timestamps, their keys) as UTC.
+    Each parse of time text takes its zone from the session as its DataFrame is made (and
+    analysed), and keeps it: Spark's reader then sorts and parts rows by the times their
+    records carry, in a session of any zone (a notebook's in New York, whose clocks skip
+    from 02:00 to 03:00 on a March night, would sort 02:30 after 03:15)."""
+    was = spark.conf.get(SESSION_TIME_ZONE)
+    if was == "UTC":
+        yield
+        return
+    spark.conf.set(SESSION_TIME_ZONE, "UTC")
+    try:
+        yield
+    finally:
+        spark.conf.set(SESSION_TIME_ZONE, was)
 
 
 def _spark_csv(
