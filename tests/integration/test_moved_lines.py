@@ -147,19 +147,23 @@ def test_sparks_reader_sorts_zone_less_times_as_utc_in_a_session_of_another_zone
     reader sorts (and parts a TIMESTAMP key) by Spark's own parse, which reads it in the
     session's zone. A notebook's session in New York, whose clocks skipped from 02:00 to
     03:00 on 2012-03-11, read 02:30 as 03:30: sorted after 03:15, out of the order of the
-    records' timestamps. The plan is made with the session in UTC."""
+    records' timestamps; with TIMESTAMP_NTZ, 04:00+05:00 as 04:00. The plan is made with
+    the session in UTC, its timestamps with a zone."""
     path = tmp_path / "dst.csv"
-    times = ["01:50:00", "02:30:00", "03:15:00", "02:45:00", "03:05:00Z", "02:10:00", "03:40:00"]
+    times = ["01:50:00", "02:30:00", "03:15:00", "02:45:00", "03:05:00Z", "02:10:00", "03:40:00", "04:00:00+05:00"]
     path.write_text("id,ev,k\n" + "".join(f"{i},2012-03-11 {t},2012-02-22 00:00:00{'Z' if i % 2 else ''}\n"
                                             for i, t in enumerate(times)))  # fmt: skip
     spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    spark.conf.set("spark.sql.timestampType", "TIMESTAMP_NTZ")  # (offsets ignored by Spark's parse)
     try:
         _, summary, records = run(spark, kafka, tmp_path, inputs=[str(path)], schema="id INT, ev STRING, k TIMESTAMP",
                                   key_column="k", event_time_column="ev", order_by_event_time=True, partitions=2,
                                   sink="confluent", topic="zone-less-in-new-york", multiline=True)  # fmt: skip
         assert spark.conf.get("spark.sql.session.timeZone") == "America/New_York"  # the session's own, after
+        assert spark.conf.get("spark.sql.timestampType") == "TIMESTAMP_NTZ"
     finally:
         spark.conf.set("spark.sql.session.timeZone", "UTC")
+        spark.conf.unset("spark.sql.timestampType")
     assert summary["read_path"] == "spark-csv" and len(records) == len(times)
     assert {r.key for r in records} == {b"2012-02-22T00:00:00.000Z"}  # one key, from either text
     stamps = [r.timestamp_ms for r in sorted(records, key=lambda r: r.offset)]

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -184,7 +185,6 @@ def typing_for(cfg: ReadOptions, declared: StructType | None) -> Typing:
     return Typing(types, cfg.null_values, cfg.event_time_column, cfg.event_time_format)
 
 
-# Long: the choice of read path and its plan, which must be read as one decision.
 def read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None = None, paths: list[str] | None = None) -> Source:
     """Build the source (lazy: nothing is read but each file's header).
 
@@ -192,6 +192,12 @@ def read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None = None, path
     are kept), ``paths`` the files it still has to read; else the plan is made here from
     ``cfg.inputs``. The split size is set in the session's configuration.
     """
+    with _utc_session(spark):  # (--schema's TIMESTAMP, Spark reader's parses of time text)
+        return _read(spark, cfg, pinned, paths)
+
+
+# Long: the choice of read path and its plan, which must be read as one decision.
+def _read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None, paths: list[str] | None) -> Source:
     if paths is None:
         paths, _ = resolve_inputs(cfg.inputs)
     plan = pinned or make_plan(spark, cfg, paths)
@@ -285,8 +291,7 @@ def read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None = None, path
         raise UsageError(f"the rows delivered before were parted by {plan.parts_by!r}, which Spark's CSV reader"
                          " does not part by here: resume them with the kappa-ingest version that sent them")  # fmt: skip
     groups = [([p for p in paths if layouts[p].columns == h.columns], _text_schema(h.columns)) for h in headers]
-    with _utc_session(spark):
-        df, parts, tasks, shuffled, by = _spark_csv(spark, cfg, groups, pinned, _types(declared))
+    df, parts, tasks, shuffled, by = _spark_csv(spark, cfg, groups, pinned, _types(declared))
     plan = Plan(plan.files, plan.split_bytes, parts, by if parts > 1 else "")
     parser = _typed(RowParser(first, cfg.delimiter, cfg.quote, by_file), typed)
     return Source(df, spec, parser, "spark-csv", tuple(paths), read_bytes, plan, tasks, headers,
@@ -675,26 +680,34 @@ def _check_columns(cfg: ReadOptions, headers: tuple[Header, ...], declared: Stru
                              f" the columns are {', '.join(headers[0].columns)}")  # fmt: skip
 
 
-SESSION_TIME_ZONE = "spark.sql.session.timeZone"
+# What Spark's parses of time text take from the session as their DataFrame is made, and
+# what kappa-ingest's typing reads: zone-less text as UTC, an offset where the text has one.
+TIME_SETTINGS = {"spark.sql.session.timeZone": "UTC", "spark.sql.timestampType": "TIMESTAMP_LTZ"}
+_time_settings_held = threading.Lock()  # (a session's settings are every thread's)
 
 
 @contextmanager
 def _utc_session(spark: SparkSession) -> Iterator[None]:
-    """The session's time zone UTC while a plan is made: Spark reads a time without a zone
-    in the session's, kappa-ingest's typing (the records' timestamps, their keys) as UTC.
-    Each parse of time text takes its zone from the session as its DataFrame is made (and
-    analysed), and keeps it: Spark's reader then sorts and parts rows by the times their
-    records carry, in a session of any zone (a notebook's in New York, whose clocks skip
-    from 02:00 to 03:00 on a March night, would sort 02:30 after 03:15)."""
-    was = spark.conf.get(SESSION_TIME_ZONE)
-    if was == "UTC":
-        yield
-        return
-    spark.conf.set(SESSION_TIME_ZONE, "UTC")
-    try:
-        yield
-    finally:
-        spark.conf.set(SESSION_TIME_ZONE, was)
+    """The session's time settings kappa-ingest's while a plan is made: Spark reads a time
+    without a zone in the session's zone (and, with TIMESTAMP_NTZ, ignores an offset),
+    kappa-ingest's typing (the records' timestamps, their keys) as UTC. Each parse of time
+    text takes them from the session as its DataFrame is made (and analysed), and keeps
+    them: Spark's reader then sorts and parts rows by the times their records carry, in a
+    session of any zone (a notebook's in New York, whose clocks skip from 02:00 to 03:00
+    on a March night, would sort 02:30 after 03:15). The session's own are restored."""
+    with _time_settings_held:
+        was = {name: spark.conf.get(name, None) for name in TIME_SETTINGS}
+        changed = {name: v for name, v in TIME_SETTINGS.items() if was[name] != v}
+        for name, value in changed.items():
+            spark.conf.set(name, value)
+        try:
+            yield
+        finally:
+            for name in changed:
+                if was[name] is None:
+                    spark.conf.unset(name)
+                else:
+                    spark.conf.set(name, was[name])
 
 
 def _spark_csv(
