@@ -116,14 +116,10 @@ def retention_warning(cfg: IngestConfig, sent: Sent) -> str | None:
     """Why the broker is about to delete records of the run, or None: stamped with their
     event time, the oldest are older than the topic keeps records (a replay of 2012 into a
     topic of Kafka's default seven days, say). The run succeeded; its records then go."""
-    oldest = min((s.oldest_ms for s in sent.outcome.stats if s.rows_sent and s.oldest_ms != NO_RECORDS_MS),
-                 default=None)  # fmt: skip
-    if oldest is None or not cfg.event_time_column or cfg.dry_run:
+    oldest = min((s.oldest_ms for s in sent.outcome.stats), default=NO_RECORDS_MS)
+    if not cfg.event_time_column or oldest == NO_RECORDS_MS or sent.kept is None:
         return None
-    if sent.kept is not None:
-        return past_retention(sent.kept.admin(cfg.producer_settings()), cfg.topic, iso_ms(oldest), wall_clock_ms())
-    with topics.Admin(sent.conf["bootstrap.servers"], cfg.producer_settings()) as admin:
-        return past_retention(admin, cfg.topic, iso_ms(oldest), wall_clock_ms())
+    return past_retention(sent.kept.admin(cfg.producer_settings()), cfg.topic, iso_ms(oldest), wall_clock_ms())
 
 
 def offset_delta(before: dict[int, int], after: dict[int, int]) -> int:

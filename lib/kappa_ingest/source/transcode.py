@@ -6,9 +6,10 @@ In these encodings every byte is one character and the line ends and the CSV del
 are their ASCII bytes, so Spark's text scan cuts the lines right and each line decodes on
 its own. A batch's lines go through the encoding's table of 256 UTF-8 sequences in one
 pass of C (c/transcode.c), with no Python object per line; without the C loops, Python's
-decoder takes the batch's bytes in one call and numpy finds the new line boundaries. A byte the encoding
-leaves undefined (Windows-1252's 0x81, 0x8D, 0x8F, 0x90, 0x9D) decodes as U+FFFD, as Java's
-decoder does for Spark's CSV reader, and its line is marked to be quarantined.
+decoder takes the batch's bytes in one call and numpy finds the new line boundaries. A
+byte the encoding leaves undefined (Windows-1252's 0x81, 0x8D, 0x8F, 0x90, 0x9D) decodes
+as U+FFFD, as Java's decoder does for Spark's CSV reader, and its line is marked to be
+quarantined.
 
 UTF-16 writes each character as one or two 16-bit units, its line ends as the units of
 ``\\n`` and ``\\r``: the tasks find lines by unit, not byte (:mod:`kappa_ingest.source.split_reader`),
