@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import psutil
 import pytest
 from kafka.admin import KafkaAdminClient
 
@@ -212,4 +213,52 @@ def test_transactions_a_failed_run_left_open_are_ended_by_the_next_run_at_its_st
     assert not held_back(bs, topic) and not held_back(bs, DEFAULT_TOPIC)
     assert_c_loops(report)
     assert len(committed(bs, "failed")) == 2  # the fault landed mid-run: two of its four units were in
+    assert_delivered(consume_all(bs, topic), expected, [report])
+
+
+def test_a_driver_killed_while_a_unit_commits_beside_the_next_ones_sending_is_completed_by_resume(kafka, tmp_path):
+    """One task, its share in three splits (--split-size): a unit's commit runs on a thread
+    while the next unit is sent. The first unit is held about to commit (its records and
+    ledger entry written) while the second has records at the broker in a transaction of its
+    own; the driver is killed then, both transactions open. The resumed run ends them, keeps
+    the three splits of the plan and sends every row once."""
+    path = datagen.generate("wide30", 15_000, tmp_path / "in.csv", seed=21)
+    expected = expected_rows(path)
+    held, log, metrics = tmp_path / "held", tmp_path / "run.log", tmp_path / "m"
+    held.mkdir()
+    topic = run_id = "units-overlapped"
+    bs = kafka.bootstrap_servers
+    proc = cli("--input", str(path), "--topic", topic, "--bootstrap-servers", bs, "--master", "local[2]",
+               "--partitions", "1", "--split-size", str(path.stat().st_size // 3 + 1), "--run-id", run_id,
+               "--metrics-dir", str(metrics), "--quiet", log=log,
+               env={failpoints.ENV: f"{failpoints.MID_SEND},{failpoints.BEFORE_COMMIT}:{held}"})  # fmt: skip
+    try:
+        wait_for(lambda: _markers(held, failpoints.MID_SEND), 180, "the first unit sending", proc, log)
+        [first] = _markers(held, failpoints.MID_SEND)
+        _release_all(held, failpoints.MID_SEND)
+        wait_for(lambda: _markers(held, failpoints.BEFORE_COMMIT), 120, "the first unit about to commit", proc, log)
+        wait_for(lambda: [m for m in _markers(held, failpoints.MID_SEND) if m.name != first.name], 120,
+                 "the second unit sending while the first commits", proc, log)  # fmt: skip
+        assert len(_markers(held, failpoints.BEFORE_COMMIT)) == 1  # (the first's; the second's rows still coming)
+        assert held_back(bs, topic) and held_back(bs, DEFAULT_TOPIC)  # open: records, and the first's entry
+        children = psutil.Process(proc.pid).children(recursive=True)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        psutil.wait_procs(children, timeout=30)
+    finally:
+        stop_group(proc)
+    resumed = cli("--resume", run_id, "--metrics-dir", str(metrics), "--run-id", f"{run_id}-2", "--quiet",
+                  log=tmp_path / "resume.log")  # fmt: skip
+    try:
+        assert resumed.wait(180) == 0, (tmp_path / "resume.log").read_text()[-3000:]
+    finally:
+        stop_group(resumed)
+    report = summary(metrics, f"{run_id}-2")
+    d = report["delivery"]
+    assert report["status"] == "succeeded" and d["resumed_from"] == run_id, report["error"]
+    assert d["lock"]["lingering_transactions_ended"] >= 2, d["lock"]  # both units' transactions, left open
+    assert d["splits_skipped"] == 0 and d["transactions_committed"] == 3 and report["rows_sent"] == 15_000
+    assert not committed(bs, run_id) and len(committed(bs, f"{run_id}-2")) == 3
+    assert all(c["ok"] for c in report["checks"]), report["checks"]
+    assert_c_loops(report)
     assert_delivered(consume_all(bs, topic), expected, [report])

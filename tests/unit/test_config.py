@@ -106,6 +106,14 @@ def test_sizes_are_read_in_units_of_1024():
     ]
 
 
+def test_a_split_size_is_a_size_and_not_for_incremental_runs():
+    assert config.validate({"inputs": ["x"], "topic": "t", "split_size": "16M"}).split_size == 16 << 20
+    with pytest.raises(UsageError, match=r"^--split-size 'big': expected a size"):
+        config.validate({"inputs": ["x"], "topic": "t", "split_size": "big"})
+    with pytest.raises(UsageError, match="--split-size with --incremental"):
+        config.validate({"inputs": ["x"], "topic": "t", "split_size": "16M", "incremental": True})
+
+
 def test_the_installed_conf_file_is_found_from_any_directory_and_named(tmp_path, monkeypatch):
     from kappa_ingest.paths import conf_dir
     from kappa_ingest.report.run import _render_settings

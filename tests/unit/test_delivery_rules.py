@@ -41,6 +41,14 @@ def test_the_default_split_size_is_sparks_own_rule_or_the_partitions_share():
     assert splits.default_split_bytes([1000 * mb], None, 2) == (128 * mb, 4 * mb)  # capped like Spark's
     assert splits.default_split_bytes([1 * mb], None, 8) == (4 * mb, 4 * mb)  # and floored
     assert splits.default_split_bytes([250 * mb], 5, 2) == (50 * mb, 0)
+    # A task's share in units of at most UNIT_BYTES (64 MB), of about equal size.
+    unit = splits.UNIT_BYTES
+    assert unit == 64 * mb
+    assert splits.default_split_bytes([250 * mb], 5, 2, unit) == (50 * mb, 0)
+    assert splits.default_split_bytes([250 * mb], 2, 2, unit) == (-(-125 * mb // 2), 0)
+    assert splits.default_split_bytes([1000 * mb], 2, 2, unit) == (500 * mb // 8, 0)
+    assert splits.default_split_bytes([1000], 2, 2, 100) == (4096, 0)  # never below 4 KB
+    assert splits.default_split_bytes([250 * mb], 2, 2) == (125 * mb, 0)
 
 
 def test_sparks_file_paths_and_local_paths_name_the_same_file():

@@ -40,9 +40,10 @@ class Log:
 
 class Producer:
     def __init__(self, log: Log, txid: str, fail_init: bool = False, fail_flush: bool = False,
-                 abort_ok: bool = True, gate: threading.Event | None = None) -> None:  # fmt: skip
+                 abort_ok: bool = True, gate: threading.Event | None = None,
+                 commit_gate: threading.Event | None = None) -> None:  # fmt: skip
         self.log, self.txid, self.fail_init, self.closed = log, txid, fail_init, False
-        self.fail_flush, self.abort_ok, self.gate = fail_flush, abort_ok, gate
+        self.fail_flush, self.abort_ok, self.gate, self.commit_gate = fail_flush, abort_ok, gate, commit_gate
 
     def init_transactions(self, timeout_s: float) -> None:
         if self.gate is not None:  # the coordinator's round trips, as long as the test holds them
@@ -62,6 +63,8 @@ class Producer:
             raise DeliveryFailed("1 of 1 records not acknowledged by Kafka (Local: Purged in queue)")
 
     def commit(self, timeout_s: float) -> None:
+        if self.commit_gate is not None:  # the commit's round trip, as long as the test holds it
+            assert self.commit_gate.wait(10)
         self.log.add("commit", self.txid)
 
     def abort(self, timeout_s: float) -> None:
@@ -107,7 +110,7 @@ def _entry(u: Unit, run: str) -> Entry:
 
 def _writer(log: Log, other_writers: dict[Unit, Entry] | None = None, failing: str | None = None,
             stats: TaskStats | None = None, failing_flush: set[str] | None = None, abort_ok: bool = True,
-            gate: threading.Event | None = None):  # fmt: skip
+            gate: threading.Event | None = None, commit_gates: dict[str, threading.Event] | None = None):  # fmt: skip
     """A writer of UNITS; ``failing_flush``: ids whose next producer's flush fails (once each)."""
     d = TaskDelivery("exactly-once", "r", "r", "t", "_l", {}, {u.file: (100, 1, "") for u in UNITS}, scope="s",
                      ledger_start={0: 0})  # fmt: skip
@@ -118,7 +121,7 @@ def _writer(log: Log, other_writers: dict[Unit, Entry] | None = None, failing: s
         fail_flush = txid in flaky
         flaky.discard(txid)
         made.append(Producer(log, txid or "", fail_init=txid == failing, fail_flush=fail_flush, abort_ok=abort_ok,
-                             gate=gate))  # fmt: skip
+                             gate=gate, commit_gate=(commit_gates or {}).get(txid or "")))  # fmt: skip
         return made[-1]
 
     w = writers.UnitTransactions(d, make, stats or TaskStats(0, 0, 0, 0, "h"))
@@ -154,6 +157,25 @@ def test_the_next_units_id_is_initialised_before_the_unit_before_it_commits():
         assert ev.index(("init", _id(b))) < ev.index(("begin", _id(b)))
     assert [e for e in ev if e[0] == "commit"] == [("commit", _id(u)) for u in UNITS]
     assert len(made) == len(UNITS) and all(p.closed for p in made)
+
+
+def test_a_units_commit_runs_while_the_next_unit_is_sent_and_units_commit_in_their_order():
+    log, gate = Log(), threading.Event()
+    stats = TaskStats(0, 0, 0, 0, "h")
+    w, made = _writer(log, stats=stats, commit_gates={_id(UNITS[0]): gate})
+    w.upcoming(UNITS[:3])
+    w.start()
+    assert _admit(w, UNITS[0]) is None
+    assert _admit(w, UNITS[1]) is None  # UNITS[0]'s commit held on its thread: UNITS[1] begun beside it
+    assert ("begin", _id(UNITS[1])) in log.events and ("commit", _id(UNITS[0])) not in log.events
+    assert not made[0].closed
+    threading.Timer(0.2, gate.set).start()
+    assert _admit(w, UNITS[2]) is None  # waits for UNITS[0]'s commit before UNITS[1]'s
+    w.finish()
+    w.close()
+    assert [e for e in log.events if e[0] == "commit"] == [("commit", _id(u)) for u in UNITS[:3]]
+    assert stats.transactions == 3 and [e.unit for e in w.entries] == UNITS[:3]
+    assert all(p.closed for p in made)
 
 
 def test_a_unit_the_ledger_shows_delivered_after_its_id_was_initialised_is_not_sent():
@@ -223,7 +245,9 @@ def test_a_transaction_its_coordinator_aborted_is_sent_again_and_the_units_commi
     assert ev.count(("abort", _id(UNITS[1]))) == 1 and ev.count(("begin", _id(UNITS[1]))) == 2
     assert ev.count(("begin", _id(UNITS[0]))) == 1  # committed before the abort: found in the ledger, not sent
     assert ev.index(("abort", _id(UNITS[1]))) < ev.index(("commit", _id(UNITS[1])))
-    assert stats.aborted == 1 and stats.transactions == 3  # the send that succeeded: UNITS[1:]
+    # UNITS[2], begun while UNITS[1] committed, was aborted with the task and sent again too.
+    assert ev.count(("abort", _id(UNITS[2]))) == 1 and ev.count(("begin", _id(UNITS[2]))) == 2
+    assert stats.aborted == 2 and stats.transactions == 3  # the send that succeeded: UNITS[1:]
 
 
 def test_a_transaction_not_aborted_by_its_coordinator_or_a_task_that_cannot_read_its_splits_again_fails():

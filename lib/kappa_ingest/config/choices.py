@@ -3,6 +3,9 @@ sink and its producer settings allow), quality gates, and the defaults."""
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from kappa_ingest.errors import UsageError
 
 SINKS = ("confluent", "spark", "kafka-python")
@@ -47,3 +50,11 @@ def _transactions_ruled_out(settings: dict[str, str]) -> str | None:
     if str(settings.get("enable.idempotence", "true")).lower() != "true":
         return "enable.idempotence=true"
     return None
+
+
+def parse_size(text: Any, option: str = "--max-bytes") -> int:
+    """``2G``, ``500MB``, ``1.5 GiB`` or a number of bytes (units of 1024)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", str(text), re.IGNORECASE)
+    if m is None or float(m[1]) <= 0:
+        raise UsageError(f"{option} {text!r}: expected a size such as 500M, 2G or a number of bytes")
+    return int(float(m[1]) * 1024 ** ("KMGT".find(m[2].upper()) + 1 if m[2] else 0))

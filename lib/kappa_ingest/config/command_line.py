@@ -44,6 +44,8 @@ def add_ingest_arguments(p: argparse.ArgumentParser, target: str = "--topic") ->
     a("--bootstrap-servers", metavar="H:P[,H:P]", help="Kafka cluster; default: start the embedded local broker")
     a("--sink", choices=SINKS, help=f"who produces (default {DEFAULT_SINK}, the fastest in `make bench`)")
     a("--partitions", type=int, metavar="N", help="Spark partitions = concurrent producers")
+    a("--split-size", metavar="SIZE", help="with --partitions: each task sends its share in splits of at most SIZE"
+      " (default 64M), each its own transaction, one committing while the next is sent")  # fmt: skip
     a("--topic-partitions", type=int, metavar="N", help="partitions of a topic this run creates (default 2)")
     a("--replication-factor", type=int, metavar="N", help="replication of a topic this run creates (default 1)")
     a("--key-column", metavar="COL", help="Kafka key = that column's text")

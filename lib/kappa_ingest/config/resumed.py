@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kappa_ingest.config.choices import parse_size
 from kappa_ingest.errors import UsageError
 from kappa_ingest.s3.directory import Directory, MetricsDir
 
@@ -85,6 +86,8 @@ def check_overrides(base: dict[str, Any], cli: dict[str, Any]) -> None:
             raise UsageError(f"--resume {rid}: --input names other files than that run read ({', '.join(diff)}, ...)")
     if cli.get("partitions") not in (None, base.get("partitions")):
         raise UsageError(f"--resume {rid}: that run used --partitions {base.get('partitions')}; keep it")
+    if cli.get("split_size") is not None and parse_size(cli["split_size"], "--split-size") != base.get("split_size"):
+        raise UsageError(f"--resume {rid}: a resumed run keeps the splits that run planned; drop --split-size")
     opts = cli.get("kafka_opts") or base.get("kafka_opts") or {}
     masked = sorted(k for k, v in opts.items() if v == MASKED)
     if masked:

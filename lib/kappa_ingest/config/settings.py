@@ -22,6 +22,7 @@ from kappa_ingest.config.choices import (
     ON_CHANGED,
     SINKS,
     VERIFY,
+    parse_size,
     resolve_mode,
 )
 from kappa_ingest.errors import UsageError
@@ -39,6 +40,7 @@ class IngestConfig:
     bootstrap_servers: str | None = None
     sink: str = DEFAULT_SINK
     partitions: int | None = None
+    split_size: int | None = None  # with --partitions, a task's share in splits of at most this (None: UNIT_BYTES)
     topic_partitions: int = 2
     replication_factor: int = 1
     key_column: str | None = None
@@ -221,14 +223,6 @@ def _single_char(name: str, value: Any) -> str:
     return text
 
 
-def parse_size(text: Any) -> int:
-    """``2G``, ``500MB``, ``1.5 GiB`` or a number of bytes (units of 1024)."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", str(text), re.IGNORECASE)
-    if m is None or float(m[1]) <= 0:
-        raise UsageError(f"--max-bytes {text!r}: expected a size such as 500M, 2G or a number of bytes")
-    return int(float(m[1]) * 1024 ** ("KMGT".find(m[2].upper()) + 1 if m[2] else 0))
-
-
 def _check_incremental(v: dict[str, Any]) -> None:
     if v.get("on_changed", "refuse") not in ON_CHANGED:
         raise UsageError(f"--on-changed {v['on_changed']!r}: accepted: {', '.join(ON_CHANGED)}")
@@ -312,6 +306,11 @@ def validate(values: dict[str, Any]) -> IngestConfig:
     v["null_values"] = tuple(dict.fromkeys(nulls))
     if v.get("max_bytes") is not None:
         v["max_bytes"] = parse_size(v["max_bytes"])
+    if v.get("split_size") is not None:
+        v["split_size"] = parse_size(v["split_size"], "--split-size")
+        if v.get("incremental"):
+            raise UsageError("--split-size with --incremental: scheduled runs split every file alike (64M), so that"
+                             " two runs cut a new file into the same splits")  # fmt: skip
     if v.get("lock_lease_s") is not None:
         try:
             v["lock_lease_s"] = float(v["lock_lease_s"])

@@ -201,8 +201,21 @@ class Writer:
         return producer
 
     def _commit(self, producer: PartitionProducer, txid: str, entries: list[Entry]) -> bool:
-        """Add ``entries`` to the ledger, flush and commit, in the producer's transaction;
-        False if another writer took it over (fenced) meanwhile."""
+        """Commit ``entries``' transaction now (:meth:`_committed`) and count it; False if
+        another writer took it over (fenced) meanwhile."""
+        spent = Spent()
+        try:
+            done = self._committed(producer, txid, entries, self.began, spent)
+        finally:
+            self._take(spent)
+        return self._count(done, entries)
+
+    def _committed(
+        self, producer: PartitionProducer, txid: str, entries: list[Entry], began: float, spent: Spent
+    ) -> Committed:
+        """Add ``entries`` to the ledger, flush and commit, in the producer's transaction
+        (begun at ``began``); its time, retries and abort counted in ``spent``: this may run
+        on a thread of its own (:class:`Committing`), and the task counts the result."""
         try:
             if entries:  # behind the unit's records, in its transaction: their round trips overlap
                 assert self.d.ledger_topic is not None
@@ -211,31 +224,51 @@ class Writer:
             touched = producer.partitions_touched
             failpoints.hold(failpoints.BEFORE_COMMIT, txid)
             t0 = time.monotonic()
-            commit(producer, self.d, self.stats, self.began, txid)
-            self.stats.transaction_ms += round((time.monotonic() - t0) * 1000)
+            commit(producer, self.d, spent, began, txid)
+            spent.transaction_ms += round((time.monotonic() - t0) * 1000)
             failpoints.hold(failpoints.AFTER_COMMIT, txid)
         except Fenced:
-            return False
+            return Committed(fenced=True)
         except TransactionFailed as e:
             if e.fenced:
-                return False
-            self.rolled_back |= _abort(producer, self.stats, e)
+                return Committed(fenced=True)
+            spent.rolled_back |= _abort(producer, spent, e)
             raise
         except BaseException:
-            self.rolled_back |= _abort(producer, self.stats)
+            spent.rolled_back |= _abort(producer, spent)
             raise
+        return Committed(touched=touched, runs=producer.offset_runs())
+
+    def _take(self, spent: Spent) -> None:
+        spent.add_to(self.stats)
+        self.rolled_back |= spent.rolled_back
+
+    def _count(self, done: Committed, entries: list[Entry]) -> bool:
+        """Count a transaction's commit: False if it was fenced (nothing of it counts)."""
+        if done.fenced:
+            return False
         self.stats.transactions += 1
-        self.stats.markers = -1 if touched is None or self.stats.markers < 0 else self.stats.markers + touched
+        s = self.stats
+        s.markers = -1 if done.touched is None or s.markers < 0 else s.markers + done.touched
         self.entries.extend(entries)
-        self._note_offsets(producer, entries)
+        self._note_offsets(done.runs, entries)
         return True
 
-    def _note_offsets(self, producer: PartitionProducer, entries: list[Entry]) -> None:
+    def _note_offsets(self, runs: list[tuple[int, int, int]] | None, entries: list[Entry]) -> None:
         """Where the records of ``entries``' units landed, as the producer saw them acknowledged
-        (the C loop's delivery reports): the driver's read-back finds each unit's rows there."""
-        runs = producer.offset_runs()
+        (the C loop's delivery reports, ``runs``): the driver's read-back finds each unit's rows there."""
         if runs is not None and entries:
             self.offsets.append([[asdict(e.unit) for e in entries], [list(r) for r in runs]])
+
+
+@dataclass
+class Committed:
+    """A transaction's commit as the task counts it: fenced (taken over: nothing of it
+    counts), else the partitions it wrote (None: not known) and where its records landed."""
+
+    fenced: bool = False
+    touched: int | None = None
+    runs: list[tuple[int, int, int]] | None = None
 
 
 class UnitTransactions(Writer):
@@ -246,6 +279,7 @@ class UnitTransactions(Writer):
         self._upcoming: list[Unit] = []
         self._at: dict[Unit, int] = {}  # a unit's place among the upcoming
         self._ahead: Opening | None = None  # the next unit's producer, being opened
+        self._committing: Committing | None = None  # the unit before, committing while this one is sent
 
     def upcoming(self, units: list[Unit]) -> None:
         self._upcoming, self._at = units, {u: i for i, u in enumerate(units)}
@@ -309,20 +343,37 @@ class UnitTransactions(Writer):
         if ahead is not None:
             ahead.drop(self.stats)
 
+    def send(self, enc: Encoded) -> None:
+        super().send(enc)
+        if self._committing is not None and self._committing.done():
+            self._settle()  # a failed commit fails the task now, not a unit later
+
     def _end_unit(self) -> None:
+        """End the unit being sent: its transaction committed on a thread while the task
+        sends the next (:class:`Committing`), once the one before it has been (one at a
+        time, so units commit in their order)."""
+        self._settle()  # (first: a failure leaves the current unit for abandon() to abort)
         unit, producer = self.current, self.producer
         if unit is None or producer is None:
             return
         self.current, self.producer = None, None
         self.ended.add(unit)
+        assert self.task_input is not None
+        entry = entry_for(self.task_input, self.d, self.stats, unit)
+        self._committing = Committing(self, producer, unit, delivery.unit_id(self.d.scope, unit), [entry], self.began)
+
+    def _settle(self) -> None:
+        """Wait for the unit committing on its thread, and count it: a unit another writer
+        took over (fenced) is dropped, a failure is the task's."""
+        committing, self._committing = self._committing, None
+        if committing is None:
+            return
         try:
-            assert self.task_input is not None
-            if not self._commit(
-                producer, delivery.unit_id(self.d.scope, unit), [entry_for(self.task_input, self.d, self.stats, unit)]
-            ):
-                self._drop(unit)
+            done = committing.result()
         finally:
-            producer.close()
+            self._take(committing.spent)
+        if not self._count(done, committing.entries):
+            self._drop(committing.unit)
 
     def _lose_transaction(self) -> None:
         unit, producer = self.current, self.producer
@@ -335,15 +386,23 @@ class UnitTransactions(Writer):
 
     def finish(self) -> None:
         self._end_unit()
+        self._settle()
         self._drop_ahead()  # before the ledger is read again here
         self._await_taken()
 
     def abandon(self) -> None:
         super().abandon()
+        committing, self._committing = self._committing, None
+        if committing is not None:  # its own failure, if any, is not the one reported
+            committing.wait()
+            self._take(committing.spent)
         self._drop_ahead()
 
     def close(self) -> None:
         self._drop_ahead()  # its thread reads the ledger: done before the reader closes
+        committing, self._committing = self._committing, None
+        if committing is not None:  # (settled or waited for unless the task failed ending a unit)
+            committing.wait()
         super().close()
 
 
@@ -358,17 +417,22 @@ def on_thread(name: str, call: Callable[..., T], *args: object) -> Future[T]:
 
 @dataclass
 class Spent:
-    """What opening a producer spent, counted apart from the task's statistics while it
-    runs on a thread of its own, and added to them once taken."""
+    """What opening or committing a producer spent, counted apart from the task's statistics
+    while it runs on a thread of its own, and added to them once taken."""
 
     transaction_ms: int = 0
     init_retries: int = 0
+    commit_retries: int = 0
     retry_wait_ms: int = 0
+    aborted: int = 0
+    rolled_back: bool = False  # its transaction failed and its coordinator aborted it
 
     def add_to(self, stats: TaskStats) -> None:
         stats.transaction_ms += self.transaction_ms
         stats.init_retries += self.init_retries
+        stats.commit_retries += self.commit_retries
         stats.retry_wait_ms += self.retry_wait_ms
+        stats.aborted += self.aborted
 
 
 class Opening:
@@ -405,6 +469,37 @@ class Opening:
         except Exception:  # noqa: BLE001 - its unit is not sent: not the task's failure
             return
         producer.close()
+
+
+class Committing:
+    """A unit's transaction ended on a thread of its own while the task sends the next unit:
+    its ledger entry added, its last batches flushed, the commit's round trip. librdkafka's
+    idempotent producer keeps one request per partition in flight, so on a long link a
+    unit's queue drains for as long as its rows took to convert; the next unit's producer
+    sends beside it meanwhile (two requests per partition in flight). The producer is
+    closed on the thread once it is done. Whoever holds a Committing settles it or waits
+    for it before the task ends; the task counts its result (``spent``, then the result)."""
+
+    def __init__(self, writer: Writer, producer: PartitionProducer, unit: Unit, txid: str, entries: list[Entry],
+                 began: float) -> None:  # fmt: skip
+        self.unit, self.entries = unit, entries
+        self.spent = Spent()
+        self._future = on_thread("commit", self._end, writer, producer, txid, began)
+
+    def _end(self, writer: Writer, producer: PartitionProducer, txid: str, began: float) -> Committed:
+        try:
+            return writer._committed(producer, txid, self.entries, began, self.spent)
+        finally:
+            producer.close()
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def result(self) -> Committed:
+        return self._future.result()
+
+    def wait(self) -> None:
+        futures.wait([self._future])
 
 
 class TaskTransaction(Writer):
@@ -492,7 +587,7 @@ class Acknowledged(Writer):
             self.producer.send_ledger(self.d.ledger_topic, [e.record() for e in entries])
             self.producer.flush()
         self.entries = entries
-        self._note_offsets(self.producer, entries)  # the producer's records since it was made: the task's
+        self._note_offsets(self.producer.offset_runs(), entries)  # the producer's records since it was made: the task's
 
 
 # The ledger's batches: a task's transaction over shuffled input commits an entry per unit at
@@ -575,7 +670,9 @@ def _back_off(retry: int, deadline: float, stats: TaskStats | Spent) -> None:
     time.sleep(wait)
 
 
-def commit(producer: PartitionProducer, d: TaskDelivery, stats: TaskStats, began: float, txid: str = "") -> None:
+def commit(
+    producer: PartitionProducer, d: TaskDelivery, stats: TaskStats | Spent, began: float, txid: str = ""
+) -> None:
     """Commit, calling again while the error is retriable (the coordinator did not answer in
     time, say) and the transaction is young enough for the broker to keep it (it aborts one
     older than transaction.timeout.ms): its records are not sent again for a slow answer.
@@ -614,7 +711,7 @@ def _explained(e: TransactionFailed, t0: float, d: TaskDelivery) -> TransactionF
     )
 
 
-def _abort(producer: PartitionProducer, stats: TaskStats, error: BaseException | None = None) -> bool:
+def _abort(producer: PartitionProducer, stats: TaskStats | Spent, error: BaseException | None = None) -> bool:
     """Abort the open transaction, unless ``error`` left the producer unusable (fatal);
     whether its coordinator aborted it."""
     if isinstance(error, TransactionFailed) and error.fatal:

@@ -78,6 +78,8 @@ class ReadOptions(Protocol):
     @property
     def partitions(self) -> int | None: ...
     @property
+    def split_size(self) -> int | None: ...
+    @property
     def key_column(self) -> str | None: ...
     @property
     def event_time_column(self) -> str | None: ...
@@ -508,8 +510,13 @@ def make_plan(spark: SparkSession, cfg: ReadOptions, paths: list[str]) -> Plan:
     remote = [p for p in paths if p not in local and p not in objects]
     if remote:
         files += remote_files(spark, remote, cfg.multiline)
+    # Units within a task's share where the task reads its splits one after another, unshuffled and unsorted.
+    units = _lines_possible(cfg) and not _sorted_by_event_time(cfg) and not _split_per_task(cfg)
     split_bytes, _ = splits.default_split_bytes(
-        (f.size for f in files), cfg.partitions, spark.sparkContext.defaultParallelism
+        (f.size for f in files),
+        cfg.partitions,
+        spark.sparkContext.defaultParallelism,
+        (cfg.split_size or splits.UNIT_BYTES) if units else None,
     )
     if cfg.incremental:  # every scheduled run splits a file alike, whatever else it reads
         split_bytes = splits.INCREMENTAL_SPLIT_BYTES

@@ -28,6 +28,11 @@ OPEN_COST_BYTES = 4 << 20
 # scheduled runs over one new file cut it into the same units (and, writing a unit under the
 # same transactional id, never both commit it). About a second of sending per unit here.
 INCREMENTAL_SPLIT_BYTES = 64 << 20
+# With --partitions, a task's share larger than this (--split-size) is cut into units
+# (splits) of about equal size, at most this large, each its own transaction: a unit's commit (its queue
+# draining, on a long link for as long as its rows took to convert) then runs beside the
+# next unit's sending (sinks.writers.Committing), and a unit's transaction stays short.
+UNIT_BYTES = 64 << 20
 
 
 @dataclass(frozen=True, order=True)
@@ -162,15 +167,21 @@ def local_file(path: str, multiline: bool) -> InputFile:
     return InputFile(canonical, st.st_size, st.st_mtime_ns // 1_000_000, splittable(canonical, multiline))
 
 
-def default_split_bytes(sizes: Iterable[int], partitions: int | None, parallelism: int) -> tuple[int, int]:
+def default_split_bytes(
+    sizes: Iterable[int], partitions: int | None, parallelism: int, unit_bytes: int | None = None
+) -> tuple[int, int]:
     """``(split_bytes, open_cost_bytes)`` for a run: about ``partitions`` splits when given
-    (no open cost, so small files pack by bytes alone), else Spark's own rule
-    (FilePartition.maxSplitBytes: total bytes plus an open cost per file, over the cores,
-    between 4 MB and 128 MB)."""
+    (no open cost, so small files pack by bytes alone), each share cut into units of at
+    most ``unit_bytes`` of about equal size where given (a task's splits sent one after
+    another); else Spark's own rule (FilePartition.maxSplitBytes: total bytes plus an open
+    cost per file, over the cores, between 4 MB and 128 MB)."""
     sizes = list(sizes)
     total = sum(sizes)
     if partitions:
-        return max(4096, -(-total // partitions)), 0
+        share = max(4096, -(-total // partitions))
+        if unit_bytes and share > unit_bytes:
+            share = max(4096, -(-share // -(-share // unit_bytes)))
+        return share, 0
     per_core = (total + OPEN_COST_BYTES * len(sizes)) // max(1, parallelism)
     return min(MAX_SPLIT_BYTES, max(OPEN_COST_BYTES, per_core)), OPEN_COST_BYTES
 
