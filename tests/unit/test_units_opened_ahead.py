@@ -178,6 +178,25 @@ def test_a_units_commit_runs_while_the_next_unit_is_sent_and_units_commit_in_the
     assert all(p.closed for p in made)
 
 
+def test_the_next_units_are_opened_side_by_side_ahead_of_their_rows():
+    log, gate = Log(), threading.Event()
+    w, made = _writer(log, gate=gate)
+    w.upcoming(UNITS)
+    w.start()
+    for _ in range(1000):  # (bounded) every opening's producer made, each held in its id's init
+        if len(made) == writers.OPENED_AHEAD:
+            break
+        threading.Event().wait(0.005)
+    assert len(made) == writers.OPENED_AHEAD == len(UNITS) and not log.events
+    gate.set()
+    for u in UNITS:
+        assert _admit(w, u) is None
+    w.finish()
+    w.close()
+    assert [e for e in log.events if e[0] == "commit"] == [("commit", _id(u)) for u in UNITS]
+    assert len(made) == len(UNITS) and all(p.closed for p in made)
+
+
 def test_a_unit_the_ledger_shows_delivered_after_its_id_was_initialised_is_not_sent():
     log = Log()
     e = _entry(UNITS[2], "other")

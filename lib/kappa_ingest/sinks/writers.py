@@ -7,9 +7,10 @@ One writer per way of delivering (:mod:`kappa_ingest.delivery.guarantees` says w
   unit is committed, the new unit's id initialised (any earlier writer of the unit has
   then committed, or been aborted and fenced), the ledger read on from where it was, and
   the unit sent only if no entry of it is there. Where the task knows its units (it reads
-  its own splits), the next unit's id is initialised and the ledger read on, in that order,
-  on a thread (:class:`Opening`) while the unit before it is sent: a unit's round trips to
-  the transaction coordinator then cost the task nothing but the last one's commit.
+  its own splits), the next units' ids are initialised and the ledger read on, in that
+  order, each on a thread (:class:`Opening`) while the units before them are sent, and a
+  unit commits on a thread while the next is sent (:class:`Committing`): a unit's round
+  trips to the transaction coordinator then cost the task nothing but the last one's commit.
 - :class:`TaskTransaction` (exactly-once over shuffled input): one transaction for the task
   under its part's id, initialised before the first row; each unit is checked against
   the ledger as its rows arrive, and all its entries committed with its records.
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 from collections.abc import Callable
 from concurrent import futures
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
 
 MakeProducer = Callable[[str | None], PartitionProducer]
 T = TypeVar("T")
+OPENED_AHEAD = 4  # units whose producers a task opens side by side ahead of their rows
 COMMIT_CALL_S = 10.0  # one commit call's wait at most; a retriable timeout is called again (see commit())
 NEW_PRODUCERS = 3  # producers tried for one init whose producer failed fatally
 TAKEN_WAIT_S = 60.0  # how long a task waits to see the entry of a unit another writer took over
@@ -83,6 +86,7 @@ class Writer:
         self.first_send: str | None = None  # the id of a transaction that has sent nothing yet
         self.taken: dict[Unit, None] = {}  # units another writer took over, not yet seen in the ledger
         self.rolled_back = False  # a failed transaction was aborted by its coordinator: nothing of it counts
+        self._reading = threading.Lock()  # the ledger's reader, shared by the openings' threads
 
     def start(self) -> None:
         pass
@@ -187,10 +191,12 @@ class Writer:
         the run checked not superseded; ready to begin. ``spent``: where its time and retries
         are counted (else the task's statistics)."""
         assert self.tail is not None
-        self.tail.warm()
+        with self._reading:
+            self.tail.warm()
         producer = open_transactional(self.make, txid, self.d, spent or self.stats)
         try:
-            self.tail.catch_up()
+            with self._reading:  # (one reader: the openings ahead take turns)
+                self.tail.catch_up()
             holder = self.d.holder or self.d.run_id
             by = self.tail.superseded.get(holder)
             if by is not None:
@@ -278,7 +284,8 @@ class UnitTransactions(Writer):
         self.ended: set[Unit] = set()
         self._upcoming: list[Unit] = []
         self._at: dict[Unit, int] = {}  # a unit's place among the upcoming
-        self._ahead: Opening | None = None  # the next unit's producer, being opened
+        self._ahead: list[Opening] = []  # the next units' producers, being opened, in the units' order
+        self._unopened = 0  # the first of the upcoming not yet considered for opening
         self._committing: Committing | None = None  # the unit before, committing while this one is sent
 
     def upcoming(self, units: list[Unit]) -> None:
@@ -313,35 +320,41 @@ class UnitTransactions(Writer):
         return None
 
     def waiting(self) -> bool:
-        return self.current is None and self._ahead is not None and not self._ahead.ready()
+        return self.current is None and bool(self._ahead) and not self._ahead[0].ready()
 
     def waits_for(self, unit: Unit) -> bool:
-        return self.waiting() and self._ahead is not None and self._ahead.unit == unit
+        return self.waiting() and self._ahead[0].unit == unit
 
     def _open_ahead(self, i: int) -> None:
-        """Start opening the producer of the first unit from ``upcoming[i]`` on that the task
-        may send (not delivered before, nor taken over): its round trips while the task works."""
+        """Keep the producers of the next OPENED_AHEAD units from ``upcoming[i]`` on that the
+        task may send (not delivered before, nor taken over) being opened: their round trips
+        while the task works, side by side (a small unit sends in less time than an id's
+        initialisation takes on a long link)."""
         ti = self.task_input
-        assert ti is not None and self._ahead is None
-        for u in self._upcoming[i:]:
+        assert ti is not None
+        self._unopened = max(self._unopened, i)
+        while len(self._ahead) < OPENED_AHEAD and self._unopened < len(self._upcoming):
+            u = self._upcoming[self._unopened]
+            self._unopened += 1
             if u.length and u not in ti.skip and u not in ti.inherited and u not in ti.dropped and u not in self.taken:
-                self._ahead = Opening(self, u, delivery.unit_id(self.d.scope, u))
-                return
+                self._ahead.append(Opening(self, u, delivery.unit_id(self.d.scope, u)))
 
     def _producer_for(self, unit: Unit) -> PartitionProducer:
         """``unit``'s producer, initialised and the ledger read on after it: the one opened
-        ahead, or one opened now (the one ahead was another unit's: one no line begins in)."""
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None:
+        ahead, or one opened now. Units opened ahead of it are dropped (no line begins in them:
+        a task's units come in their order)."""
+        at = self._at.get(unit)
+        while at is not None and self._ahead and self._at[self._ahead[0].unit] <= at:
+            ahead = self._ahead.pop(0)
             if ahead.unit == unit:
                 return ahead.take(self.stats)
             ahead.drop(self.stats)
         return self._open(delivery.unit_id(self.d.scope, unit))
 
     def _drop_ahead(self) -> None:
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None:
-            ahead.drop(self.stats)
+        ahead, self._ahead = self._ahead, []
+        for opening in ahead:
+            opening.drop(self.stats)
 
     def send(self, enc: Encoded) -> None:
         super().send(enc)
@@ -436,7 +449,7 @@ class Spent:
 
 
 class Opening:
-    """A unit's producer opened on a thread of its own while the task sends the unit before
+    """A unit's producer opened on a thread of its own while the task sends the units before
     it (the first: while it reads its first lines), as :meth:`Writer._open` opens one: its
     transactional id initialised, then the ledger read on. Whether the unit is sent is
     decided when its rows arrive, by that reading (any earlier writer of the id had ended
