@@ -222,7 +222,7 @@ def test_a_driver_killed_while_a_unit_commits_beside_the_next_ones_sending_is_co
     ledger entry written) while the second has records at the broker in a transaction of its
     own; the driver is killed then, both transactions open. The resumed run ends them, keeps
     the three splits of the plan and sends every row once."""
-    path = datagen.generate("wide30", 15_000, tmp_path / "in.csv", seed=21)
+    path = datagen.generate("wide30", 18_000, tmp_path / "in.csv", seed=21)
     expected = expected_rows(path)
     held, log, metrics = tmp_path / "held", tmp_path / "run.log", tmp_path / "m"
     held.mkdir()
@@ -257,7 +257,7 @@ def test_a_driver_killed_while_a_unit_commits_beside_the_next_ones_sending_is_co
     d = report["delivery"]
     assert report["status"] == "succeeded" and d["resumed_from"] == run_id, report["error"]
     assert d["lock"]["lingering_transactions_ended"] >= 2, d["lock"]  # both units' transactions, left open
-    assert d["splits_skipped"] == 0 and d["transactions_committed"] == 3 and report["rows_sent"] == 15_000
+    assert d["splits_skipped"] == 0 and d["transactions_committed"] == 3 and report["rows_sent"] == 18_000
     assert not committed(bs, run_id) and len(committed(bs, f"{run_id}-2")) == 3
     assert all(c["ok"] for c in report["checks"]), report["checks"]
     assert_c_loops(report)

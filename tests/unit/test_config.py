@@ -110,6 +110,8 @@ def test_a_split_size_is_a_size_and_not_for_incremental_runs():
     assert config.validate({"inputs": ["x"], "topic": "t", "split_size": "16M"}).split_size == 16 << 20
     with pytest.raises(UsageError, match=r"^--split-size 'big': expected a size"):
         config.validate({"inputs": ["x"], "topic": "t", "split_size": "big"})
+    with pytest.raises(UsageError, match=r"^--split-size 524288 bytes: at least 1M"):
+        config.validate({"inputs": ["x"], "topic": "t", "split_size": "0.5M"})
     with pytest.raises(UsageError, match="--split-size with --incremental"):
         config.validate({"inputs": ["x"], "topic": "t", "split_size": "16M", "incremental": True})
 

@@ -252,3 +252,23 @@ def test_a_tail_of_the_ledger_refuses_to_start_from_nowhere():
     read nothing, and send again a unit another writer committed meanwhile."""
     with pytest.raises(ValueError, match="no start offsets"):
         ledger.Tail({"bootstrap.servers": "127.0.0.1:1"}, "_ledger", "t", {})
+
+
+def test_shares_are_cut_into_units_only_where_a_task_reads_its_splits_one_after_another():
+    from types import SimpleNamespace
+
+    from kappa_ingest.source import dataframe
+    from kappa_ingest.source.splits import InputFile
+
+    mb = 1 << 20
+    cfg = SimpleNamespace(partitions=4, multiline=False, escape='"', quote='"', encoding="utf-8",
+                          event_time_column=None, order_by_event_time=False, replay_speed=None)  # fmt: skip
+    big = [InputFile("/a.csv", 1000 * mb, 1, True)]
+    assert dataframe._units_within_shares(cfg, big, 250 * mb)
+    # A gzipped file is one split: three shares' splits for four tasks, whose lines are shuffled into parts.
+    mixed = [InputFile("/a.csv.gz", 700 * mb, 1, False), InputFile("/b.csv", 300 * mb, 1, True)]
+    assert not dataframe._units_within_shares(cfg, mixed, 250 * mb)
+    ordered = SimpleNamespace(**{**vars(cfg), "event_time_column": "ts", "order_by_event_time": True})
+    assert not dataframe._units_within_shares(ordered, big, 250 * mb)
+    assert not dataframe._units_within_shares(SimpleNamespace(**{**vars(cfg), "multiline": True}), big, 250 * mb)
+    assert not dataframe._units_within_shares(SimpleNamespace(**{**vars(cfg), "partitions": None}), big, 250 * mb)

@@ -30,6 +30,8 @@ from kappa_ingest.kafka import credentials
 from kappa_ingest.kafka.settings import DEFAULT_PRODUCER_SETTINGS, is_secret, jaas_fields, validate_settings
 from kappa_ingest.s3.directory import Directory
 
+MIN_SPLIT_SIZE = 1 << 20
+
 
 @dataclass(frozen=True)
 class IngestConfig:
@@ -308,6 +310,8 @@ def validate(values: dict[str, Any]) -> IngestConfig:
         v["max_bytes"] = parse_size(v["max_bytes"])
     if v.get("split_size") is not None:
         v["split_size"] = parse_size(v["split_size"], "--split-size")
+        if v["split_size"] < MIN_SPLIT_SIZE:  # a transaction, a producer and a ledger entry each
+            raise UsageError(f"--split-size {v['split_size']} bytes: at least 1M")
         if v.get("incremental"):
             raise UsageError("--split-size with --incremental: scheduled runs split every file alike (64M), so that"
                              " two runs cut a new file into the same splits")  # fmt: skip

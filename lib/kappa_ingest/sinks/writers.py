@@ -86,7 +86,7 @@ class Writer:
         self.first_send: str | None = None  # the id of a transaction that has sent nothing yet
         self.taken: dict[Unit, None] = {}  # units another writer took over, not yet seen in the ledger
         self.rolled_back = False  # a failed transaction was aborted by its coordinator: nothing of it counts
-        self._reading = threading.Lock()  # the ledger's reader, shared by the openings' threads
+        self._tail_lock = threading.Lock()  # the ledger's reader, shared by the openings' threads
 
     def start(self) -> None:
         pass
@@ -191,11 +191,11 @@ class Writer:
         the run checked not superseded; ready to begin. ``spent``: where its time and retries
         are counted (else the task's statistics)."""
         assert self.tail is not None
-        with self._reading:
+        with self._tail_lock:
             self.tail.warm()
         producer = open_transactional(self.make, txid, self.d, spent or self.stats)
         try:
-            with self._reading:  # (one reader: the openings ahead take turns)
+            with self._tail_lock:  # (one reader: the openings ahead take turns)
                 self.tail.catch_up()
             holder = self.d.holder or self.d.run_id
             by = self.tail.superseded.get(holder)
@@ -211,19 +211,25 @@ class Writer:
         another writer took it over (fenced) meanwhile."""
         spent = Spent()
         try:
-            done = self._committed(producer, txid, entries, self.began, spent)
+            done = self._committed(producer, txid, entries, self.began, spent, entries_first=True)
         finally:
             self._take(spent)
         return self._count(done, entries)
 
     def _committed(
-        self, producer: PartitionProducer, txid: str, entries: list[Entry], began: float, spent: Spent
-    ) -> Committed:
+        self, producer: PartitionProducer, txid: str, entries: list[Entry], began: float, spent: Spent,
+        entries_first: bool,
+    ) -> Committed:  # fmt: skip
         """Add ``entries`` to the ledger, flush and commit, in the producer's transaction
         (begun at ``began``); its time, retries and abort counted in ``spent``: this may run
-        on a thread of its own (:class:`Committing`), and the task counts the result."""
+        on a thread of its own (:class:`Committing`), and the task counts the result.
+        ``entries_first``: the entries behind the records, their round trips overlapping;
+        else once the records are in, so that the ledger's readers (the task's openings of
+        its next units, which read to its end) wait for one round trip, not a unit's queue."""
         try:
-            if entries:  # behind the unit's records, in its transaction: their round trips overlap
+            if not entries_first:
+                producer.flush()
+            if entries:
                 assert self.d.ledger_topic is not None
                 send_entries(producer, self.d.ledger_topic, [e.record() for e in entries])
             producer.flush()
@@ -361,19 +367,21 @@ class UnitTransactions(Writer):
         if self._committing is not None and self._committing.done():
             self._settle()  # a failed commit fails the task now, not a unit later
 
-    def _end_unit(self) -> None:
+    def _end_unit(self, last: bool = False) -> None:
         """End the unit being sent: its transaction committed on a thread while the task
         sends the next (:class:`Committing`), once the one before it has been (one at a
-        time, so units commit in their order)."""
+        time, so units commit in their order). ``last``: the task's last, which no opening
+        of a unit to send reads the ledger beside."""
         self._settle()  # (first: a failure leaves the current unit for abandon() to abort)
         unit, producer = self.current, self.producer
         if unit is None or producer is None:
             return
-        self.current, self.producer = None, None
-        self.ended.add(unit)
         assert self.task_input is not None
         entry = entry_for(self.task_input, self.d, self.stats, unit)
-        self._committing = Committing(self, producer, unit, delivery.unit_id(self.d.scope, unit), [entry], self.began)
+        committing = Committing(self, producer, unit, delivery.unit_id(self.d.scope, unit), [entry], self.began,
+                                entries_first=last)  # fmt: skip
+        self.current, self.producer, self._committing = None, None, committing  # (its thread holds the producer)
+        self.ended.add(unit)
 
     def _settle(self) -> None:
         """Wait for the unit committing on its thread, and count it: a unit another writer
@@ -398,7 +406,7 @@ class UnitTransactions(Writer):
             producer.close()
 
     def finish(self) -> None:
-        self._end_unit()
+        self._end_unit(last=True)
         self._settle()
         self._drop_ahead()  # before the ledger is read again here
         self._await_taken()
@@ -494,14 +502,15 @@ class Committing:
     for it before the task ends; the task counts its result (``spent``, then the result)."""
 
     def __init__(self, writer: Writer, producer: PartitionProducer, unit: Unit, txid: str, entries: list[Entry],
-                 began: float) -> None:  # fmt: skip
+                 began: float, entries_first: bool) -> None:  # fmt: skip
         self.unit, self.entries = unit, entries
         self.spent = Spent()
-        self._future = on_thread("commit", self._end, writer, producer, txid, began)
+        self._future = on_thread("commit", self._end, writer, producer, txid, began, entries_first)
 
-    def _end(self, writer: Writer, producer: PartitionProducer, txid: str, began: float) -> Committed:
+    def _end(self, writer: Writer, producer: PartitionProducer, txid: str, began: float,
+             entries_first: bool) -> Committed:  # fmt: skip
         try:
-            return writer._committed(producer, txid, self.entries, began, self.spent)
+            return writer._committed(producer, txid, self.entries, began, self.spent, entries_first)
         finally:
             producer.close()
 

@@ -510,17 +510,24 @@ def make_plan(spark: SparkSession, cfg: ReadOptions, paths: list[str]) -> Plan:
     remote = [p for p in paths if p not in local and p not in objects]
     if remote:
         files += remote_files(spark, remote, cfg.multiline)
-    # Units within a task's share where the task reads its splits one after another, unshuffled and unsorted.
-    units = _lines_possible(cfg) and not _sorted_by_event_time(cfg) and not _split_per_task(cfg)
-    split_bytes, _ = splits.default_split_bytes(
-        (f.size for f in files),
-        cfg.partitions,
-        spark.sparkContext.defaultParallelism,
-        (cfg.split_size or splits.UNIT_BYTES) if units else None,
-    )
+    sizes, cores = [f.size for f in files], spark.sparkContext.defaultParallelism
+    split_bytes, _ = splits.default_split_bytes(sizes, cfg.partitions, cores)
     if cfg.incremental:  # every scheduled run splits a file alike, whatever else it reads
         split_bytes = splits.INCREMENTAL_SPLIT_BYTES
+    elif _units_within_shares(cfg, files, split_bytes):
+        split_bytes, _ = splits.default_split_bytes(sizes, cfg.partitions, cores, cfg.split_size or splits.UNIT_BYTES)
     return Plan(tuple(files), split_bytes)
+
+
+def _units_within_shares(cfg: ReadOptions, files: list[InputFile], share: int) -> bool:
+    """Whether each task's share (``--partitions``) can be cut into units (``--split-size``):
+    its splits read one after another, unsorted and unshuffled; so not where the shares'
+    splits are fewer than the tasks, whose lines are shuffled into parts instead
+    (:func:`_moved_lines`), nor where the line path does not read them."""
+    if not cfg.partitions or not _lines_possible(cfg) or _sorted_by_event_time(cfg) or _split_per_task(cfg):
+        return False
+    whole = Plan(tuple(files), share)
+    return len(splits.spark_packing([n for f in files for _, n in whole.splits(f) if n], share, 0)) >= cfg.partitions
 
 
 def remote_files(spark: SparkSession, uris: list[str], multiline: bool) -> list[InputFile]:
