@@ -86,6 +86,16 @@ def stop_group(proc: subprocess.Popen) -> None:
     proc.wait(30)
 
 
+def resumed(run_id: str, metrics: Path, log: Path) -> dict:
+    """``--resume run_id`` as ``<run_id>-2``, run to its end (exit 0 asserted): its report."""
+    proc = cli("--resume", run_id, "--metrics-dir", str(metrics), "--run-id", f"{run_id}-2", "--quiet", log=log)
+    try:
+        assert proc.wait(180) == 0, log.read_text()[-3000:]
+    finally:
+        stop_group(proc)
+    return summary(metrics, f"{run_id}-2")
+
+
 def summary(metrics: Path, run_id: str) -> dict:
     return json.loads((metrics / "runs" / run_id / "summary.json").read_text())
 

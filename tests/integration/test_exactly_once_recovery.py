@@ -26,6 +26,7 @@ from faults import (
     committed,
     executor_of,
     executors,
+    resumed,
     sent_so_far,
     stop_group,
     summary,
@@ -247,13 +248,7 @@ def test_a_driver_killed_while_a_unit_commits_beside_the_next_ones_sending_is_co
         psutil.wait_procs(children, timeout=30)
     finally:
         stop_group(proc)
-    resumed = cli("--resume", run_id, "--metrics-dir", str(metrics), "--run-id", f"{run_id}-2", "--quiet",
-                  log=tmp_path / "resume.log")  # fmt: skip
-    try:
-        assert resumed.wait(180) == 0, (tmp_path / "resume.log").read_text()[-3000:]
-    finally:
-        stop_group(resumed)
-    report = summary(metrics, f"{run_id}-2")
+    report = resumed(run_id, metrics, tmp_path / "resume.log")
     d = report["delivery"]
     assert report["status"] == "succeeded" and d["resumed_from"] == run_id, report["error"]
     assert d["lock"]["lingering_transactions_ended"] >= 2, d["lock"]  # both units' transactions, left open

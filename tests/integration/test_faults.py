@@ -29,6 +29,7 @@ from faults import (
     error_lines,
     executors,
     landed_mid_send,
+    resumed,
     sent_so_far,
     stop_group,
     summary,
@@ -131,13 +132,7 @@ def test_a_driver_killed_mid_run_is_completed_by_resume(kafka, tmp_path, big, mo
         stop_group(proc)
     killed = summary(metrics, run_id)
     assert killed["status"] == "running" and killed["plan"]  # it wrote its plan before sending, then died
-    resumed = cli("--resume", run_id, "--metrics-dir", str(metrics), "--run-id", f"{run_id}-2", "--quiet",
-                  log=tmp_path / "resume.log")  # fmt: skip
-    try:
-        assert resumed.wait(180) == 0, (tmp_path / "resume.log").read_text()[-3000:]
-    finally:
-        stop_group(resumed)
-    report = summary(metrics, f"{run_id}-2")
+    report = resumed(run_id, metrics, tmp_path / "resume.log")
     d = report["delivery"]
     assert report["status"] == "succeeded" and d["resumed_from"] == run_id and d["mode"] == mode, report["error"]
     assert d["lineage"] == run_id
@@ -307,13 +302,7 @@ def test_every_broker_down_exits_4_and_resume_completes_once_they_are_back(clust
     report = summary(metrics, run_id)
     assert report["status"] == "failed" and len(report["ledger"]["committed"]) >= 2 and report["ledger"]["missing"]
     assert "splits missing" in out and f"--resume {run_id}" in out
-    resumed = cli("--resume", run_id, "--metrics-dir", str(metrics), "--run-id", f"{run_id}-2", "--quiet",
-                  log=tmp_path / "resume.log")  # fmt: skip
-    try:
-        assert resumed.wait(180) == 0, (tmp_path / "resume.log").read_text()[-3000:]
-    finally:
-        stop_group(resumed)
-    report = summary(metrics, f"{run_id}-2")
+    report = resumed(run_id, metrics, tmp_path / "resume.log")
     assert report["status"] == "succeeded" and all(c["ok"] for c in report["checks"]), report["checks"]
     assert report["delivery"]["lock"]["lingering_transactions_ended"] >= 1  # the killed brokers' open transactions
     assert_c_loops(report)

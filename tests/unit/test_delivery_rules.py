@@ -258,17 +258,17 @@ def test_shares_are_cut_into_units_only_where_a_task_reads_its_splits_one_after_
     from types import SimpleNamespace
 
     from kappa_ingest.source import dataframe
-    from kappa_ingest.source.splits import InputFile
+    from kappa_ingest.source.splits import InputFile, Plan
 
     mb = 1 << 20
     cfg = SimpleNamespace(partitions=4, multiline=False, escape='"', quote='"', encoding="utf-8",
                           event_time_column=None, order_by_event_time=False, replay_speed=None)  # fmt: skip
-    big = [InputFile("/a.csv", 1000 * mb, 1, True)]
-    assert dataframe._units_within_shares(cfg, big, 250 * mb)
+    big = Plan((InputFile("/a.csv", 1000 * mb, 1, True),), 250 * mb)
+    assert dataframe._units_within_shares(cfg, big, ["/a.csv"])
     # A gzipped file is one split: three shares' splits for four tasks, whose lines are shuffled into parts.
-    mixed = [InputFile("/a.csv.gz", 700 * mb, 1, False), InputFile("/b.csv", 300 * mb, 1, True)]
-    assert not dataframe._units_within_shares(cfg, mixed, 250 * mb)
+    mixed = Plan((InputFile("/a.csv.gz", 700 * mb, 1, False), InputFile("/b.csv", 300 * mb, 1, True)), 250 * mb)
+    assert not dataframe._units_within_shares(cfg, mixed, ["/a.csv.gz", "/b.csv"])
     ordered = SimpleNamespace(**{**vars(cfg), "event_time_column": "ts", "order_by_event_time": True})
-    assert not dataframe._units_within_shares(ordered, big, 250 * mb)
-    assert not dataframe._units_within_shares(SimpleNamespace(**{**vars(cfg), "multiline": True}), big, 250 * mb)
-    assert not dataframe._units_within_shares(SimpleNamespace(**{**vars(cfg), "partitions": None}), big, 250 * mb)
+    assert not dataframe._units_within_shares(ordered, big, ["/a.csv"])
+    assert not dataframe._units_within_shares(SimpleNamespace(**{**vars(cfg), "multiline": True}), big, ["/a.csv"])
+    assert not dataframe._units_within_shares(SimpleNamespace(**{**vars(cfg), "partitions": None}), big, ["/a.csv"])

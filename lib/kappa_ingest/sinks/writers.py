@@ -259,8 +259,8 @@ class Writer:
         """Count a transaction's commit: False if it was fenced (nothing of it counts)."""
         if done.fenced:
             return False
-        self.stats.transactions += 1
         s = self.stats
+        s.transactions += 1
         s.markers = -1 if done.touched is None or s.markers < 0 else s.markers + done.touched
         self.entries.extend(entries)
         self._note_offsets(done.runs, entries)
@@ -309,7 +309,7 @@ class UnitTransactions(Writer):
             raise RuntimeError(f"rows of {unit.label()} arrived after its transaction ended (interleaved units)")
         self._end_unit()
         producer = self._producer_for(unit)
-        found = self._delivered(unit)  # (before the next one's opening reads the ledger on)
+        found = self._delivered(unit)
         if unit in self._at:
             self._open_ahead(self._at[unit] + 1)  # while this one is sent
         if found is not None:
@@ -413,18 +413,21 @@ class UnitTransactions(Writer):
 
     def abandon(self) -> None:
         super().abandon()
-        committing, self._committing = self._committing, None
+        committing = self._wait_committing()
         if committing is not None:  # its own failure, if any, is not the one reported
-            committing.wait()
             self._take(committing.spent)
         self._drop_ahead()
 
     def close(self) -> None:
         self._drop_ahead()  # its thread reads the ledger: done before the reader closes
-        committing, self._committing = self._committing, None
-        if committing is not None:  # (settled or waited for unless the task failed ending a unit)
-            committing.wait()
+        self._wait_committing()  # (settled or waited for already, unless the task failed ending a unit)
         super().close()
+
+    def _wait_committing(self) -> Committing | None:
+        committing, self._committing = self._committing, None
+        if committing is not None:
+            committing.wait()
+        return committing
 
 
 def on_thread(name: str, call: Callable[..., T], *args: object) -> Future[T]:
@@ -494,7 +497,7 @@ class Opening:
 
 class Committing:
     """A unit's transaction ended on a thread of its own while the task sends the next unit:
-    its ledger entry added, its last batches flushed, the commit's round trip. librdkafka's
+    its last batches flushed and its ledger entry added, the commit's round trip. librdkafka's
     idempotent producer keeps one request per partition in flight, so on a long link a
     unit's queue drains for as long as its rows took to convert; the next unit's producer
     sends beside it meanwhile (two requests per partition in flight). The producer is

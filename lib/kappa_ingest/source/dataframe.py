@@ -514,20 +514,20 @@ def make_plan(spark: SparkSession, cfg: ReadOptions, paths: list[str]) -> Plan:
     split_bytes, _ = splits.default_split_bytes(sizes, cfg.partitions, cores)
     if cfg.incremental:  # every scheduled run splits a file alike, whatever else it reads
         split_bytes = splits.INCREMENTAL_SPLIT_BYTES
-    elif _units_within_shares(cfg, files, split_bytes):
+    elif _units_within_shares(cfg, Plan(tuple(files), split_bytes), paths):
         split_bytes, _ = splits.default_split_bytes(sizes, cfg.partitions, cores, cfg.split_size or splits.UNIT_BYTES)
     return Plan(tuple(files), split_bytes)
 
 
-def _units_within_shares(cfg: ReadOptions, files: list[InputFile], share: int) -> bool:
-    """Whether each task's share (``--partitions``) can be cut into units (``--split-size``):
-    its splits read one after another, unsorted and unshuffled; so not where the shares'
-    splits are fewer than the tasks, whose lines are shuffled into parts instead
-    (:func:`_moved_lines`), nor where the line path does not read them."""
+def _units_within_shares(cfg: ReadOptions, shares: Plan, paths: list[str]) -> bool:
+    """Whether each task's share (``--partitions``; ``shares``, the plan of a split a share)
+    can be cut into units (``--split-size``): its splits read one after another, unsorted
+    and unshuffled; so not where the shares' splits are fewer than the tasks, whose lines
+    are shuffled into parts instead (:func:`_moved_lines`), nor where the line path does
+    not read them."""
     if not cfg.partitions or not _lines_possible(cfg) or _sorted_by_event_time(cfg) or _split_per_task(cfg):
         return False
-    whole = Plan(tuple(files), share)
-    return len(splits.spark_packing([n for f in files for _, n in whole.splits(f) if n], share, 0)) >= cfg.partitions
+    return scan_tasks(shares, paths, 0) >= cfg.partitions
 
 
 def remote_files(spark: SparkSession, uris: list[str], multiline: bool) -> list[InputFile]:

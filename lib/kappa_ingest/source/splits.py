@@ -29,9 +29,10 @@ OPEN_COST_BYTES = 4 << 20
 # same transactional id, never both commit it). About a second of sending per unit here.
 INCREMENTAL_SPLIT_BYTES = 64 << 20
 # With --partitions, a task's share larger than this (--split-size) is cut into units
-# (splits) of about equal size, at most this large, each its own transaction: a unit's commit (its queue
-# draining, on a long link for as long as its rows took to convert) then runs beside the
-# next unit's sending (sinks.writers.Committing), and a unit's transaction stays short.
+# (splits) of about equal size, at most this large, each its own transaction: a unit's
+# commit (its queue draining, on a long link for as long as its rows took to convert) then
+# runs beside the next unit's sending (sinks.writers.Committing), and a unit's transaction
+# stays short.
 UNIT_BYTES = 64 << 20
 
 
