@@ -69,6 +69,8 @@ void rd_kafka_metadata_destroy(const struct rd_kafka_metadata *);
 rd_kafka_headers_t *rd_kafka_headers_new(size_t);
 int rd_kafka_header_add(rd_kafka_headers_t *, const char *, ssize_t, const void *, ssize_t);
 void rd_kafka_headers_destroy(rd_kafka_headers_t *);
+rd_kafka_topic_t *rd_kafka_topic_new(rd_kafka_t *, const char *, void *);
+void rd_kafka_topic_destroy(rd_kafka_topic_t *);
 
 /* One batch of records, as Arrow buffers; mirrored by kappa_ingest.native.Batch. */
 typedef struct {
@@ -112,6 +114,10 @@ typedef struct {
     int txn_retriable;
     int txn_abortable;
     char txn_reason[512];
+    /* The data topic's handle, taken once: a record produced by the topic's name has
+     * librdkafka look it up under the client's write lock (rd_kafka_topic_new0). */
+    rd_kafka_topic_t *rkt;
+    char *rkt_name;
 } kp_producer;
 
 static char DATA_RECORD; /* the opaque of data-topic records: its address tags them */
@@ -214,12 +220,23 @@ static int refused(kp_producer *p, int e) {
     return e;
 }
 
+/* The handle of the topic named, kept for the producer's next batches; NULL if refused. */
+static rd_kafka_topic_t *topic_handle(kp_producer *p, const char *name) {
+    if (p->rkt && !strcmp(p->rkt_name, name)) return p->rkt;
+    if (p->rkt) rd_kafka_topic_destroy(p->rkt);
+    free(p->rkt_name);
+    p->rkt_name = strdup(name);
+    p->rkt = p->rkt_name ? rd_kafka_topic_new(p->rk, name, NULL) : NULL;
+    return p->rkt;
+}
+
 /*
  * Produce the batch's records [0, n). Returns n, or -(i + 1) when record i is refused
  * before sending (its error code in *err), or -(n + 1) when a fatal error stops the producer
  * (the fatal error's own code in *err).
  */
 int64_t kp_produce(kp_producer *p, const kp_batch *b, int *err) {
+    rd_kafka_topic_t *rkt = topic_handle(p, b->topic);
     for (int64_t i = 0; i < b->n; i++) {
         const void *key = NULL;
         size_t key_len = 0;
@@ -231,7 +248,8 @@ int64_t kp_produce(kp_producer *p, const kp_batch *b, int *err) {
         int f = b->file_index[i];
         for (;;) {
             int e = rd_kafka_producev(
-                p->rk, VT_TOPIC, b->topic, VT_MSGFLAGS, MSG_F_COPY, VT_OPAQUE, (void *)&DATA_RECORD,
+                p->rk, rkt ? VT_RKT : VT_TOPIC, rkt ? (void *)rkt : (void *)b->topic, VT_MSGFLAGS, MSG_F_COPY,
+                VT_OPAQUE, (void *)&DATA_RECORD,
                 VT_VALUE, (void *)(b->value_data + b->value_offsets[i]),
                 (size_t)(b->value_offsets[i + 1] - b->value_offsets[i]),
                 VT_KEY, (void *)key, key_len, VT_TIMESTAMP, b->timestamps[i],
@@ -383,6 +401,8 @@ const char *kp_err2str(int err) { return rd_kafka_err2str(err); }
 void kp_destroy(kp_producer *p) {
     rd_kafka_purge(p->rk, PURGE_QUEUE | PURGE_INFLIGHT);
     rd_kafka_poll(p->rk, 0);
+    if (p->rkt) rd_kafka_topic_destroy(p->rkt);
+    free(p->rkt_name);
     rd_kafka_destroy(p->rk);
     free(p->runs);
     free(p->last_run);
