@@ -36,6 +36,8 @@ def test_broker_refusing_records_fails_the_run_and_claims_nothing(spark, kafka, 
         ingest(cfg, spark, echo=False)
     message = str(failure.value)
     assert "\n" not in message and "Kafka" in message, message
+    if sink != "spark":  # the line says why and what to change (Spark's sink: Java's own text)
+        assert "message.timestamp.before.max.ms" in message and "--event-time-column" in message, message
     summary = json.loads((tmp_path / "m" / "runs" / cfg.run_id / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["error"] == message
     assert consume_all(kafka.bootstrap_servers, topic) == []

@@ -24,7 +24,7 @@ import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from kappa_ingest.delivery.ledger import ENTRY, discard_queued, kind_headers
-from kappa_ingest.sinks.producer import DeliveryFailed, Fenced, TransactionFailed, headers_by_file
+from kappa_ingest.sinks.producer import DeliveryFailed, Fenced, TransactionFailed, headers_by_file, refusal_hint
 from kappa_ingest.source.records import Encoded
 
 FLUSH_TIMEOUT_S = 120.0
@@ -65,14 +65,9 @@ def make_producer(
 
 def _not_delivered(failed: int, remaining: int, produced: int, first_error: object) -> DeliveryFailed:
     still = f", {remaining} still in flight after {FLUSH_TIMEOUT_S:.0f} s" if remaining else ""
-    timed_out = "timed out" in str(first_error).lower()
-    why = (
-        ": no broker acknowledged them within delivery.timeout.ms; check that the brokers run and are reachable"
-        if timed_out
-        else ""
-    )
     return DeliveryFailed(
-        f"{failed + remaining} of {produced} records not acknowledged by Kafka ({first_error}{still}){why}"
+        f"{failed + remaining} of {produced} records not acknowledged by Kafka ({first_error}{still})"
+        + refusal_hint(first_error)
     )
 
 

@@ -13,7 +13,7 @@ from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
 from kappa_ingest.delivery.ledger import ENTRY, kind_headers
-from kappa_ingest.sinks.producer import DeliveryFailed, Fenced, TransactionFailed, headers_by_file
+from kappa_ingest.sinks.producer import DeliveryFailed, Fenced, TransactionFailed, headers_by_file, refusal_hint
 from kappa_ingest.source.records import Encoded
 
 FLUSH_TIMEOUT_S = 120.0
@@ -86,7 +86,8 @@ class KafkaPythonPartitionProducer:
         if self.failed:
             fenced = type(self.first_error).__name__ in _FENCED
             raise (Fenced if fenced else DeliveryFailed)(
-                f"{self.failed} of {self.produced} records not acknowledged by Kafka; first error: {self.first_error!r}"
+                f"{self.failed} of {self.produced} records not acknowledged by Kafka{refusal_hint(self.first_error)};"
+                f" first error: {self.first_error!r}"  # last: the broker's own text can be long
             )
 
     def _txn_error(self, what: str, e: BaseException) -> TransactionFailed:

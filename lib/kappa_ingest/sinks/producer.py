@@ -12,6 +12,26 @@ class DeliveryFailed(RuntimeError):
     """Raised in a task whose producer could not deliver every record."""
 
 
+def refusal_hint(first_error: object) -> str:
+    """What to do about records not acknowledged, where their first error says: the end
+    of the failure's line (empty where nothing more is known)."""
+    text = str(first_error).lower()
+    if "timed out" in text:
+        return ": no broker acknowledged them within delivery.timeout.ms; check that the brokers run and are reachable"
+    # Kept short: the driver's line keeps 300 characters of a task's error.
+    if "invalid timestamp" in text or "invalidtimestamp" in text:
+        return (
+            ": the topic refuses record times that far from the broker's clock (message.timestamp.before.max.ms,"
+            " after.max.ms), and --event-time-column gives each record its event's time: raise those limits"
+        )
+    if "failed to validate record" in text or "invalidrecord" in text:  # Kafka 4 says so of times out of bounds too
+        return (
+            ": the broker found them invalid; is the topic compacted (give --key-column), or are their event"
+            " times (--event-time-column) beyond its message.timestamp.before.max.ms or after.max.ms?"
+        )
+    return ""
+
+
 class Fenced(DeliveryFailed):
     """Another producer initialised this producer's transactional id: it may write nothing
     more (its open transaction was aborted by the newer one)."""
