@@ -19,16 +19,14 @@ def refusal_hint(first_error: object) -> str:
     if "timed out" in text:
         return ": no broker acknowledged them within delivery.timeout.ms; check that the brokers run and are reachable"
     # Kept short: the driver's line keeps 300 characters of a task's error.
+    times = ("record times beyond the topic's message.timestamp.before.max.ms or after.max.ms"
+             " (--event-time-column gives event times)")  # fmt: skip
     if "invalid timestamp" in text or "invalidtimestamp" in text:
-        return (
-            ": the topic refuses record times that far from the broker's clock (message.timestamp.before.max.ms,"
-            " after.max.ms), and --event-time-column gives each record its event's time: raise those limits"
-        )
-    if "failed to validate record" in text or "invalidrecord" in text:  # Kafka 4 says so of times out of bounds too
-        return (
-            ": the broker found them invalid; is the topic compacted (give --key-column), or are their event"
-            " times (--event-time-column) beyond its message.timestamp.before.max.ms or after.max.ms?"
-        )
+        return f": {times}: raise those limits"
+    # Kafka 4 refuses times out of bounds so too; librdkafka fails a batch's other records
+    # with "an invalid record in the same batch".
+    if "failed to validate record" in text or "invalid record" in text or "invalidrecord" in text:
+        return f": {times}, or null keys in a compacted topic?"
     return ""
 
 

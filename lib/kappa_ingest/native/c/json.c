@@ -303,7 +303,7 @@ static int all_numbers_literal(int64_t n, const kj_column *col, int kind, int ma
         int32_t int_digits = dot - neg, frac_digits = len - dot - 1;
         const uint8_t *frac = s + dot + 1;
         int zero_int = lead_zero & (int_digits == 1);
-        int just_zero = (frac_digits == 1) & (frac[0] == '0');
+        int just_zero = frac_digits == 1 && frac[0] == '0'; /* &&: without a fraction, frac[0] lies past the field */
         bad |= (s[dot] != '.') | (int_digits == 0) | (frac_digits == 0) | (lead_zero & !zero_int)
                | (!zero_int & (int_digits > 15));
         if (bad | just_zero) continue;
