@@ -63,6 +63,11 @@ def make_producer(
         return ConfluentPartitionProducer(conf, topic)  # task_notes tells the report why
 
 
+def _consequence(err: Any) -> bool:
+    """An error that only follows another's: a purge, or another record's in the batch."""
+    return err.code() in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT, KafkaError._INVALID_DIFFERENT_RECORD)
+
+
 def _not_delivered(failed: int, remaining: int, produced: int, first_error: object) -> DeliveryFailed:
     still = f", {remaining} still in flight after {FLUSH_TIMEOUT_S:.0f} s" if remaining else ""
     return DeliveryFailed(
@@ -243,7 +248,8 @@ class ConfluentPartitionProducer:
     def _on_delivery(self, err: KafkaError | None, _msg: object) -> None:
         if err is not None:
             self.failed += 1
-            self.first_error = self.first_error or err
+            if self.first_error is None or (_consequence(self.first_error) and not _consequence(err)):
+                self.first_error = err  # a cause where one is reported (c/produce.c's consequence)
 
     def _on_error(self, err: KafkaError) -> None:
         if err.fatal() or err.code() in FATAL_CODES:

@@ -35,6 +35,9 @@ enum { VT_END, VT_TOPIC, VT_RKT, VT_PARTITION, VT_VALUE, VT_KEY, VT_OPAQUE, VT_M
 #define ERR_QUEUE_FULL (-184)
 #define ERR_STATE (-172)
 #define ERR_FATAL (-150)
+#define ERR_PURGE_QUEUE (-152)
+#define ERR_PURGE_INFLIGHT (-151)
+#define ERR_INVALID_DIFFERENT_RECORD (-138)
 #define ERR_AUTHENTICATION (-169)
 #define ERR_TOPIC_AUTHORIZATION_FAILED 29
 #define ERR_CLUSTER_AUTHORIZATION_FAILED 31
@@ -160,12 +163,19 @@ static void touch(kp_producer *p, int32_t partition, int64_t offset) {
     p->last_run[partition] = (int32_t)p->runs_len++;
 }
 
+/* Errors that only follow another: a purge (a transaction in error purges its queue) and
+ * "an invalid record in the same batch". Their reports can come before the cause's. */
+static int consequence(int err) {
+    return err == ERR_PURGE_QUEUE || err == ERR_PURGE_INFLIGHT || err == ERR_INVALID_DIFFERENT_RECORD;
+}
+
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque) {
     kp_producer *p = opaque;
     (void)rk;
     if (msg->err) {
         p->failed++;
-        if (!p->first_error) p->first_error = msg->err;
+        /* the first error named is a cause where one is reported, in whatever order */
+        if (!p->first_error || (consequence(p->first_error) && !consequence(msg->err))) p->first_error = msg->err;
     } else if (msg->_private == &DATA_RECORD) {
         touch(p, msg->partition, msg->offset);
     }
