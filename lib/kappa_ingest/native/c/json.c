@@ -294,7 +294,7 @@ static int all_numbers_literal(int64_t n, const kj_column *col, int kind, int ma
         negative += neg;
         int lead_zero = s[neg] == '0';
         if (kind == 2) {
-            bad |= lead_zero | (len - neg > max_digits) | (len == neg);
+            bad |= lead_zero | (len - neg > max_digits);
             continue;
         }
         /* the field's '.', found from its end (a fraction is short) */
