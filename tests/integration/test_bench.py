@@ -115,3 +115,45 @@ def test_the_sampler_counts_every_record_and_its_rates_are_its_own_offsets_over_
     assert len(grew) >= 2, points  # the curve has points while records arrived
     for i in grew:
         assert points[i]["messages_per_s"] == pytest.approx((offsets[i] - offsets[i - 1]) / (t[i] - t[i - 1]), rel=0.01)
+
+
+def test_a_halted_samplers_readings_lie_within_offsets_read_after_it_while_others_write(kafka):
+    """A run reads its settled offsets after the sampler halts; other producers writing on
+    must not put a reading of the sampler's own beyond them (a fresh clone's CI once failed
+    "broker-side sampler's readings lie within the run's offsets" so: 2681..45513 against
+    2279..45505, the sampler still reading after the run's offsets were read)."""
+    import threading
+
+    from confluent_kafka import Producer
+
+    admin = Admin(kafka.bootstrap_servers)
+    admin.ensure_topic("sampled-with-others", 2, 1)
+    writing = threading.Event()
+
+    def other_writer() -> None:
+        producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 1})
+        for i in range(200_000):  # bounded: about 4 s at the pace below
+            if writing.is_set():
+                break
+            producer.produce("sampled-with-others", b"x" * 100)
+            if i % 100 == 0:
+                producer.poll(0.005)
+        producer.flush(10)
+
+    thread = threading.Thread(target=other_writer)
+    thread.start()
+    try:
+        sampler = BrokerRateSampler(kafka.bootstrap_servers, "sampled-with-others", interval_s=0.05).start()
+        wait_for(lambda: len(sampler.readings) >= 5 and sampler.readings[-1] > sampler.readings[0], timeout_s=30,
+                 what="the sampler to read the topic growing")  # fmt: skip
+        sampler.halt()
+        after = admin.end_offsets("sampled-with-others")
+        kept = list(sampler.readings)
+        wait_for(lambda: sum(admin.end_offsets("sampled-with-others").values()) > sum(after.values()) + 1000,
+                 timeout_s=30, what="the other producer to write on")  # fmt: skip
+        sampler.stop(last=after)
+    finally:
+        writing.set()
+        thread.join(30)
+        admin.close()
+    assert sampler.readings == kept and max(kept) <= sum(after.values()), (kept[-3:], after)

@@ -276,6 +276,7 @@ def _sent(
         finally:
             clock.end("sending")
             progress.close()
+            sampler.halt()  # its readings, then the settled offsets: other writers' records lie beyond them
         if outcome.error is None:
             sent = sum(st.rows_sent for st in outcome.stats)
             expected = reconcile.expected_growth(sent, [st.markers for st in outcome.stats if st.transactions])

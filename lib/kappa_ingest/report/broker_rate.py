@@ -115,8 +115,13 @@ class BrokerRateSampler:
         self._thread.start()
         return self
 
-    def _sample(self) -> None:
+    def _sample(self, own: bool = False) -> None:
         total = sum(self._admin.end_offsets(self.topic, SAMPLE_TIMEOUT_S, self._partitions).values())
+        if own and self._stop.is_set():
+            # Answered after ``halt``: it may have read past the run's settled offsets (other
+            # producers' records), which are read only after ``halt``. One answered before
+            # it read no further than they do.
+            return
         self.samples.append((time.time(), total))
         self.readings.append(total)
         if self.on_sample is not None and len(self.samples) > 1:
@@ -130,13 +135,13 @@ class BrokerRateSampler:
     def _run(self) -> None:
         if self._at_once:
             try:
-                self._sample()
+                self._sample(own=True)
             except Exception:  # noqa: BLE001 - see below
                 pass
         next_at = self.samples[0][0] + self.interval_s
         while not self._stop.wait(max(0.0, next_at - time.time())):
             try:
-                self._sample()
+                self._sample(own=True)
             except Exception:  # noqa: BLE001 - a missed sample is not a failed run; the next one counts
                 pass
             next_at += self.interval_s
@@ -145,13 +150,9 @@ class BrokerRateSampler:
             if self._abandoned:
                 self._admin.close()
 
-    def stop(self, last: dict[int, int] | None = None) -> list[dict[str, Any]]:
-        """Take a last sample (``last``, the end offsets just read, if given) and return the
-        curve: ``t, offsets_total, messages_per_s, one_minute_rate``.
-
-        The last sample is taken only once the thread has ended (they share one consumer),
-        and a broker that no longer answers ends the curve at its last sample instead of
-        failing the run: the run's own error, if any, is the one to report."""
+    def halt(self) -> None:
+        """Read no more on its own thread. Called before the run's settled offsets are read, so
+        that every reading of its own lies within them, whoever else writes to the topic."""
         self._stop.set()
         thread, self._thread = self._thread, None
         if thread is not None:
@@ -159,7 +160,17 @@ class BrokerRateSampler:
             with self._handoff:
                 if not self._finished:  # still inside a query: it closes the admin itself when it ends
                     self._abandoned = True
-                    return curve(self.samples)
+
+    def stop(self, last: dict[int, int] | None = None) -> list[dict[str, Any]]:
+        """Take a last sample (``last``, the end offsets just read, if given) and return the
+        curve: ``t, offsets_total, messages_per_s, one_minute_rate``.
+
+        The last sample is taken only once the thread has ended (they share one consumer),
+        and a broker that no longer answers ends the curve at its last sample instead of
+        failing the run: the run's own error, if any, is the one to report."""
+        self.halt()
+        if self._abandoned:
+            return curve(self.samples)
         try:
             if last is not None:
                 self.samples.append((time.time(), sum(last.values())))
