@@ -169,14 +169,12 @@ class BrokerRateSampler:
         and a broker that no longer answers ends the curve at its last sample instead of
         failing the run: the run's own error, if any, is the one to report."""
         self.halt()
-        if self._abandoned:  # its client is the thread's to close; the settled offsets need none
-            if last is not None:
-                self.samples.append((time.time(), sum(last.values())))
+        if last is not None:  # read by the run: no client needed
+            self.samples.append((time.time(), sum(last.values())))
+        if self._abandoned:  # its client is the thread's to close
             return curve(self.samples)
         try:
-            if last is not None:
-                self.samples.append((time.time(), sum(last.values())))
-            else:
+            if last is None:
                 self._sample()
         except Exception:  # noqa: BLE001 - see above
             pass
