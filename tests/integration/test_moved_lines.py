@@ -205,3 +205,39 @@ def test_a_resumed_ordered_replay_keeps_the_parts_its_original_was_planned_with(
     for by in (splits.BY_KEYS, "parts of a later version"):
         with pytest.raises(UsageError, match=f"parted by '{by}', which Spark's CSV reader does not part by here"):
             dataframe.read(spark, cfg, replace(fresh.plan, parts_by=by))
+
+
+@pytest.mark.parametrize("parts", [2, 4])  # a line that does not parse: part 0 of 2, 2 of 4
+def test_an_ordered_replays_places_moved_by_python_tasks_are_sparks_parts_in_sparks_order(
+    spark, tmp_path, monkeypatch, parts
+):
+    """Python tasks moving and sorting an ordered replay's places (``Source.places``) hand
+    each sending task the rows Spark's own shuffle and sort of the same marks would: every
+    line in the same part (lines that do not parse and empty keys among them), in the same
+    order (ties in event time in file order), in batches of the row cap. Beyond the input a
+    part may sort in memory, the run keeps Spark's sort."""
+    from kappa_ingest import config
+    from kappa_ingest.sinks.partition_runner import arrow_batches, sql_settings_in_tasks
+    from kappa_ingest.source import dataframe, line_shuffle
+
+    paths = _files(tmp_path, 3000)
+    cfg = config.validate({"inputs": paths, "topic": "t", "bootstrap_servers": "127.0.0.1:9", "key_column": "k",
+                           "event_time_column": "ev", "order_by_event_time": True, "partitions": parts,
+                           "null_values": ["NA"], "metrics_dir": str(tmp_path / "m")})  # fmt: skip
+    source = dataframe.read(spark, cfg)
+    assert source.places is not None
+
+    def rows_of(batches):
+        yield [r for b in batches for r in b.to_pylist()]
+
+    with sql_settings_in_tasks(spark, map_stages="places moved"):
+        by_spark = arrow_batches(source.df).mapPartitions(rows_of).collect()
+        by_python = source.places(700).mapPartitions(rows_of).collect()
+        sizes = source.places(700).mapPartitions(lambda bs: [[b.num_rows for b in bs]]).collect()
+    assert len(by_python) == parts and sum(map(len, by_python)) == 6000 + 2  # the headers' lines too
+    assert by_python == by_spark
+    unparsed = [r for part in by_python for r in part if r["__kappa_event_us"] is None]
+    assert unparsed and all(r in by_python[line_shuffle.NULL_HASH % parts] for r in unparsed[:50])
+    assert all(s[:-1] == [700] * (len(s) - 1) and 0 < s[-1] <= 700 for s in sizes)
+    monkeypatch.setattr(line_shuffle, "PYTHON_SORT_BYTES", 1)
+    assert dataframe.read(spark, cfg).places is None

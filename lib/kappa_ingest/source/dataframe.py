@@ -36,12 +36,14 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlparse
 
 import numpy as np
 import pyarrow as pa
+from pyspark import RDD
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StringType, StructField, StructType
@@ -135,6 +137,9 @@ class Source:
     types: dict[str, DataType] = field(default_factory=dict)  # the --schema types of the columns it names
     # Where the tasks read their own splits: each task's splits, ``df``'s partitions as batches.
     handed: tuple[pa.RecordBatch, ...] = ()
+    # An ordered replay's rows as an RDD of batches of at most the given rows, where Python
+    # tasks can move and sort them (line_shuffle.places_in_event_time_order); ``df`` is the same rows.
+    places: Callable[[int | None], RDD] | None = None
 
     @property
     def narrow(self) -> bool:
@@ -270,7 +275,8 @@ def _read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None, paths: lis
         scan = text.scan if text is not None else lambda: own_scan
         # A gzipped object's lines have no offsets in the object: they move with their text.
         whole = not all(splits.splittable(p, cfg.multiline) for p in paths)
-        moved = _moved_lines(spark, cfg, scan, own_scan, typed, splits_read, pinned, whole)
+        handed_own = own_frame[1] if own_frame is not None else None
+        moved = _moved_lines(spark, cfg, scan, own_scan, typed, splits_read, pinned, whole, handed_own, read_bytes)
         if moved is None:
             tasks = min(splits_read, cfg.partitions or splits_read)
             if own_frame is not None:
@@ -282,11 +288,11 @@ def _read(spark: SparkSession, cfg: ReadOptions, pinned: Plan | None, paths: lis
                 df = lines.coalesce(tasks) if tasks < splits_read else lines
             return Source(df, spec, _typed(line_parser, typed), "lines", tuple(paths), read_bytes, plan, tasks,
                           headers, types=_types(declared), handed=tuple(handed))  # fmt: skip
-        df, parts, tasks, shuffled, marking, by = moved
+        df, parts, tasks, shuffled, marking, by, places = moved
         plan = Plan(plan.files, plan.split_bytes, parts, by if parts > 1 else "")
         parser = _typed(line_shuffle.after_shuffle(marking), typed)
         return Source(df, spec, parser, "lines", tuple(paths), read_bytes, plan, tasks, headers,
-                      _sorted_by_event_time(cfg), shuffled, _types(declared))  # fmt: skip
+                      _sorted_by_event_time(cfg), shuffled, _types(declared), places=places)  # fmt: skip
     # Spark reads text too: the typed values are made by the same code as on the line path.
     # ("": a plan from before parts_by was recorded, whose parts were Spark's rows'.)
     if pinned is not None and plan.parts > 1 and plan.parts_by not in ("", splits.BY_ROWS, splits.BY_KEY_VALUES):
@@ -372,25 +378,43 @@ def _moved_lines(
     splits_read: int,
     pinned: Plan | None,
     whole: bool = False,
-) -> tuple[DataFrame, int, int, bool, LineParser, str] | None:
+    handed: list[pa.RecordBatch] | None = None,
+    read_bytes: int = 0,
+) -> tuple[DataFrame, int, int, bool, LineParser, str, Callable[[int | None], RDD] | None] | None:
     """The raw lines shuffled or sorted before they are parsed, where the run asks for it
     (:mod:`kappa_ingest.source.line_shuffle`): with the parts per split, the number of tasks,
-    whether they were shuffled, the parser that marked them and what parted them (a plan's
-    ``parts_by``); None where the scan's own tasks and order will do. ``scan``: Spark's text
-    scan and its parser (made when asked); ``own_scan``: the splits for tasks that read them
-    themselves, where they can. ``pinned``: a resumed run keeps its original's parts, made
-    the same way. ``whole``: lines the tasks read move with their text."""
+    whether they were shuffled, the parser that marked them, what parted them (a plan's
+    ``parts_by``) and, for an ordered replay Python tasks can move (``Source.places``), the
+    same rows as an RDD; None where the scan's own tasks and order will do. ``scan``: Spark's
+    text scan and its parser (made when asked); ``own_scan``: the splits for tasks that read
+    them themselves, where they can, ``handed`` to them as these batches. ``pinned``: a
+    resumed run keeps its original's parts, made the same way. ``whole``: lines the tasks
+    read move with their text. ``read_bytes``: the input's size."""
     parts = pinned.parts if pinned is not None else None
     ordered = own_scan or scan()  # lines parted by their key, or not parted: moved by offset where they can be
     if cfg.order_by_event_time:  # each key's rows in one task, in event-time order
         parts = parts or cfg.partitions or spark.sparkContext.defaultParallelism
         # By Kafka's partition of each key (runs planned before it: a hash of the key's text).
         by = splits.BY_LINES if pinned is not None and pinned.parts_by == splits.BY_LINES else splits.BY_KEYS
-        marked = line_shuffle.marked(*ordered, typed, cfg.key_column, whole, parts if by == splits.BY_KEYS else None)
-        return line_shuffle.by_key_in_event_time_order(marked, parts), parts, parts, True, ordered[1], by
+        lines, parser = ordered
+        by_part = parts if by == splits.BY_KEYS else None
+        mark, fields = line_shuffle.marking(lines.schema, parser, typed, cfg.key_column, whole, by_part)
+        places = None
+        # Places only (each task reads its lines back) of a part Python can sort in memory.
+        if (
+            own_scan is not None
+            and handed
+            and by_part
+            and not whole
+            and read_bytes <= line_shuffle.PYTHON_SORT_BYTES * parts
+        ):
+            sc = spark.sparkContext
+            places = partial(line_shuffle.places_in_event_time_order, sc, handed, mark, parts)
+        marked = lines.mapInArrow(mark, fields)
+        return line_shuffle.by_key_in_event_time_order(marked, parts), parts, parts, True, parser, by, places
     if _sorted_by_event_time(cfg):  # paced: each split's rows in event-time order, in its own task
         sorted_lines = line_shuffle.in_event_time_order(line_shuffle.marked(*ordered, typed, whole=whole))
-        return sorted_lines, 1, splits_read, False, ordered[1], splits.BY_LINES
+        return sorted_lines, 1, splits_read, False, ordered[1], splits.BY_LINES, None
     if parts is None and not cfg.incremental and cfg.partitions is not None and cfg.partitions > splits_read:
         parts = cfg.partitions
     if parts is None or parts == 1:
@@ -405,6 +429,7 @@ def _moved_lines(
         True,
         parser,
         splits.BY_LINES,
+        None,
     )
 
 

@@ -27,15 +27,18 @@ at a time as a keyless one does, and every record of a key is sent by one task.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from functools import cache
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark import RDD, SparkContext
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from kappa_ingest import native
 from kappa_ingest.source import line_places
@@ -67,10 +70,28 @@ def marked(
     parts: int | None = None,
 ) -> DataFrame:
     """``lines`` (the file scan's raw lines, or a task's splits to read: a parser that
-    ``reads_splits``) with their marks; ``order``: the typing that finds each line's event
-    time (and ``key``, its key), for a replay in that order. With ``parts``, a keyed line
-    is marked with its part (PART_COL, ``by_keys``); without, with its key's text (KEY_COL:
-    the parts of a run planned before).
+    ``reads_splits``) with their marks (:func:`marking`)."""
+    mark, fields = marking(lines.schema, parser, order, key, whole, parts)
+    return lines.mapInArrow(mark, fields)
+
+
+Marking = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+
+
+def marking(
+    schema: StructType,
+    parser: LineParser,
+    order: Typing | None = None,
+    key: str | None = None,
+    whole: bool = False,
+    parts: int | None = None,
+) -> tuple[Marking, str]:
+    """The task function that marks the lines of batches of ``schema`` (the file scan's raw
+    lines, or a task's splits to read: a parser that ``reads_splits``), and the schema of
+    what it yields; ``order``: the typing that finds each line's event time (and ``key``,
+    its key), for a replay in that order. With ``parts``, a keyed line is marked with its
+    part's token (PART_COL, ``by_keys``); without, with its key's text (KEY_COL: the parts
+    of a run planned before).
 
     Splits read here move without their text: each line's byte offset and length in its
     file instead (an eighth of a wide line's bytes through the shuffle and the sort), read
@@ -81,7 +102,7 @@ def marked(
     spans = parser.reads_splits
     by_offset = spans and not whole
     placed = by_offset and order is not None and bool(parser.splits)
-    fields = [f"`{f.name}` {f.dataType.simpleString()}" for f in lines.schema.fields]
+    fields = [f"`{f.name}` {f.dataType.simpleString()}" for f in schema.fields]
     if placed:
         fields = [f"{MARK_COL} binary"]
     elif by_offset:  # the scan's columns (its text aside) come in the order split_reader.read gives them
@@ -105,7 +126,7 @@ def marked(
         parse = replace(parser, wanted=tuple(c for c in (key, order.event_column) if c) if order else ()).fresh()
         counted: dict[tuple[str, int], int] = {}  # a split's lines may come over several batches
         number = {(f, s): i for i, (f, s, _) in enumerate(splits)} if placed else {}
-        schema = None
+        made = None  # the schema of what it yields, from its first batch
         with cyclic_gc_off():
             for batch in (
                 split_reader.read(batches, at=by_offset, encoding=parser.encoding, store=parser.store)
@@ -121,10 +142,10 @@ def marked(
                     if event_only is not None:
                         out += _key_and_event_time(parse(rows), rows.num_rows, key, event_only, tokens)
                         names += [PART_COL if tokens is not None else KEY_COL, EVENT_US_COL]
-                    schema = schema or _schema(names, out)
-                    yield pa.RecordBatch.from_arrays(out, schema=schema)
+                    made = made or _schema(names, out)
+                    yield pa.RecordBatch.from_arrays(out, schema=made)
 
-    return lines.mapInArrow(mark, ", ".join(fields))
+    return mark, ", ".join(fields)
 
 
 def _places(rows: pa.RecordBatch, number: dict[tuple[str, int], int], file: str, start: int) -> pa.Array:
@@ -197,6 +218,84 @@ def by_key_in_event_time_order(df: DataFrame, parts: int) -> DataFrame:
     """Marked lines in ``parts`` parts by their key (their part's token, or a hash of the
     key's text), each part in event-time order."""
     return in_event_time_order(df.repartition(parts, F.col(PART_COL if PART_COL in df.columns else KEY_COL)))
+
+
+def places_in_event_time_order(
+    sc: SparkContext, handed: list[pa.RecordBatch], mark: Marking, parts: int, rows_per_batch: int | None
+) -> RDD:
+    """An ordered replay's places (the tasks ``handed`` their splits, ``mark`` marking each
+    line with its part's token) in ``parts`` parts, each in event-time order, ties in file
+    order: the rows :func:`by_key_in_event_time_order` gives, in batches of
+    ``rows_per_batch`` (None: one), with Spark's shuffle moving bytes only.
+
+    Spark's own shuffle and sort of the marks cost its JVM about 1.7 µs a row (the
+    marks turned into its rows, serialised, read back, sorted and written into Arrow
+    batches, per row): about as much CPU as the sending stage's Python workers spend
+    parsing and encoding a row. Here each scan task's marks go as Arrow bytes, a part's
+    marks at a time, and each sending task sorts its part's marks in Arrow's C++. The
+    part has them all in memory (about 30 bytes a line): the run takes this path only
+    where the input per part is small enough (:data:`PYTHON_SORT_BYTES`)."""
+    tokens = part_tokens(parts)
+    part_of = np.full(int(tokens.max()) + 1, -1, dtype=np.int64)
+    part_of[tokens] = np.arange(parts)
+    unparsed = NULL_HASH % parts  # a line that does not parse has no token: Spark's part of a null
+
+    def by_part(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, bytes]]:
+        for batch in mark(batches):
+            token = batch.column(PART_COL)
+            part = np.where(token.is_null(), unparsed, part_of[np.asarray(token.fill_null(0))])
+            rows = batch.drop_columns([PART_COL])
+            order = np.argsort(part, kind="stable")
+            bounds = np.searchsorted(part[order], np.arange(parts + 1))
+            for p in range(parts):
+                if bounds[p + 1] > bounds[p]:
+                    yield p, _ipc(rows.take(pa.array(order[bounds[p] : bounds[p + 1]])))
+
+    def in_order(pairs: Iterator[tuple[int, bytes]]) -> Iterator[pa.RecordBatch]:
+        marks = [pa.ipc.open_stream(blob).read_all() for _, blob in pairs]
+        if not marks:
+            return
+        table = pa.concat_tables(marks)
+        keys = [(EVENT_US_COL, "ascending"), (MARK_COL, "ascending")]  # a mark's bytes sort in file order
+        table = table.take(pc.sort_indices(table, sort_keys=keys, null_placement="at_start"))
+        yield from table.combine_chunks().to_batches(max_chunksize=rows_per_batch)
+
+    with _call_site_kept():
+        moved = sc.parallelize(handed, len(handed)).mapPartitions(by_part).partitionBy(parts, _itself)
+    return moved.mapPartitions(in_order)
+
+
+@contextmanager
+def _call_site_kept() -> Iterator[None]:
+    """RDDs made inside keep the call site their caller set (its name for the map stage,
+    ``callSite.short``); PySpark would name them by the Python line that made them."""
+    from pyspark.traceback_utils import SCCallSiteSync
+
+    SCCallSiteSync._spark_stack_depth += 1  # as inside a PySpark call: it leaves the call site alone
+    try:
+        yield
+    finally:
+        SCCallSiteSync._spark_stack_depth -= 1
+
+
+# The input per part up to which an ordered replay's sending tasks sort their marks in
+# memory (about 30 bytes a line: 8 million lines of 128 bytes, 250 MB); beyond, Spark's
+# sort, which spills to disk.
+PYTHON_SORT_BYTES = 1 << 30
+
+
+NULL_HASH = 42  # Spark's hash of a null: its seed, which Murmur3Hash leaves as it is
+
+
+def _itself(part: int) -> int:
+    return part
+
+
+def _ipc(batch: pa.RecordBatch) -> bytes:
+    out = pa.BufferOutputStream()
+    with pa.ipc.new_stream(out, batch.schema) as writer:
+        writer.write_batch(batch)
+    return out.getvalue().to_pybytes()
 
 
 def in_event_time_order(df: DataFrame) -> DataFrame:
