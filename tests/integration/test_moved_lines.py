@@ -220,6 +220,7 @@ def test_an_ordered_replays_places_moved_by_python_tasks_are_sparks_parts_in_spa
     from kappa_ingest.sinks.partition_runner import arrow_batches, sql_settings_in_tasks
     from kappa_ingest.source import dataframe, line_shuffle
 
+    assert line_shuffle.NULL_HASH % parts == 2 % parts  # Spark's hash of a null, 42: part 0 of 2, 2 of 4
     paths = _files(tmp_path, 3000)
     cfg = config.validate({"inputs": paths, "topic": "t", "bootstrap_servers": "127.0.0.1:9", "key_column": "k",
                            "event_time_column": "ev", "order_by_event_time": True, "partitions": parts,
@@ -236,8 +237,18 @@ def test_an_ordered_replays_places_moved_by_python_tasks_are_sparks_parts_in_spa
         sizes = source.places(700).mapPartitions(lambda bs: [[b.num_rows for b in bs]]).collect()
     assert len(by_python) == parts and sum(map(len, by_python)) == 6000 + 2  # the headers' lines too
     assert by_python == by_spark
-    unparsed = [r for part in by_python for r in part if r["__kappa_event_us"] is None]
-    assert unparsed and all(r in by_python[line_shuffle.NULL_HASH % parts] for r in unparsed[:50])
-    assert all(s[:-1] == [700] * (len(s) - 1) and 0 < s[-1] <= 700 for s in sizes)
+    # a.csv's ragged lines do not parse, and have no key: Spark's part of a null.
+    ragged, at = set(), 0
+    a_splits = [(i, s, s + n) for i, (f, s, n) in enumerate(source.parser.splits) if f.endswith("/a.csv")]
+    for line in Path(paths[0]).read_bytes().splitlines(keepends=True):
+        if b",ragged" in line:  # a line is its split's where it begins
+            ragged.add(next((i, at) for i, lo, hi in a_splits if lo <= at < hi))
+        at += len(line)
+    marks = [
+        (int.from_bytes(r["__kappa_mark"][:4]), int.from_bytes(r["__kappa_mark"][4:12])) for r in by_python[2 % parts]
+    ]
+    assert len(ragged) >= 3 and ragged <= set(marks), "the lines that do not parse were not in Spark's part of a null"
+    assert sum(map(sum, sizes)) == 6002  # a part no key falls in has no batch
+    assert all(s[:-1] == [700] * (len(s) - 1) and 0 < s[-1] <= 700 for s in sizes if s)
     monkeypatch.setattr(line_shuffle, "PYTHON_SORT_BYTES", 1)
     assert dataframe.read(spark, cfg).places is None

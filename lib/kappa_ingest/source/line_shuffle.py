@@ -233,8 +233,8 @@ def places_in_event_time_order(
     batches, per row): about as much CPU as the sending stage's Python workers spend
     parsing and encoding a row. Here each scan task's marks go as Arrow bytes, a part's
     marks at a time, and each sending task sorts its part's marks in Arrow's C++. The
-    part has them all in memory (about 30 bytes a line): the run takes this path only
-    where the input per part is small enough (:data:`PYTHON_SORT_BYTES`)."""
+    task holds them all in memory (about 30 bytes a line, 64 at the sort's peak): the run
+    takes this path only where the input per part is small enough (:data:`PYTHON_SORT_BYTES`)."""
     tokens = part_tokens(parts)
     part_of = np.full(int(tokens.max()) + 1, -1, dtype=np.int64)
     part_of[tokens] = np.arange(parts)
@@ -255,10 +255,11 @@ def places_in_event_time_order(
         marks = [pa.ipc.open_stream(blob).read_all() for _, blob in pairs]
         if not marks:
             return
-        table = pa.concat_tables(marks)
+        table = pa.concat_tables(marks).combine_chunks()
+        del marks  # the blobs: at most the marks twice over, and the sort's copy, at once
         keys = [(EVENT_US_COL, "ascending"), (MARK_COL, "ascending")]  # a mark's bytes sort in file order
         table = table.take(pc.sort_indices(table, sort_keys=keys, null_placement="at_start"))
-        yield from table.combine_chunks().to_batches(max_chunksize=rows_per_batch)
+        yield from table.to_batches(max_chunksize=rows_per_batch)
 
     with _call_site_kept():
         moved = sc.parallelize(handed, len(handed)).mapPartitions(by_part).partitionBy(parts, _itself)
@@ -279,8 +280,8 @@ def _call_site_kept() -> Iterator[None]:
 
 
 # The input per part up to which an ordered replay's sending tasks sort their marks in
-# memory (about 30 bytes a line: 8 million lines of 128 bytes, 250 MB); beyond, Spark's
-# sort, which spills to disk.
+# memory (8 million lines of 128 bytes: 540 MB at the sort's peak); beyond, Spark's sort,
+# which spills to disk.
 PYTHON_SORT_BYTES = 1 << 30
 
 
