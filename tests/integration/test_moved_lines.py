@@ -76,8 +76,8 @@ def test_an_ordered_replay_stays_on_the_line_path_with_sparks_records_and_order(
     # moves offsets); gzip: Spark's scan reads them.
     scanned = sum(s["input_records"] for s in lines["stages"])
     assert scanned == 8002 if packed else all(s["input_records"] <= s["num_tasks"] for s in lines["stages"])
-    # Marks are handed to the sending tasks as Spark's own Arrow batches (an RDD's tasks, its map
-    # stage named for it); lines with their text through mapInArrow.
+    # Marks are moved by an RDD's Python tasks (Source.places), their map stage named for it;
+    # lines with their text through Spark's shuffle and mapInArrow.
     assert any(s["name"] == "lines marked and moved" for s in lines["stages"]) != packed
     assert _records(by_lines) == _records(by_spark)
     assert lines["quarantine"]["reasons"] == sparks["quarantine"]["reasons"]

@@ -295,9 +295,9 @@ def run_partitions(
             # Each task handed its splits by an RDD of them: no query to plan (the DataFrame's
             # plan and its splits' broadcast took ~0.75 s from the set-up's end to the first task).
             stats = sent_by(spark.sparkContext.parallelize(source.handed, len(source.handed)))
-        elif source.places is not None and rdd_shares_workers(spark):  # an ordered replay's places, moved by Python
+        elif source.places is not None and row_capped(spark) and rdd_shares_workers(spark):  # moved by Python
             with sql_settings_in_tasks(spark, map_stages="lines marked and moved"):
-                stats = sent_by(source.places(int(spark.conf.get(ROW_CAP) or 0) or None))
+                stats = sent_by(source.places(int(spark.conf.get(ROW_CAP))))
         elif source.narrow and row_capped(spark) and rdd_shares_workers(spark):  # moved lines
             with sql_settings_in_tasks(spark, map_stages="lines marked and moved"):
                 stats = sent_by(arrow_batches(df))  # arrow_batches runs the shuffle's map stage (adaptive execution)

@@ -400,14 +400,9 @@ def _moved_lines(
         by_part = parts if by == splits.BY_KEYS else None
         mark, fields = line_shuffle.marking(lines.schema, parser, typed, cfg.key_column, whole, by_part)
         places = None
-        # Places only (each task reads its lines back) of a part Python can sort in memory.
-        if (
-            own_scan is not None
-            and handed
-            and by_part
-            and not whole
-            and read_bytes <= line_shuffle.PYTHON_SORT_BYTES * parts
-        ):
+        # Places only (each task reads its lines back), of an input small enough for one part
+        # to hold all of it: parts by key, one key may be most of the rows.
+        if own_scan is not None and handed and by_part and not whole and read_bytes <= line_shuffle.PYTHON_SORT_BYTES:
             sc = spark.sparkContext
             places = partial(line_shuffle.places_in_event_time_order, sc, handed, mark, parts)
         marked = lines.mapInArrow(mark, fields)

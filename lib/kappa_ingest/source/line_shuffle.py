@@ -221,12 +221,12 @@ def by_key_in_event_time_order(df: DataFrame, parts: int) -> DataFrame:
 
 
 def places_in_event_time_order(
-    sc: SparkContext, handed: list[pa.RecordBatch], mark: Marking, parts: int, rows_per_batch: int | None
+    sc: SparkContext, handed: list[pa.RecordBatch], mark: Marking, parts: int, rows_per_batch: int
 ) -> RDD:
     """An ordered replay's places (the tasks ``handed`` their splits, ``mark`` marking each
     line with its part's token) in ``parts`` parts, each in event-time order, ties in file
     order: the rows :func:`by_key_in_event_time_order` gives, in batches of
-    ``rows_per_batch`` (None: one), with Spark's shuffle moving bytes only.
+    ``rows_per_batch``, with Spark's shuffle moving bytes only.
 
     Spark's own shuffle and sort of the marks cost its JVM about 1.7 µs a row (the
     marks turned into its rows, serialised, read back, sorted and written into Arrow
@@ -234,7 +234,8 @@ def places_in_event_time_order(
     parsing and encoding a row. Here each scan task's marks go as Arrow bytes, a part's
     marks at a time, and each sending task sorts its part's marks in Arrow's C++. The
     task holds them all in memory (about 30 bytes a line, 64 at the sort's peak): the run
-    takes this path only where the input per part is small enough (:data:`PYTHON_SORT_BYTES`)."""
+    takes this path only where the whole input is small enough (:data:`PYTHON_SORT_BYTES`),
+    as one key may put most of it in one part."""
     tokens = part_tokens(parts)
     part_of = np.full(int(tokens.max()) + 1, -1, dtype=np.int64)
     part_of[tokens] = np.arange(parts)
@@ -244,6 +245,8 @@ def places_in_event_time_order(
         for batch in mark(batches):
             token = batch.column(PART_COL)
             part = np.where(token.is_null(), unparsed, part_of[np.asarray(token.fill_null(0))])
+            if len(part) and part.min() < 0:  # a token of no part: the row would go nowhere
+                raise ValueError(f"a marked line's part token is not one of the {parts} parts'")
             rows = batch.drop_columns([PART_COL])
             order = np.argsort(part, kind="stable")
             bounds = np.searchsorted(part[order], np.arange(parts + 1))
@@ -279,9 +282,9 @@ def _call_site_kept() -> Iterator[None]:
         SCCallSiteSync._spark_stack_depth -= 1
 
 
-# The input per part up to which an ordered replay's sending tasks sort their marks in
-# memory (8 million lines of 128 bytes: 540 MB at the sort's peak); beyond, Spark's sort,
-# which spills to disk.
+# The input up to which an ordered replay's sending tasks sort their marks in memory (8
+# million lines of 128 bytes: 540 MB at the sort's peak, were they all one part's); beyond,
+# Spark's sort, which spills to disk.
 PYTHON_SORT_BYTES = 1 << 30
 
 
