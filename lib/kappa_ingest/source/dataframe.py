@@ -139,7 +139,7 @@ class Source:
     handed: tuple[pa.RecordBatch, ...] = ()
     # An ordered replay's rows as an RDD of batches of at most the given rows, where Python
     # tasks can move and sort them (line_shuffle.places_in_event_time_order); ``df`` is the same rows.
-    places: Callable[[int | None], RDD] | None = None
+    places: Callable[[int], RDD] | None = None
 
     @property
     def narrow(self) -> bool:
@@ -380,7 +380,7 @@ def _moved_lines(
     whole: bool = False,
     handed: list[pa.RecordBatch] | None = None,
     read_bytes: int = 0,
-) -> tuple[DataFrame, int, int, bool, LineParser, str, Callable[[int | None], RDD] | None] | None:
+) -> tuple[DataFrame, int, int, bool, LineParser, str, Callable[[int], RDD] | None] | None:
     """The raw lines shuffled or sorted before they are parsed, where the run asks for it
     (:mod:`kappa_ingest.source.line_shuffle`): with the parts per split, the number of tasks,
     whether they were shuffled, the parser that marked them, what parted them (a plan's

@@ -14,7 +14,8 @@ same Arrow parser and typing the sink uses. A line that does not parse has neith
 sorts first; the sink quarantines it with its reason. An ordered replay of splits the
 tasks read moves each line as its place alone (:mod:`kappa_ingest.source.line_places`):
 one 16-byte value for the sort and for Spark to hand the sink, where its file, split and
-first-line flag were columns on every row.
+first-line flag were columns on every row; where Python tasks can, they move and sort the
+places themselves, Spark's shuffle moving only bytes (:func:`places_in_event_time_order`).
 
 A row's part of its split is a function of its own text (its line, or its key; a UTF-16
 line, moved by offset: its place in its file), never of the files read beside it, so a
@@ -246,7 +247,7 @@ def places_in_event_time_order(
             token = batch.column(PART_COL)
             part = np.where(token.is_null(), unparsed, part_of[np.asarray(token.fill_null(0))])
             if len(part) and part.min() < 0:  # a token of no part: the row would go nowhere
-                raise ValueError(f"a marked line's part token is not one of the {parts} parts'")
+                raise ValueError(f"a marked line's part token is not one of the {parts} parts' tokens")
             rows = batch.drop_columns([PART_COL])
             order = np.argsort(part, kind="stable")
             bounds = np.searchsorted(part[order], np.arange(parts + 1))
