@@ -220,7 +220,7 @@ def test_an_ordered_replays_places_moved_by_python_tasks_are_sparks_parts_in_spa
     from kappa_ingest.sinks.partition_runner import arrow_batches, sql_settings_in_tasks
     from kappa_ingest.source import dataframe, line_shuffle
 
-    assert line_shuffle.NULL_HASH % parts == 2 % parts  # Spark's hash of a null, 42: part 0 of 2, 2 of 4
+    assert line_shuffle.SPARK_HASH_SEED % parts == 42 % parts == 2 % parts  # a null's part: 0 of 2, 2 of 4
     paths = _files(tmp_path, 3000)
     cfg = config.validate({"inputs": paths, "topic": "t", "bootstrap_servers": "127.0.0.1:9", "key_column": "k",
                            "event_time_column": "ev", "order_by_event_time": True, "partitions": parts,

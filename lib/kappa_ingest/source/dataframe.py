@@ -402,9 +402,8 @@ def _moved_lines(
         places = None
         # Places only (each task reads its lines back), of an input small enough for one part
         # to hold all of it: parts by key, one key may be most of the rows.
-        if own_scan is not None and handed and by_part and not whole and read_bytes <= line_shuffle.PYTHON_SORT_BYTES:
-            sc = spark.sparkContext
-            places = partial(line_shuffle.places_in_event_time_order, sc, handed, mark, parts)
+        if handed and by_part and not whole and read_bytes <= line_shuffle.PYTHON_SORT_BYTES:
+            places = partial(line_shuffle.places_in_event_time_order, spark.sparkContext, handed, mark, parts)
         marked = lines.mapInArrow(mark, fields)
         return line_shuffle.by_key_in_event_time_order(marked, parts), parts, parts, True, parser, by, places
     if _sorted_by_event_time(cfg):  # paced: each split's rows in event-time order, in its own task

@@ -240,7 +240,7 @@ def places_in_event_time_order(
     tokens = part_tokens(parts)
     part_of = np.full(int(tokens.max()) + 1, -1, dtype=np.int64)
     part_of[tokens] = np.arange(parts)
-    unparsed = NULL_HASH % parts  # a line that does not parse has no token: Spark's part of a null
+    unparsed = SPARK_HASH_SEED % parts  # a line that does not parse has no token: Spark hashes a null to the seed
 
     def by_part(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, bytes]]:
         for batch in mark(batches):
@@ -249,11 +249,8 @@ def places_in_event_time_order(
             if len(part) and part.min() < 0:  # a token of no part: the row would go nowhere
                 raise ValueError(f"a marked line's part token is not one of the {parts} parts' tokens")
             rows = batch.drop_columns([PART_COL])
-            order = np.argsort(part, kind="stable")
-            bounds = np.searchsorted(part[order], np.arange(parts + 1))
-            for p in range(parts):
-                if bounds[p + 1] > bounds[p]:
-                    yield p, _ipc(rows.take(pa.array(order[bounds[p] : bounds[p + 1]])))
+            for p in np.unique(part):
+                yield int(p), _ipc(rows.filter(pa.array(part == p)))
 
     def in_order(pairs: Iterator[tuple[int, bytes]]) -> Iterator[pa.RecordBatch]:
         marks = [pa.ipc.open_stream(blob).read_all() for _, blob in pairs]
@@ -289,7 +286,7 @@ def _call_site_kept() -> Iterator[None]:
 PYTHON_SORT_BYTES = 1 << 30
 
 
-NULL_HASH = 42  # Spark's hash of a null: its seed, which Murmur3Hash leaves as it is
+SPARK_HASH_SEED = 42  # of Spark's hash(), which leaves it as it is for a null
 
 
 def _itself(part: int) -> int:
@@ -329,14 +326,14 @@ def part_tokens(parts: int) -> np.ndarray:
 
 
 def _spark_hash_int(v: int) -> int:
-    """Spark's ``Murmur3_x86_32.hashInt(v, 42)`` (``hash()`` of an int column), signed."""
+    """Spark's ``Murmur3_x86_32.hashInt(v, SPARK_HASH_SEED)`` (``hash()`` of an int column), signed."""
     mask = 0xFFFFFFFF
 
     def rotl(x: int, r: int) -> int:
         return (x << r | x >> (32 - r)) & mask
 
     k = rotl(v * 0xCC9E2D51 & mask, 15) * 0x1B873593 & mask
-    h = (rotl(42 ^ k, 13) * 5 + 0xE6546B64) & mask
+    h = (rotl(SPARK_HASH_SEED ^ k, 13) * 5 + 0xE6546B64) & mask
     h ^= 4
     h = (h ^ h >> 16) * 0x85EBCA6B & mask
     h = (h ^ h >> 13) * 0xC2B2AE35 & mask
