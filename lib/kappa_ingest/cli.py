@@ -242,10 +242,19 @@ def _checked(cfg: Any) -> int:
 
 
 def _kafka_beside_spark(cfg: Any, resources: Any) -> Any:
-    """:func:`_kafka_before_spark`, and the set-up's connection made, while the JVM starts."""
+    """:func:`_kafka_before_spark`, the set-up's connection made and the transaction
+    coordinator warmed, while the JVM starts."""
     work = _kafka_before_spark(cfg, resources)
     if work is not None and not cfg.dry_run:
-        resources.kept().admin(cfg.producer_settings()).check_reachable()
+        from kappa_ingest.config.choices import EXACTLY_ONCE
+        from kappa_ingest.delivery.guarantees import scope_prefix
+        from kappa_ingest.kafka.settings import connection_conf
+
+        kept, settings = resources.kept(), cfg.producer_settings()
+        kept.admin(settings).check_reachable()
+        if cfg.delivery == EXACTLY_ONCE:  # its seven round trips and more while the JVM starts
+            kept.warm_coordinator(connection_conf(settings, resources.servers()),
+                                  scope_prefix(cfg.topic, cfg.lineage, cfg.incremental))  # fmt: skip
     return work
 
 

@@ -30,12 +30,15 @@ def data(tmp_path_factory):
     return path, expected_rows(path)
 
 
-def live_producers(bootstrap: str, topic: str, stop: threading.Event) -> dict:
+def live_producers(bootstrap: str, topic: str, stop: threading.Event, once_made: bool = False) -> dict:
     """Other producers of the topic while the run sends: a plain one, and a transactional one
-    committing every 50 records (and aborting every fourth transaction)."""
+    committing every 50 records (and aborting every fourth transaction). ``once_made``: each
+    begins once the topic exists (the run makes it)."""
     counts = {"plain": 0, "committed": 0}
 
     def plain() -> None:
+        if once_made:
+            made()
         p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
         while not stop.is_set():
             p.produce(topic, json.dumps({"data": {"live": counts["plain"]}}).encode(), headers=[("run_id", b"live")])
@@ -44,7 +47,13 @@ def live_producers(bootstrap: str, topic: str, stop: threading.Event) -> dict:
             time.sleep(0.0005)
         counts["unflushed"] = p.flush(30)  # asserted by the test, not here: a thread's assert fails nobody
 
+    def made() -> None:
+        with Admin(bootstrap) as admin:
+            wait_for(lambda: stop.is_set() or admin.partitions(topic) is not None, 120, f"topic {topic} made")
+
     def transactional() -> None:
+        if once_made:
+            made()
         p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"live-{topic}"})
         p.init_transactions(30)
         n = 0
@@ -67,18 +76,24 @@ def live_producers(bootstrap: str, topic: str, stop: threading.Event) -> dict:
     return counts
 
 
-@pytest.mark.parametrize("mode", ["exactly-once", "at-least-once"])
-def test_reconciliation_holds_while_other_producers_write_to_the_topic(spark, kafka, tmp_path, data, mode):
+@pytest.mark.parametrize(("mode", "made_by_run"),
+                         [("exactly-once", False), ("at-least-once", False), ("exactly-once", True)])  # fmt: skip
+def test_reconciliation_holds_while_other_producers_write_to_the_topic(spark, kafka, tmp_path, data, mode,
+                                                                        made_by_run):  # fmt: skip
+    """Made by the run, the topic had no producer before it (none is asked): the others,
+    writing from its making on, are seen as other writers all the same."""
     path, expected = data
-    topic = f"shared-{mode}"
-    with Admin(kafka.bootstrap_servers) as admin:
-        admin.ensure_topic(topic, 2, 1)
+    topic = f"shared-{mode}-{'made' if made_by_run else 'there'}"
+    if not made_by_run:
+        with Admin(kafka.bootstrap_servers) as admin:
+            admin.ensure_topic(topic, 2, 1)
     stop = threading.Event()
-    live = live_producers(kafka.bootstrap_servers, topic, stop)
+    live = live_producers(kafka.bootstrap_servers, topic, stop, once_made=made_by_run)
     cfg = config.validate({"inputs": [str(path)], "topic": topic, "bootstrap_servers": kafka.bootstrap_servers,
                            "delivery": mode, "target_rate": 10_000, "metrics_dir": str(tmp_path / "m")})  # fmt: skip
     try:
-        wait_for(lambda: live["plain"] > 0 and live["committed"] > 0, 60, "the other producers writing")
+        if not made_by_run:
+            wait_for(lambda: live["plain"] > 0 and live["committed"] > 0, 60, "the other producers writing")
         ingest(cfg, spark, echo=False)
     finally:
         stop.set()

@@ -13,10 +13,12 @@ round trip). A failed run forgets everything: the next asks afresh.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from kappa_ingest.delivery import guarantees
 from kappa_ingest.kafka.topics import Admin, Producers, producers, python_admin
 from kappa_ingest.source.record_size import Limit
 
@@ -56,6 +58,7 @@ class Kept:
         self._settings: dict[str, str] | None = None  # the admin's (a secret read again may differ)
         self.setup: Setup | None = None
         self.coordinator_warm = False
+        self._coordinator: threading.Thread | None = None  # warming it (begun beside Spark's start, or by the set-up)
         self._producers_seen: tuple[str, int, Producers] | None = None  # topic, partitions, their producers
         self._python: dict[str, tuple[dict[str, Any], Any]] = {}  # kafka-python admin clients, by what they ask
 
@@ -66,6 +69,15 @@ class Kept:
         if self._admin is None:
             self._admin, self._settings = Admin(self.servers, settings), settings
         return self._admin
+
+    def warm_coordinator(self, conf: dict[str, Any], scope: str) -> threading.Thread | None:
+        """The transaction coordinator being warmed (:func:`~kappa_ingest.delivery.guarantees.warm_coordinator`),
+        begun now unless it was before; None once it is warm."""
+        if self.coordinator_warm:
+            return None
+        if self._coordinator is None:
+            self._coordinator = guarantees.warm_coordinator(conf, scope)
+        return self._coordinator
 
     def setup_for(self, key: tuple) -> Setup | None:
         return self.setup if self.setup is not None and self.setup.key == key else None
@@ -145,7 +157,7 @@ class Kept:
 
     def forget(self) -> None:
         """After a failed run: nothing it knew is trusted, its connections not reused."""
-        self.setup, self.coordinator_warm, self._producers_seen = None, False, None
+        self.setup, self.coordinator_warm, self._coordinator, self._producers_seen = None, False, None, None
         self.close()
 
     def close(self) -> None:

@@ -110,8 +110,7 @@ def set_up(
     coordinator = None
     if task_delivery.transactional:
         settings = {**settings, "transaction.timeout.ms": str(int(task_delivery.transaction_timeout_s * 1000))}
-        if not kept.coordinator_warm:
-            coordinator = delivery.warm_coordinator(conf, task_delivery.scope)
+        coordinator = kept.warm_coordinator(conf, task_delivery.scope)
     dlq_before = admin.end_offsets(cfg.dead_letter_topic) if cfg.dead_letter_topic else {}
     return Ready(source, servers, found, settings, conf, before, dlq_before, producers_before,
                  task_delivery, pace_from, estimated, admin, kept, coordinator)  # fmt: skip
@@ -148,8 +147,8 @@ def _ready(
     pool: ThreadPoolExecutor,
     ledger_checked: int | None,
 ) -> tuple[csv_source.Source, dict[str, str], Topics, dict[int, int], topics.Producers | None]:
-    """The topics ready (made, checked, records sized to their limits), then the topic's
-    producers and its end offsets before the run, in that order (a producer that writes
+    """The topics ready (made, checked, records sized to their limits) and the topic's
+    producers, then its end offsets before the run, in that order (a producer that writes
     after the first reading is seen as another writer by the run's reconciliation, its
     records or not within the offsets). What an earlier run of the process found is taken
     as it is once the topic's shape, asked beside its offsets, shows it unchanged."""
@@ -179,22 +178,36 @@ def _ready(
     pool.submit(admin.broker_setting, "message.max.bytes")
     admin.warm(cfg.ledger_topic)
     connecting = pool.submit(kept.connect, "producers", python_conf, PRODUCERS_TIMEOUT_S)
+    asking = None
     try:
-        source, settings, limit, found = _topics_ready(cfg, admin, source, settings, ledger_checked)
-    finally:
+        data_topic = _data_topic(cfg, admin)
+        created, shape = data_topic[:2]
         futures.wait([connecting])  # one thread at a time on a kept client
+        # A topic made just now has had no producer before the run (one that writes to it
+        # from now on is another writer); an existing one's are asked beside the checks below.
+        if not created:
+            asking = pool.submit(kept.producers, python_conf, cfg.topic, shape.partitions)
+        source, settings, limit, found = _topics_ready(cfg, admin, source, settings, ledger_checked, data_topic)
+    finally:
+        futures.wait([connecting, *([asking] if asking else [])])
     kept.setup = Setup(key, limit, settings, replace(found, created=False))
-    producers_before = kept.producers(python_conf, cfg.topic, found.partitions)
+    producers_before = asking.result() if asking is not None else {}
     return source, settings, found, admin.end_offsets(cfg.topic, partitions=found.partitions), producers_before
 
 
 def _topics_ready(
-    cfg: IngestConfig, admin: Admin, source: csv_source.Source, settings: dict[str, str], ledger_checked: int | None
+    cfg: IngestConfig,
+    admin: Admin,
+    source: csv_source.Source,
+    settings: dict[str, str],
+    ledger_checked: int | None,
+    data_topic: tuple[bool, TopicShape, str | None],
 ) -> tuple[csv_source.Source, dict[str, str], record_size.Limit, Topics]:
-    """The topics the run writes to, made or checked (the ledger again unless it was just
+    """The topics the run writes to checked, the data topic made (``data_topic``: what
+    :func:`_data_topic` found) and the others made here (the ledger again unless it was just
     found right for the data topic's replication); records sized to the topic's limit (the
     source's parser takes out larger ones) and batches within it."""
-    created, shape, note = _data_topic(cfg, admin)
+    created, shape, note = data_topic
     dlq = cfg.dead_letter_topic
 
     def ledger_ready() -> None:
