@@ -103,6 +103,7 @@ def test_reconciliation_holds_while_other_producers_write_to_the_topic(spark, ka
     summary = json.loads((tmp_path / "m" / "runs" / cfg.run_id / "summary.json").read_text())
     assert summary["status"] == "succeeded" and all(c["ok"] for c in summary["checks"]), summary["checks"]
     assert summary["delivery"]["verified_by"].startswith("read back")  # the offsets grew by others' records too
+    assert summary["broker"].get("other_producers", 0) >= 1  # the transactional one, seen by the brokers
     records = consume_all(kafka.bootstrap_servers, topic)
     by_run: dict[bytes, list] = {}
     for r in records:

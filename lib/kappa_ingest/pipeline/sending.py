@@ -148,9 +148,9 @@ def _ready(
     ledger_checked: int | None,
 ) -> tuple[csv_source.Source, dict[str, str], Topics, dict[int, int], topics.Producers | None]:
     """The topics ready (made, checked, records sized to their limits) and the topic's
-    producers, then its end offsets before the run, in that order (a producer that writes
-    after the first reading is seen as another writer by the run's reconciliation, its
-    records or not within the offsets). What an earlier run of the process found is taken
+    producers (none, of a topic made now: not asked), then its end offsets before the run,
+    in that order (a producer that writes after the first reading is seen as another
+    writer by the run's reconciliation, its records or not within the offsets). What an earlier run of the process found is taken
     as it is once the topic's shape, asked beside its offsets, shows it unchanged."""
     key = (cfg.topic, cfg.ledger_topic, cfg.dead_letter_topic, cfg.topic_partitions, cfg.replication_factor,
            tuple(sorted(cfg.topic_config.items())), cfg.sink, tuple(sorted(settings.items())))  # fmt: skip
@@ -182,10 +182,10 @@ def _ready(
     try:
         data_topic = _data_topic(cfg, admin)
         created, shape = data_topic[:2]
-        futures.wait([connecting])  # one thread at a time on a kept client
         # A topic made just now has had no producer before the run (one that writes to it
         # from now on is another writer); an existing one's are asked beside the checks below.
         if not created:
+            futures.wait([connecting])  # one thread at a time on a kept client
             asking = pool.submit(kept.producers, python_conf, cfg.topic, shape.partitions)
         source, settings, limit, found = _topics_ready(cfg, admin, source, settings, ledger_checked, data_topic)
     finally:
