@@ -118,6 +118,22 @@ def test_a_ledger_less_replicated_than_the_topic_is_refused(spark, kafka3, tmp_p
     assert "kafka-reassign-partitions.sh" in str(e.value) and '"replicas":[1,2,3]' in str(e.value)
 
 
+def test_a_ledger_the_broker_asked_did_not_know_yet_is_checked_all_the_same(kafka):
+    """A ledger just made elsewhere, not yet known to the broker first asked (brokers learn
+    of a new topic one by one: seen once in a 3-broker run, which then went unchecked): its
+    creation finds it there, and it is checked as found."""
+    from kappa_ingest.delivery import ledger
+
+    class Lagging(Admin):
+        def describe(self, topic, created=False):
+            return None if not created else super().describe(topic, created)
+
+    with Admin(kafka.bootstrap_servers) as admin:
+        admin.ensure_topic("ledger-lagging", 1, 1, {"cleanup.policy": "delete"})
+    with Lagging(kafka.bootstrap_servers) as lagging, pytest.raises(UsageError, match=r"cleanup\.policy=delete"):
+        ledger.ensure(lagging, "ledger-lagging")
+
+
 def test_a_brokers_settings_are_asked_once_whatever_is_asked_of_them_and_by_how_many(kafka):
     """A run asks two (a created topic's limit, the transactions' timeout), two threads at
     once (one asks ahead): one DescribeConfigs answers both."""

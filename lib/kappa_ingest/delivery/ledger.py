@@ -441,8 +441,13 @@ def ensure(admin: Admin, ledger_topic: str, data_replication: int = 1) -> None:
     shape = admin.describe(ledger_topic)
     if shape is None:
         config = {**TOPIC_CONFIG, "min.insync.replicas": str(2 if replicas >= 3 else 1)}
-        admin.ensure_topic(ledger_topic, 1, replicas, config, seen_absent=True)
-        return
+        if admin.ensure_topic(ledger_topic, 1, replicas, config, seen_absent=True):
+            return
+        # There after all: made meanwhile, or not yet known to the broker asked (brokers
+        # learn of a new topic one by one). Checked as found.
+        shape = admin.describe(ledger_topic, created=True)
+        if shape is None:
+            raise KafkaUnavailable(f"ledger topic {ledger_topic!r} exists but no broker describes it; run again")
     bs = admin.bootstrap_servers
     if shape.partitions != 1:
         raise UsageError(
