@@ -189,7 +189,7 @@ def _ready(
             asking = pool.submit(kept.producers, python_conf, cfg.topic, shape.partitions)
         source, settings, limit, found = _topics_ready(cfg, admin, source, settings, ledger_checked, data_topic)
     finally:
-        futures.wait([connecting, *([asking] if asking else [])])
+        futures.wait([f for f in (connecting, asking) if f is not None])
     kept.setup = Setup(key, limit, settings, replace(found, created=False))
     producers_before = asking.result() if asking is not None else {}
     return source, settings, found, admin.end_offsets(cfg.topic, partitions=found.partitions), producers_before

@@ -177,20 +177,20 @@ class Watch:
         spark = self.resources.spark
         assert spark is not None, "the watch's Spark starts before it runs"
         warming = warmup.start(spark, self.cfg.sink)
-        settings, servers = self.cfg.producer_settings(), self.resources.servers()
+        settings, servers, kept = self.cfg.producer_settings(), self.resources.servers(), self.resources.kept()
         coordinator = None
         if self.cfg.delivery == "exactly-once":
             scope = guarantees.scope_prefix(self.cfg.topic, self.cfg.lineage, incremental=True)
-            coordinator = guarantees.warm_coordinator(connection_conf(settings, servers), scope)
+            coordinator = kept.warm_coordinator(connection_conf(settings, servers), scope)
         try:
-            create_topic(self.resources.kept().admin(settings), self.cfg.topic, self.cfg.topic_partitions,
+            create_topic(kept.admin(settings), self.cfg.topic, self.cfg.topic_partitions,
                          self.cfg.replication_factor, self.cfg.topic_config)  # fmt: skip
         except KappaError as e:  # the first batch makes it, or rides the outage out
             self._say(f"warning: topic {self.cfg.topic} not made at the start ({first_line(e)[:160]})")
         warming.join()
         if coordinator is not None:
             coordinator.join(guarantees.INIT_TIMEOUT_S)
-            self.resources.kept().coordinator_warm = True
+            kept.coordinator_warm = True
         self.resources.workers_warm = True
         self._rehearse()
         self._last_job = time.monotonic()
