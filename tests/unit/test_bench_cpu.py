@@ -11,10 +11,12 @@ import pytest
 
 from kappa_ingest.bench.broker_clock import sending_window
 from kappa_ingest.bench.contestants import AT_BASELINE, BASELINE, PLAIN_LINE_PATH
+from kappa_ingest.bench.links import LinkRun, _cpu_table, _ratios
 from kappa_ingest.bench.monitor import (
     BROKER,
     DRIVER_PYTHON,
     EXECUTOR_JVM,
+    LIBRDKAFKA,
     OTHER,
     PRODUCER_JVM,
     PYTHON_WORKERS,
@@ -60,6 +62,49 @@ def test_cpu_spent_beside_the_command_is_the_machine_s_not_the_command_s():
     busy, _ = usage.timeline.machine_between(times[0], times[-1])
     assert spent == {DRIVER_PYTHON: pytest.approx(1.0, abs=0.3)}
     assert busy - sum(spent.values()) >= 0.7
+
+
+# A thread named as librdkafka names its own spins 1 s and ends; the process spins 0.5 s more
+# on its main thread, then sleeps: each is charged to its own group, the ended thread's too.
+RDK_THREAD = """
+import ctypes, threading, time
+def rdk():
+    ctypes.CDLL(None).prctl(15, b"rdk:broker1", 0, 0, 0)  # PR_SET_NAME
+    t = time.thread_time()
+    while time.thread_time() - t < 1: pass
+th = threading.Thread(target=rdk); th.start(); th.join()
+t = time.thread_time()
+while time.thread_time() - t < 0.5: pass
+time.sleep(1)
+"""
+
+
+def test_a_worker_s_librdkafka_threads_are_told_apart_even_once_ended():
+    code = "import subprocess, sys; subprocess.run([sys.executable, '-c', " + repr(RDK_THREAD) + "])"
+    usage = run_measured([sys.executable, "-c", code], threads=True)
+    times = usage.timeline.times
+    spent = usage.timeline.between(times[0], times[-1])
+    assert spent[LIBRDKAFKA] == pytest.approx(1.0, abs=0.25)
+    assert spent[PYTHON_WORKERS] == pytest.approx(0.5, abs=0.25)
+
+
+def _link_run(link: str, repeat: int, workers: float, rdk: float) -> LinkRun:
+    return LinkRun(link, 0.0 if link == "unshaped" else 100.0, None if link == "unshaped" else "1gbit", "kappa", repeat,
+                   100, 100, 1.0, 2.0, 100.0, 50.0, 270.0, None,
+                   {PYTHON_WORKERS: workers, LIBRDKAFKA: rdk, BROKER: 1.0, "idle": 0.5}, {LIBRDKAFKA: rdk})  # fmt: skip
+
+
+def test_the_links_table_shows_each_group_s_cpu_beside_the_same_contestant_unshaped():
+    runs = [_link_run("unshaped", i, w, 1.0) for i, w in enumerate([4.0, 5.0, 9.0])]
+    runs += [_link_run("100 ms, 1gbit", i, w, 2.5) for i, w in enumerate([5.0, 5.5, 6.0])]
+    table = _ratios(runs)
+    assert table[0]["cpu_s"] == {PYTHON_WORKERS: 5.0, LIBRDKAFKA: 1.0, BROKER: 1.0, "idle": 0.5}
+    assert table[1]["sending_cpu_s"] == {LIBRDKAFKA: 2.5}
+    lines = _cpu_table(table, "cpu_s", "command to exit")
+    assert lines[1] == "CPU seconds by process, command to exit (medians; in brackets: more than unshaped)"
+    assert lines[3] == "| link | contestant | Python workers | librdkafka threads | broker | idle |"
+    assert lines[5] == "| unshaped | kappa | 5.00 | 1.00 | 1.00 | 0.50 |"
+    assert lines[6] == "| 100 ms, 1gbit | kappa | 5.50 (+0.50) | 2.50 (+1.50) | 1.00 (+0.00) | 0.50 (+0.00) |"
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,8 @@ import numpy as np
 
 from kappa_ingest import datagen
 from kappa_ingest.bench import store as bench_store
-from kappa_ingest.bench.monitor import Usage, run_measured
+from kappa_ingest.bench.monitor import BROKER as BROKER_GROUP
+from kappa_ingest.bench.monitor import LIBRDKAFKA, PYTHON_WORKERS, SPARK_JVM, Usage, run_measured
 from kappa_ingest.bench.soak import input_hashes, topic_hashes
 from kappa_ingest.kafka.topics import Admin
 from kappa_ingest.lab import hosts
@@ -53,6 +54,13 @@ PLAIN_SPARK = "plain Spark"
 # so a producer sends about partitions x batch.size per round trip: a long link's 16 MB
 # batches (a topic the run creates takes them) and, beside them, more partitions.
 TUNED_OPTS = ("--topic-partitions", "8")
+# Where a run's CPU goes from its command to its exit, the broker and its proxy beside it (on
+# the same two cores in the lab, not on a real link): what a long link costs in CPU, not only
+# in waiting. "outside": the machine's busy CPU no process here spent (the kernel's network
+# work among it); "idle": the cores' time nobody used.
+LAB_PROXY = "lab proxy"
+CPU_GROUPS = (SPARK_JVM, PYTHON_WORKERS, LIBRDKAFKA, "driver Python", BROKER_GROUP, LAB_PROXY, "other", "outside",
+              "idle")  # fmt: skip
 PLAIN_SPARK_ROWS = 100_000  # its Java producer's 16 KB batches crawl over 100 ms: its rate is flat in size
 CUTS_S = (15.0, 130.0)  # shorter than the default delivery.timeout.ms (120 s), and longer
 FROM_STORE = "kappa-ingest (default) reading from S3"
@@ -74,6 +82,8 @@ class LinkRun:
     rows_per_wall_s: float  # rows over command to exit
     wire_bytes_per_record: float  # the topic's log bytes over its records: what a record takes on the link
     capacity_records_per_s: float | None  # the link's rate over that; None unshaped
+    cpu_s: dict[str, float] = field(default_factory=dict)  # command to exit, by process group (CPU_GROUPS)
+    sending_cpu_s: dict[str, float] = field(default_factory=dict)  # the sending stage's (kappa-ingest's runs)
 
 
 @dataclass
@@ -184,7 +194,9 @@ def _measured_run(lab: Lab, admin: Admin, name: str, command: list[str], env: di
                   work: Path, link: tuple[str, float, str | None], repeat: int) -> LinkRun:  # fmt: skip
     """``command`` run on the driver host: its rates, beside the broker's count of its records."""
     label, rtt_ms, rate = link
-    usage = run_measured([*lab.net.exec(DRIVER), *command], env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", **env})
+    beside = {lab.kafka.brokers[0].pid: BROKER_GROUP, lab.proxies[BROKER]: LAB_PROXY}
+    usage = run_measured([*lab.net.exec(DRIVER), *command], env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", **env},
+                         beside=beside, threads=True)  # fmt: skip
     if usage.returncode != 0:
         raise RuntimeError(f"{name} over {label} exited {usage.returncode}: {usage.stderr.strip()[-600:]}")
     sent, sending_s = _timing(name, usage, work, topic, rows)
@@ -195,7 +207,33 @@ def _measured_run(lab: Lab, admin: Admin, name: str, command: list[str], env: di
     capacity = _rate_bits(rate) / 8 / per_record if rate else None
     return LinkRun(label, rtt_ms, rate, name, repeat, sent, records, round(sending_s, 3), round(usage.wall_s, 3),
                    round(sent / sending_s, 1), round(sent / usage.wall_s, 1), round(per_record, 1),
-                   round(capacity) if capacity else None)  # fmt: skip
+                   round(capacity) if capacity else None, _cpu_by_group(usage),
+                   _cpu_by_group(usage, _sending_window(work, topic)) if name != PLAIN_SPARK else {})  # fmt: skip
+
+
+def _sending_window(work: Path, topic: str) -> tuple[float, float] | None:
+    """The sending stage's start and end (epoch seconds), as the run's report has them."""
+    summary = json.loads((work / "metrics" / "runs" / topic / "summary.json").read_text())
+    sends = [s for s in summary.get("stages", []) if s.get("sends")]
+    if not sends:
+        return None
+    at = [(datetime.fromisoformat(s["submitted_at"]), datetime.fromisoformat(s["completed_at"])) for s in sends]
+    return min(a for a, _ in at).timestamp(), max(b for _, b in at).timestamp()
+
+
+def _cpu_by_group(usage: Usage, window: tuple[float, float] | None = None) -> dict[str, float]:
+    """CPU seconds by group from ``window``'s start to its end (None: the command's first
+    sample to its last), with the machine's busy CPU no group spent ("outside") and the
+    cores' idle time."""
+    times = usage.timeline.times
+    if len(times) < 2:
+        return {}
+    t0, t1 = window or (times[0], times[-1])
+    spent = usage.timeline.between(t0, t1)
+    busy, _ = usage.timeline.machine_between(t0, t1)
+    spent["outside"] = round(max(0.0, busy - sum(spent.values())), 3)
+    spent["idle"] = round(max(0.0, (os.cpu_count() or 1) * (t1 - t0) - busy), 3)
+    return spent
 
 
 def _cut(lab: Lab, admin: Admin, data: Path, rows: int, expected: tuple[list[str], np.ndarray], work: Path,
@@ -273,8 +311,16 @@ def _ratios(runs: list[LinkRun]) -> list[dict[str, Any]]:
                     "wall_x_unshaped": round(wall / base[1], 2) if base else None,
                     "wire_bytes_per_record": statistics.median(x.wire_bytes_per_record for x in rs),
                     "capacity_records_per_s": capacity,
-                    "x_capacity": round(rate / capacity, 3) if capacity else None})  # fmt: skip
+                    "x_capacity": round(rate / capacity, 3) if capacity else None,
+                    "cpu_s": _median_cpu([x.cpu_s for x in rs]),
+                    "sending_cpu_s": _median_cpu([x.sending_cpu_s for x in rs])})  # fmt: skip
     return out
+
+
+def _median_cpu(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {
+        g: round(statistics.median(r.get(g, 0.0) for r in runs), 2) for g in CPU_GROUPS if any(g in r for r in runs)
+    }
 
 
 def markdown(table: list[dict[str, Any]], cuts: list[CutRun], meta: dict[str, Any]) -> str:
@@ -292,6 +338,8 @@ def markdown(table: list[dict[str, Any]], cuts: list[CutRun], meta: dict[str, An
         lines.append(f"| {r['link']} | {r['contestant']} | {r['rows_per_s']:,} | {r['x_unshaped']} |"
                      f" {r['rows_per_wall_s']:,} | {r['wall_x_unshaped']} | {r['wire_bytes_per_record']:.0f} |"
                      f" {cap} | {xcap} |")  # fmt: skip
+    lines += _cpu_table(table, "cpu_s", "command to exit")
+    lines += _cpu_table(table, "sending_cpu_s", "the sending stage")
     if cuts:
         lines += ["", "| link cut mid-run | exit | --resume | rows in topic at the cut | rows read back | every row once |",
                   "|---|--:|--:|--:|--:|---|"]  # fmt: skip
@@ -300,6 +348,26 @@ def markdown(table: list[dict[str, Any]], cuts: list[CutRun], meta: dict[str, An
             lines.append(f"| {c.cut_s:.0f} s | {c.exit_code} | {resumed} | {c.rows_at_cut:,} | {c.rows_in_topic:,} |"
                          f" {'yes' if c.rows_match else 'NO'} |")  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _cpu_table(table: list[dict[str, Any]], key: str, what: str) -> list[str]:
+    """CPU seconds by process group over ``what`` (medians), each beside the same
+    contestant unshaped."""
+    rows = [r for r in table if r.get(key)]
+    groups = [g for g in CPU_GROUPS if any(g in r[key] for r in rows)]
+    if not rows:
+        return []
+    unshaped = {r["contestant"]: r[key] for r in rows if r["link"] == "unshaped"}
+    lines = ["", f"CPU seconds by process, {what} (medians; in brackets: more than unshaped)", "",
+             "| link | contestant | " + " | ".join(groups) + " |", "|---|---|" + "--:|" * len(groups)]  # fmt: skip
+    for r in rows:
+        base = unshaped.get(r["contestant"]) if r["link"] != "unshaped" else None
+        cells = []
+        for g in groups:
+            v = r[key].get(g, 0.0)
+            cells.append(f"{v:.2f}" if base is None else f"{v:.2f} ({v - base.get(g, 0.0):+.2f})")
+        lines.append(f"| {r['link']} | {r['contestant']} | " + " | ".join(cells) + " |")
+    return lines
 
 
 # Long: the lab's life, each link in turn, each contestant in it, then the cuts.

@@ -22,6 +22,7 @@ EXECUTOR_JVM = "executor JVMs"  # local-cluster and standalone executors
 PYTHON_WORKERS = "Python workers"
 DRIVER_PYTHON = "driver Python"
 PRODUCER_JVM = "producer JVM"  # Kafka's ProducerPerformance
+LIBRDKAFKA = "librdkafka threads"  # the workers' producers' own threads (rdk:*), where asked apart
 OTHER = "other"
 # Not processes: the whole machine's busy CPU and the time its hypervisor gave to others
 # (steal), read with every sample so a window can tell a run disturbed from outside.
@@ -57,15 +58,19 @@ def group_of(p: psutil.Process, root: int) -> str:
     return PYTHON_WORKERS if group == DRIVER_PYTHON and p.pid != root else group
 
 
+# A process's pid, or "<pid>/rdk": its librdkafka threads, read apart from the rest of it.
+Key = int | str
+
+
 @dataclass
 class CpuTimeline:
     """Each process's cumulative CPU seconds at each sample (wall-clock seconds, epoch)."""
 
     times: list[float] = field(default_factory=list)
-    cpu: list[dict[int, float]] = field(default_factory=list)
-    groups: dict[int, str] = field(default_factory=dict)
+    cpu: list[dict[Key, float]] = field(default_factory=list)
+    groups: dict[Key, str] = field(default_factory=dict)
 
-    def add(self, at: float, readings: dict[int, float]) -> None:
+    def add(self, at: float, readings: dict[Key, float]) -> None:
         self.times.append(at)
         self.cpu.append(readings)
 
@@ -84,7 +89,7 @@ class CpuTimeline:
         steal from ``t0`` to ``t1``."""
         return tuple(round(max(0.0, self._at(k, t1) - self._at(k, t0)), 3) for k in (MACHINE, STEAL))  # type: ignore[return-value]
 
-    def _at(self, pid: int, t: float) -> float:
+    def _at(self, pid: Key, t: float) -> float:
         seen = [(at, r[pid]) for at, r in zip(self.times, self.cpu, strict=True) if pid in r]
         if not seen or t <= seen[0][0]:
             return 0.0 if not seen or t < seen[0][0] else seen[0][1]
@@ -112,10 +117,12 @@ def run_measured(
     timeout_s: float = 1800,
     cwd: str | None = None,
     beside: dict[int, str] | None = None,
+    threads: bool = False,
 ) -> Usage:
     """Run ``cmd`` to completion; its tree's CPU time (last reading of every process seen),
     the peak of its summed RSS, and every process's CPU over time; ``beside``: processes
-    outside the tree sampled too (pid: group; the broker), not counted in ``cpu_s``."""
+    outside the tree sampled too (pid: group; the broker), not counted in ``cpu_s``;
+    ``threads``: the Python workers' librdkafka threads told apart (:data:`LIBRDKAFKA`)."""
     started = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
     timeline = CpuTimeline(groups=dict(beside or {}))
@@ -123,6 +130,7 @@ def run_measured(
     peak = 0.0
     done = threading.Event()
     others = [psutil.Process(pid) for pid in beside or {}]
+    producers = LibrdkafkaThreads()
 
     def sample() -> None:
         nonlocal peak
@@ -133,12 +141,17 @@ def run_measured(
             except psutil.Error:
                 break
             rss = 0
-            readings: dict[int, float] = {}
+            readings: dict[Key, float] = {}
             for p in procs:
                 try:
                     t = p.cpu_times()
-                    timeline.groups[p.pid] = group_of(p, proc.pid)
+                    timeline.groups[p.pid] = group = group_of(p, proc.pid)
                     cpu[p.pid] = readings[p.pid] = t.user + t.system
+                    if threads and group == PYTHON_WORKERS:
+                        key = f"{p.pid}/rdk"
+                        timeline.groups[key] = LIBRDKAFKA
+                        readings[key] = producers.cpu(p)
+                        readings[p.pid] -= readings[key]
                     rss += p.memory_info().rss
                 except psutil.Error:
                     continue
@@ -164,6 +177,34 @@ def run_measured(
             proc.kill()
     return Usage(proc.returncode, time.monotonic() - started, round(sum(cpu.values()), 2), round(peak, 1), out, err,
                  timeline)  # fmt: skip
+
+
+class LibrdkafkaThreads:
+    """The CPU seconds of a process's librdkafka threads (named ``rdk:...``): a producer's
+    broker threads batch, compress and wait on the broker beside the worker's own work. A
+    thread that has ended keeps its last reading (a unit's producer closes with its commit;
+    the process's own CPU still holds what it spent)."""
+
+    def __init__(self) -> None:
+        self._names: dict[tuple[int, int], str] = {}
+        self._spent: dict[tuple[int, int], float] = {}
+
+    def cpu(self, p: psutil.Process) -> float:
+        for t in p.threads():
+            key = (p.pid, t.id)
+            if key not in self._names:
+                self._names[key] = _thread_name(p.pid, t.id)
+            if self._names[key].startswith("rdk:"):
+                self._spent[key] = t.user_time + t.system_time
+        return sum(s for (pid, _), s in self._spent.items() if pid == p.pid)
+
+
+def _thread_name(pid: int, tid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/task/{tid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def machine_cpu() -> tuple[float, float]:
