@@ -4,6 +4,7 @@ the topic's offsets, and the table of what a contestant spends beyond the ceilin
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -11,7 +12,7 @@ import pytest
 
 from kappa_ingest.bench.broker_clock import sending_window
 from kappa_ingest.bench.contestants import AT_BASELINE, BASELINE, PLAIN_LINE_PATH
-from kappa_ingest.bench.links import LinkRun, _cpu_table, _ratios
+from kappa_ingest.bench.links import LinkRun, _cpu_table, _ratios, _sending_window
 from kappa_ingest.bench.monitor import (
     BROKER,
     DRIVER_PYTHON,
@@ -105,6 +106,20 @@ def test_the_links_table_shows_each_group_s_cpu_beside_the_same_contestant_unsha
     assert lines[3] == "| link | contestant | Python workers | librdkafka threads | broker | idle |"
     assert lines[5] == "| unshaped | kappa | 5.00 | 1.00 | 1.00 | 0.50 |"
     assert lines[6] == "| 100 ms, 1gbit | kappa | 5.50 (+0.50) | 2.50 (+1.50) | 1.00 (+0.00) | 0.50 (+0.00) |"
+
+
+def test_the_sending_window_is_the_sending_stages_as_the_report_has_them(tmp_path):
+    """From the first sending stage's submission to the last's completion, in epoch seconds;
+    a stage not sending, or without its times, left out."""
+    stages = [{"sends": False, "submitted_at": "2026-11-29T06:12:10.000Z", "completed_at": "2026-11-29T06:12:11.000Z"},
+              {"sends": True, "submitted_at": "2026-11-29T06:12:17.665Z", "completed_at": "2026-11-29T06:12:23.356Z"},
+              {"sends": True, "submitted_at": "2026-11-29T06:12:20.000Z", "completed_at": None}]  # fmt: skip
+    runs = tmp_path / "metrics" / "runs" / "t"
+    runs.mkdir(parents=True)
+    (runs / "summary.json").write_text(json.dumps({"stages": stages}))
+    assert _sending_window(tmp_path, "t") == pytest.approx((1795932737.665, 1795932743.356))
+    (runs / "summary.json").write_text(json.dumps({"stages": stages[:1]}))
+    assert _sending_window(tmp_path, "t") is None
 
 
 @pytest.mark.parametrize(

@@ -35,7 +35,16 @@ import numpy as np
 from kappa_ingest import datagen
 from kappa_ingest.bench import store as bench_store
 from kappa_ingest.bench.monitor import BROKER as BROKER_GROUP
-from kappa_ingest.bench.monitor import LIBRDKAFKA, PYTHON_WORKERS, SPARK_JVM, Usage, run_measured
+from kappa_ingest.bench.monitor import (
+    DRIVER_PYTHON,
+    EXECUTOR_JVM,
+    LIBRDKAFKA,
+    OTHER,
+    PYTHON_WORKERS,
+    SPARK_JVM,
+    Usage,
+    run_measured,
+)
 from kappa_ingest.bench.soak import input_hashes, topic_hashes
 from kappa_ingest.kafka.topics import Admin
 from kappa_ingest.lab import hosts
@@ -57,10 +66,10 @@ TUNED_OPTS = ("--topic-partitions", "8")
 # Where a run's CPU goes from its command to its exit, the broker and its proxy beside it (on
 # the same two cores in the lab, not on a real link): what a long link costs in CPU, not only
 # in waiting. "outside": the machine's busy CPU no process here spent (the kernel's network
-# work among it); "idle": the cores' time nobody used.
+# work among it); "idle": the cores' time nobody used (the hypervisor's steal left out).
 LAB_PROXY = "lab proxy"
-CPU_GROUPS = (SPARK_JVM, PYTHON_WORKERS, LIBRDKAFKA, "driver Python", BROKER_GROUP, LAB_PROXY, "other", "outside",
-              "idle")  # fmt: skip
+CPU_GROUPS = (SPARK_JVM, EXECUTOR_JVM, PYTHON_WORKERS, LIBRDKAFKA, DRIVER_PYTHON, BROKER_GROUP, LAB_PROXY, OTHER,
+              "outside", "idle")  # fmt: skip
 PLAIN_SPARK_ROWS = 100_000  # its Java producer's 16 KB batches crawl over 100 ms: its rate is flat in size
 CUTS_S = (15.0, 130.0)  # shorter than the default delivery.timeout.ms (120 s), and longer
 FROM_STORE = "kappa-ingest (default) reading from S3"
@@ -214,7 +223,7 @@ def _measured_run(lab: Lab, admin: Admin, name: str, command: list[str], env: di
 def _sending_window(work: Path, topic: str) -> tuple[float, float] | None:
     """The sending stage's start and end (epoch seconds), as the run's report has them."""
     summary = json.loads((work / "metrics" / "runs" / topic / "summary.json").read_text())
-    sends = [s for s in summary.get("stages", []) if s.get("sends")]
+    sends = [s for s in summary.get("stages", []) if s.get("sends") and s.get("submitted_at") and s.get("completed_at")]
     if not sends:
         return None
     at = [(datetime.fromisoformat(s["submitted_at"]), datetime.fromisoformat(s["completed_at"])) for s in sends]
@@ -230,9 +239,9 @@ def _cpu_by_group(usage: Usage, window: tuple[float, float] | None = None) -> di
         return {}
     t0, t1 = window or (times[0], times[-1])
     spent = usage.timeline.between(t0, t1)
-    busy, _ = usage.timeline.machine_between(t0, t1)
+    busy, steal = usage.timeline.machine_between(t0, t1)
     spent["outside"] = round(max(0.0, busy - sum(spent.values())), 3)
-    spent["idle"] = round(max(0.0, (os.cpu_count() or 1) * (t1 - t0) - busy), 3)
+    spent["idle"] = round(max(0.0, (os.cpu_count() or 1) * (t1 - t0) - busy - steal), 3)
     return spent
 
 

@@ -146,12 +146,12 @@ def run_measured(
                 try:
                     t = p.cpu_times()
                     timeline.groups[p.pid] = group = group_of(p, proc.pid)
+                    rdk = producers.cpu(p) if threads and group == PYTHON_WORKERS else None
                     cpu[p.pid] = readings[p.pid] = t.user + t.system
-                    if threads and group == PYTHON_WORKERS:
-                        key = f"{p.pid}/rdk"
-                        timeline.groups[key] = LIBRDKAFKA
-                        readings[key] = producers.cpu(p)
-                        readings[p.pid] -= readings[key]
+                    if rdk is not None:  # read first: a worker gone meanwhile leaves neither reading
+                        timeline.groups[f"{p.pid}/rdk"] = LIBRDKAFKA
+                        readings[f"{p.pid}/rdk"] = rdk
+                        readings[p.pid] -= rdk
                     rss += p.memory_info().rss
                 except psutil.Error:
                     continue
@@ -186,15 +186,13 @@ class LibrdkafkaThreads:
     the process's own CPU still holds what it spent)."""
 
     def __init__(self) -> None:
-        self._names: dict[tuple[int, int], str] = {}
         self._spent: dict[tuple[int, int], float] = {}
 
     def cpu(self, p: psutil.Process) -> float:
         for t in p.threads():
             key = (p.pid, t.id)
-            if key not in self._names:
-                self._names[key] = _thread_name(p.pid, t.id)
-            if self._names[key].startswith("rdk:"):
+            # (a thread is named once it runs: a name not yet librdkafka's is read again)
+            if key in self._spent or _thread_name(p.pid, t.id).startswith("rdk:"):
                 self._spent[key] = t.user_time + t.system_time
         return sum(s for (pid, _), s in self._spent.items() if pid == p.pid)
 
