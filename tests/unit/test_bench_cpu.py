@@ -4,7 +4,7 @@ the topic's offsets, and the table of what a contestant spends beyond the ceilin
 
 from __future__ import annotations
 
-import json
+import calendar
 import subprocess
 import sys
 
@@ -108,18 +108,16 @@ def test_the_links_table_shows_each_group_s_cpu_beside_the_same_contestant_unsha
     assert lines[6] == "| 100 ms, 1gbit | kappa | 5.50 (+0.50) | 2.50 (+1.50) | 1.00 (+0.00) | 0.50 (+0.00) |"
 
 
-def test_the_sending_window_is_the_sending_stages_as_the_report_has_them(tmp_path):
-    """From the first sending stage's submission to the last's completion, in epoch seconds;
-    a stage not sending, or without its times, left out."""
+def test_the_sending_window_is_the_sending_stages_as_the_report_has_them():
+    """From the first sending stage's submission to the last's completion, in epoch seconds
+    (the report's UTC times, read independently here by calendar.timegm); a stage not
+    sending, or without its times, left out."""
     stages = [{"sends": False, "submitted_at": "2026-11-29T06:12:10.000Z", "completed_at": "2026-11-29T06:12:11.000Z"},
               {"sends": True, "submitted_at": "2026-11-29T06:12:17.665Z", "completed_at": "2026-11-29T06:12:23.356Z"},
               {"sends": True, "submitted_at": "2026-11-29T06:12:20.000Z", "completed_at": None}]  # fmt: skip
-    runs = tmp_path / "metrics" / "runs" / "t"
-    runs.mkdir(parents=True)
-    (runs / "summary.json").write_text(json.dumps({"stages": stages}))
-    assert _sending_window(tmp_path, "t") == pytest.approx((1795932737.665, 1795932743.356))
-    (runs / "summary.json").write_text(json.dumps({"stages": stages[:1]}))
-    assert _sending_window(tmp_path, "t") is None
+    at = calendar.timegm((2026, 11, 29, 6, 12, 0, 0, 0, 0))
+    assert _sending_window({"stages": stages}) == pytest.approx((at + 17.665, at + 23.356))
+    assert _sending_window({"stages": stages[:1]}) is None
 
 
 @pytest.mark.parametrize(

@@ -142,13 +142,15 @@ CONTESTANTS: dict[str, Contestant] = {
 }
 
 
-def _timing(name: str, usage: Usage, work: Path, topic: str, rows: int) -> tuple[int, float]:
-    """Rows sent and the sending stage's seconds."""
+def _timing(
+    name: str, usage: Usage, work: Path, topic: str, rows: int
+) -> tuple[int, float, tuple[float, float] | None]:
+    """Rows sent, the sending stage's seconds, and its window where the run reports it."""
     if name == PLAIN_SPARK:
         line = next(x for x in reversed(usage.stdout.splitlines()) if x.startswith("{"))
-        return rows, json.loads(line)["ingest_s"]
+        return rows, json.loads(line)["ingest_s"], None
     summary = json.loads((work / "metrics" / "runs" / topic / "summary.json").read_text())
-    return summary["rows_sent"], summary["ingest_s"]
+    return summary["rows_sent"], summary["ingest_s"], _sending_window(summary)
 
 
 def _wire_bytes(lab: Lab, topic: str) -> int:
@@ -208,7 +210,7 @@ def _measured_run(lab: Lab, admin: Admin, name: str, command: list[str], env: di
                          beside=beside, threads=True)  # fmt: skip
     if usage.returncode != 0:
         raise RuntimeError(f"{name} over {label} exited {usage.returncode}: {usage.stderr.strip()[-600:]}")
-    sent, sending_s = _timing(name, usage, work, topic, rows)
+    sent, sending_s, window = _timing(name, usage, work, topic, rows)
     records = sum(admin.end_offsets(topic).values())  # the broker's count, beside the run's own
     if records < sent:
         raise RuntimeError(f"{name} over {label}: the broker holds {records} records of the {sent} rows sent")
@@ -217,12 +219,11 @@ def _measured_run(lab: Lab, admin: Admin, name: str, command: list[str], env: di
     return LinkRun(label, rtt_ms, rate, name, repeat, sent, records, round(sending_s, 3), round(usage.wall_s, 3),
                    round(sent / sending_s, 1), round(sent / usage.wall_s, 1), round(per_record, 1),
                    round(capacity) if capacity else None, _cpu_by_group(usage),
-                   _cpu_by_group(usage, _sending_window(work, topic)) if name != PLAIN_SPARK else {})  # fmt: skip
+                   _cpu_by_group(usage, window) if window is not None else {})  # fmt: skip
 
 
-def _sending_window(work: Path, topic: str) -> tuple[float, float] | None:
+def _sending_window(summary: dict[str, Any]) -> tuple[float, float] | None:
     """The sending stage's start and end (epoch seconds), as the run's report has them."""
-    summary = json.loads((work / "metrics" / "runs" / topic / "summary.json").read_text())
     sends = [s for s in summary.get("stages", []) if s.get("sends") and s.get("submitted_at") and s.get("completed_at")]
     if not sends:
         return None
@@ -363,9 +364,9 @@ def _cpu_table(table: list[dict[str, Any]], key: str, what: str) -> list[str]:
     """CPU seconds by process group over ``what`` (medians), each beside the same
     contestant unshaped."""
     rows = [r for r in table if r.get(key)]
-    groups = [g for g in CPU_GROUPS if any(g in r[key] for r in rows)]
     if not rows:
         return []
+    groups = [g for g in CPU_GROUPS if any(g in r[key] for r in rows)]
     unshaped = {r["contestant"]: r[key] for r in rows if r["link"] == "unshaped"}
     lines = ["", f"CPU seconds by process, {what} (medians; in brackets: more than unshaped)", "",
              "| link | contestant | " + " | ".join(groups) + " |", "|---|---|" + "--:|" * len(groups)]  # fmt: skip

@@ -209,9 +209,11 @@ def fence(conf: dict[str, Any], ids: list[str], timeout_s: float = INIT_TIMEOUT_
             ledger.discard_queued(producer)
 
     if len(ids) < 2:  # (no pool: its workers are joined at the interpreter's exit, a warm-up's too)
-        return {txid: why for txid in ids for why in [one(txid)] if why is not None}
-    with ThreadPoolExecutor(max_workers=min(8, len(ids)), thread_name_prefix="fence") as pool:
-        return {txid: why for txid, why in zip(ids, pool.map(one, ids), strict=True) if why is not None}
+        found = [one(txid) for txid in ids]
+    else:
+        with ThreadPoolExecutor(max_workers=min(8, len(ids)), thread_name_prefix="fence") as pool:
+            found = list(pool.map(one, ids))
+    return {txid: why for txid, why in zip(ids, found, strict=True) if why is not None}
 
 
 def warm_coordinator(conf: dict[str, Any], prefix: str) -> threading.Thread:

@@ -150,8 +150,9 @@ def _ready(
     """The topics ready (made, checked, records sized to their limits) and the topic's
     producers (none, of a topic made now: not asked), then its end offsets before the run,
     in that order (a producer that writes after the first reading is seen as another
-    writer by the run's reconciliation, its records or not within the offsets). What an earlier run of the process found is taken
-    as it is once the topic's shape, asked beside its offsets, shows it unchanged."""
+    writer by the run's reconciliation, its records or not within the offsets). What an
+    earlier run of the process found is taken as it is once the topic's shape, asked
+    beside its offsets, shows it unchanged."""
     key = (cfg.topic, cfg.ledger_topic, cfg.dead_letter_topic, cfg.topic_partitions, cfg.replication_factor,
            tuple(sorted(cfg.topic_config.items())), cfg.sink, tuple(sorted(settings.items())))  # fmt: skip
     python_conf = kafka_python_connection(settings, servers)
