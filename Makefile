@@ -9,7 +9,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
 DEMO_ROWS ?= 200000
 
-.PHONY: setup browser compiler netlab demo test faults unit integration lint format bench links sweep scaling soak soak-watch clean
+.PHONY: setup browser compiler netlab demo test faults unit integration lint format bench links sweep profile scaling soak soak-watch clean
 
 setup: $(STAMP) $(VENV)/.jars
 
@@ -107,6 +107,15 @@ soak-watch: setup
 
 sweep: setup
 	$(BIN)/kappa-ingest bench --sweep $(BENCH_ARGS)
+
+# Profiles of a run's sending window (root): the busiest Python worker by py-spy (from pip,
+# into the venv), the executor JVM by perf (Debian's linux-perf, installed where missing)
+# and jcmd. PROFILE_ARGS: e.g. --layout debs2012 --ingest-args '--key-column mf01'.
+PROFILE_ARGS ?= --layout wide30
+profile: setup
+	$(BIN)/pip install -q py-spy
+	@command -v perf >/dev/null || $(SUDO) sh -c '$(APT_INSTALL) linux-perf >/dev/null 2>&1 || { apt-get update -q >/dev/null && $(APT_INSTALL) linux-perf >/dev/null; }' || true
+	$(BIN)/kappa-ingest bench --profile $(PROFILE_ARGS)
 
 scaling: setup
 	$(BIN)/kappa-ingest bench --scaling $(BENCH_ARGS)

@@ -167,3 +167,34 @@ def test_a_transactional_call_waits_for_kafka_no_longer_than_the_delivery_timeou
     with pytest.raises(TransactionFailed, match=r"did not answer within delivery\.timeout\.ms \(2 s\)"):
         open_transactional(new, "test-down", task, TaskStats(0, 0, 0, 0, "h"))
     assert made and all(p.handle is None if hasattr(p, "handle") else p.producer is None for p in made)  # closed
+
+
+@pytest.mark.parametrize("front", ["c", "python", "kafka-python"])
+def test_a_refusal_counts_every_record_the_producer_was_given(kafka, front):
+    """Ledger entries and dead letters fail as data records do, so "N of M records" counts
+    them too: a refused entry among 500 records and a dead letter is 1 of 502, not 1 of 500."""
+    from kappa_ingest.kafka import settings as kafka_settings
+    from kappa_ingest.sinks.kafka_python import KafkaPythonPartitionProducer
+
+    data, small = f"refusal-{front}", f"refusal-{front}-small"
+    with Admin(kafka.bootstrap_servers) as admin:
+        admin.ensure_topic(data, 1, 1)
+        admin.ensure_topic(small, 1, 1, {"max.message.bytes": "2000"})
+    settings = {"acks": "all", "linger.ms": "5"}
+    if front == "kafka-python":
+        producer = KafkaPythonPartitionProducer(
+            kafka_settings.for_kafka_python(settings, kafka.bootstrap_servers), data
+        )
+    else:
+        conf = kafka_settings.for_confluent(settings, kafka.bootstrap_servers)
+        producer = (NativePartitionProducer(native.load(), conf, data) if front == "c"
+                    else ConfluentPartitionProducer(conf, data))  # fmt: skip
+    try:
+        producer.send(_encoded(), "run-1")
+        producer.send_dead_letters(data, [(b'{"line": "a"}', [("reason", b"too short")])])
+        producer.send_ledger(small, [(b"entry", b"x" * 5000)])  # the broker refuses it: over the topic's limit
+        with pytest.raises(DeliveryFailed, match=r"\b1 of 502 records not acknowledged"):
+            producer.flush()
+    finally:
+        producer.close()
+    assert len(consume_all(kafka.bootstrap_servers, data)) == 501

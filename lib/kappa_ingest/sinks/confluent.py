@@ -92,7 +92,7 @@ class NativePartitionProducer:
     def __init__(self, lib: ctypes.CDLL, conf: dict[str, Any], topic: str) -> None:
         self.lib = lib
         self.topic = topic.encode()
-        self.produced = 0
+        self.produced = 0  # records queued, ledger entries and dead letters among them, as failures count them
         settings = {**{k: _conf_text(v) for k, v in conf.items()}, "log_level": str(LOG_LEVEL)}
         names = (ctypes.c_char_p * len(settings))(*(k.encode() for k in settings))
         values = (ctypes.c_char_p * len(settings))(*(v.encode() for v in settings.values()))
@@ -157,6 +157,7 @@ class NativePartitionProducer:
             e = self.lib.kp_produce_one(self.handle, topic.encode(), key, len(key), value, len(value), ENTRY_KIND)
             if e:
                 raise self._refused(e, "a ledger record")
+            self.produced += 1
 
     def send_dead_letters(self, topic: str, records: list[tuple[bytes, list[tuple[str, bytes]]]]) -> None:
         for value, headers in records:
@@ -167,6 +168,7 @@ class NativePartitionProducer:
             e = self.lib.kp_produce_with_headers(self.handle, topic.encode(), value, len(value), n, names, values, lens)
             if e:
                 raise self._refused(e, "a dead letter")
+            self.produced += 1
 
     def _raise_if_fatal(self) -> None:
         code = self.lib.kp_fatal_error(self.handle)
@@ -226,7 +228,7 @@ class NativePartitionProducer:
 class ConfluentPartitionProducer:
     def __init__(self, conf: dict[str, Any], topic: str) -> None:
         self.topic = topic
-        self.produced = 0
+        self.produced = 0  # records queued, ledger entries and dead letters among them, as failures count them
         self.failed = 0
         self.first_error: object | None = None
         self.fatal: object | None = None
@@ -293,10 +295,12 @@ class ConfluentPartitionProducer:
     def send_ledger(self, topic: str, records: list[tuple[bytes, bytes]]) -> None:
         for key, value in records:
             self._produce(topic, value, key, headers=ENTRY_HEADERS)
+            self.produced += 1
 
     def send_dead_letters(self, topic: str, records: list[tuple[bytes, list[tuple[str, bytes]]]]) -> None:
         for value, headers in records:
             self._produce(topic, value, None, headers=headers)
+            self.produced += 1
 
     def _raise_if_fatal(self) -> None:
         if self.fatal is not None:

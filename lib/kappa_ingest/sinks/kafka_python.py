@@ -25,7 +25,7 @@ _FENCED = ("ProducerFencedError", "InvalidProducerEpochError", "TransactionCoord
 class KafkaPythonPartitionProducer:
     def __init__(self, conf: dict[str, Any], topic: str, transactional_id: str | None = None) -> None:
         self.topic = topic
-        self.produced = 0
+        self.produced = 0  # records queued, ledger entries and dead letters among them, as failures count them
         self.failed = 0
         self.first_error: BaseException | None = None
         self._pending: tuple[str, Any] | None = None  # a transactional call that timed out, still under way
@@ -61,6 +61,7 @@ class KafkaPythonPartitionProducer:
         try:
             for key, value in records:
                 self._live().send(topic, value=value, key=key, headers=ENTRY_HEADERS).add_errback(self._on_error)
+                self.produced += 1
         except KafkaError as e:
             # The entry goes out behind the unit's records, still in flight: a transaction
             # that one of them failed (or that a newer producer fenced) refuses it. That failure
@@ -72,6 +73,7 @@ class KafkaPythonPartitionProducer:
         try:
             for value, headers in records:
                 self._live().send(topic, value=value, headers=headers).add_errback(self._on_error)
+                self.produced += 1
         except KafkaError as e:
             raise DeliveryFailed(f"Kafka client refused a dead letter: {e!r}") from e
 
