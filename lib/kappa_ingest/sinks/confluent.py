@@ -266,6 +266,7 @@ class ConfluentPartitionProducer:
         while True:
             try:
                 produce(topic, value, key, **kwargs)
+                self.produced += 1  # queued: counted before any poll can report it failed
                 return
             except BufferError:
                 # The local queue is full: serve delivery reports until it drains.
@@ -288,19 +289,16 @@ class ConfluentPartitionProducer:
         stamps = enc.timestamps_ms.to_pylist()
         for value, key, ts, h in zip(values, keys, stamps, header_index, strict=False):
             self._produce(self.topic, value, key, timestamp=ts, headers=headers[h])
-        self.produced += len(values)
         self._live().poll(0)
         self._raise_if_fatal()
 
     def send_ledger(self, topic: str, records: list[tuple[bytes, bytes]]) -> None:
         for key, value in records:
             self._produce(topic, value, key, headers=ENTRY_HEADERS)
-            self.produced += 1
 
     def send_dead_letters(self, topic: str, records: list[tuple[bytes, list[tuple[str, bytes]]]]) -> None:
         for value, headers in records:
             self._produce(topic, value, None, headers=headers)
-            self.produced += 1
 
     def _raise_if_fatal(self) -> None:
         if self.fatal is not None:
