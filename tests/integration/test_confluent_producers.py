@@ -89,20 +89,23 @@ def test_c_loop_refuses_a_bad_setting(lib):
 
 
 def _front_end(name: str, bootstrap: str, **extra: str):
-    """A maker of transactional producers for one front end (the C loop skips without cc)."""
+    """A maker of producers for one front end, transactional where given an id."""
     from kappa_ingest.kafka import settings as kafka_settings
     from kappa_ingest.sinks.kafka_python import KafkaPythonPartitionProducer
 
     settings = {"acks": "all", "enable.idempotence": "true", "linger.ms": "5", **extra}
+    if name == "kafka-python":
+        python_conf = kafka_settings.for_kafka_python(settings, bootstrap)
+        return lambda topic, txid=None: KafkaPythonPartitionProducer(python_conf, topic, txid)
+    conf = kafka_settings.for_confluent(settings, bootstrap)
+
+    def with_id(txid: str | None) -> dict:
+        return conf if txid is None else {**conf, "transactional.id": txid}
+
     if name == "c":
         lib = native.load()
-        conf = kafka_settings.for_confluent(settings, bootstrap)
-        return lambda topic, txid: NativePartitionProducer(lib, {**conf, "transactional.id": txid}, topic)
-    if name == "python":
-        conf = kafka_settings.for_confluent(settings, bootstrap)
-        return lambda topic, txid: ConfluentPartitionProducer({**conf, "transactional.id": txid}, topic)
-    conf = kafka_settings.for_kafka_python(settings, bootstrap)
-    return lambda topic, txid: KafkaPythonPartitionProducer(conf, topic, txid)
+        return lambda topic, txid=None: NativePartitionProducer(lib, with_id(txid), topic)
+    return lambda topic, txid=None: ConfluentPartitionProducer(with_id(txid), topic)
 
 
 @pytest.mark.parametrize("front", ["c", "python", "kafka-python"])
@@ -173,28 +176,17 @@ def test_a_transactional_call_waits_for_kafka_no_longer_than_the_delivery_timeou
 def test_a_refusal_counts_every_record_the_producer_was_given(kafka, front):
     """Ledger entries and dead letters fail as data records do, so "N of M records" counts
     them too: a refused entry among 500 records and a dead letter is 1 of 502, not 1 of 500."""
-    from kappa_ingest.kafka import settings as kafka_settings
-    from kappa_ingest.sinks.kafka_python import KafkaPythonPartitionProducer
-
     data, small = f"refusal-{front}", f"refusal-{front}-small"
     with Admin(kafka.bootstrap_servers) as admin:
         admin.ensure_topic(data, 1, 1)
         admin.ensure_topic(small, 1, 1, {"max.message.bytes": "2000"})
-    settings = {"acks": "all", "linger.ms": "5"}
-    if front == "kafka-python":
-        producer = KafkaPythonPartitionProducer(
-            kafka_settings.for_kafka_python(settings, kafka.bootstrap_servers), data
-        )
-    else:
-        conf = kafka_settings.for_confluent(settings, kafka.bootstrap_servers)
-        producer = (NativePartitionProducer(native.load(), conf, data) if front == "c"
-                    else ConfluentPartitionProducer(conf, data))  # fmt: skip
+    # Not idempotent: kafka-python's idempotent producer takes a refused record as fatal and
+    # gives up every batch in flight with it.
+    producer = _front_end(front, kafka.bootstrap_servers, **{"enable.idempotence": "false"})(data)
     try:
         producer.send(_encoded(), "run-1")
         producer.send_dead_letters(data, [(b'{"line": "a"}', [("reason", b"too short")])])
-        # In by the time the entry is refused (as a unit's records are, writers.Writer._committed):
-        # kafka-python's idempotent producer gives up every batch still in flight when one fails.
-        producer.flush()
+        producer.flush()  # in by the time the entry is refused, as a unit's records are (Writer._committed)
         producer.send_ledger(small, [(b"entry", b"x" * 5000)])  # the broker refuses it: over the topic's limit
         with pytest.raises(DeliveryFailed, match=r"\b1 of 502 records not acknowledged"):
             producer.flush()

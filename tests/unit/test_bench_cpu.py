@@ -12,7 +12,7 @@ import pytest
 
 from kappa_ingest.bench.broker_clock import sending_window
 from kappa_ingest.bench.contestants import AT_BASELINE, BASELINE, PLAIN_LINE_PATH
-from kappa_ingest.bench.links import LinkRun, _cpu_table, _ratios, _sending_window
+from kappa_ingest.bench.links import IDLE, LinkRun, _cpu_table, _ratios, _sending_window
 from kappa_ingest.bench.monitor import (
     BROKER,
     DRIVER_PYTHON,
@@ -92,14 +92,14 @@ def test_a_worker_s_librdkafka_threads_are_told_apart_even_once_ended():
 def _link_run(link: str, repeat: int, workers: float, rdk: float) -> LinkRun:
     return LinkRun(link, 0.0 if link == "unshaped" else 100.0, None if link == "unshaped" else "1gbit", "kappa", repeat,
                    100, 100, 1.0, 2.0, 100.0, 50.0, 270.0, None,
-                   {PYTHON_WORKERS: workers, LIBRDKAFKA: rdk, BROKER: 1.0, "idle": 0.5}, {LIBRDKAFKA: rdk})  # fmt: skip
+                   {PYTHON_WORKERS: workers, LIBRDKAFKA: rdk, BROKER: 1.0, IDLE: 0.5}, {LIBRDKAFKA: rdk})  # fmt: skip
 
 
 def test_the_links_table_shows_each_group_s_cpu_beside_the_same_contestant_unshaped():
     runs = [_link_run("unshaped", i, w, 1.0) for i, w in enumerate([4.0, 5.0, 9.0])]
     runs += [_link_run("100 ms, 1gbit", i, w, 2.5) for i, w in enumerate([5.0, 5.5, 6.0])]
     table = _ratios(runs)
-    assert table[0]["cpu_s"] == {PYTHON_WORKERS: 5.0, LIBRDKAFKA: 1.0, BROKER: 1.0, "idle": 0.5}
+    assert table[0]["cpu_s"] == {PYTHON_WORKERS: 5.0, LIBRDKAFKA: 1.0, BROKER: 1.0, IDLE: 0.5}
     assert table[1]["sending_cpu_s"] == {LIBRDKAFKA: 2.5}
     lines = _cpu_table(table, "cpu_s", "command to exit")
     assert lines[1] == "CPU seconds by process, command to exit (medians; in brackets: more than unshaped)"

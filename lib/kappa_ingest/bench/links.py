@@ -67,9 +67,9 @@ TUNED_OPTS = ("--topic-partitions", "8")
 # the same two cores in the lab, not on a real link): what a long link costs in CPU, not only
 # in waiting. "outside": the machine's busy CPU no process here spent (the kernel's network
 # work among it); "idle": the cores' time nobody used (the hypervisor's steal left out).
-LAB_PROXY = "lab proxy"
+LAB_PROXY, OUTSIDE, IDLE = "lab proxy", "outside", "idle"
 CPU_GROUPS = (SPARK_JVM, EXECUTOR_JVM, PYTHON_WORKERS, LIBRDKAFKA, DRIVER_PYTHON, BROKER_GROUP, LAB_PROXY, OTHER,
-              "outside", "idle")  # fmt: skip
+              OUTSIDE, IDLE)  # fmt: skip
 PLAIN_SPARK_ROWS = 100_000  # its Java producer's 16 KB batches crawl over 100 ms: its rate is flat in size
 CUTS_S = (15.0, 130.0)  # shorter than the default delivery.timeout.ms (120 s), and longer
 FROM_STORE = "kappa-ingest (default) reading from S3"
@@ -233,16 +233,16 @@ def _sending_window(summary: dict[str, Any]) -> tuple[float, float] | None:
 
 def _cpu_by_group(usage: Usage, window: tuple[float, float] | None = None) -> dict[str, float]:
     """CPU seconds by group from ``window``'s start to its end (None: the command's first
-    sample to its last), with the machine's busy CPU no group spent ("outside") and the
-    cores' idle time."""
+    sample to its last), with the machine's busy CPU no group spent (OUTSIDE) and the
+    cores' idle time (IDLE)."""
     times = usage.timeline.times
     if len(times) < 2:
         return {}
     t0, t1 = window or (times[0], times[-1])
     spent = usage.timeline.between(t0, t1)
     busy, steal = usage.timeline.machine_between(t0, t1)
-    spent["outside"] = round(max(0.0, busy - sum(spent.values())), 3)
-    spent["idle"] = round(max(0.0, (os.cpu_count() or 1) * (t1 - t0) - busy - steal), 3)
+    spent[OUTSIDE] = round(max(0.0, busy - sum(spent.values())), 3)
+    spent[IDLE] = round(max(0.0, (os.cpu_count() or 1) * (t1 - t0) - busy - steal), 3)
     return spent
 
 
