@@ -89,6 +89,35 @@ def test_a_worker_s_librdkafka_threads_are_told_apart_even_once_ended():
     assert spent[PYTHON_WORKERS] == pytest.approx(0.5, abs=0.25)
 
 
+# Spins 0.6 s of CPU in a child; once it has ended, the kernel is told to give its pid to the
+# next process (ns_last_pid: the suite runs as root), and a second child spins 0.6 s under it.
+PID_AGAIN = """
+import subprocess, sys, time
+SPIN = "import time; t = time.process_time()\\nwhile time.process_time() - t < 0.6: pass"
+first = subprocess.Popen([sys.executable, "-c", SPIN])
+first.wait()
+for _ in range(20):  # another process may take the pid first: bounded tries
+    with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+        f.write(str(first.pid - 1))
+    second = subprocess.Popen([sys.executable, "-c", "import sys, time; sys.stdin.read(1)\\n" + SPIN],
+                              stdin=subprocess.PIPE)
+    if second.pid == first.pid:
+        break
+    second.kill(); second.wait()
+second.communicate(b"go")
+print(second.pid == first.pid)
+"""
+
+
+def test_a_pid_given_again_to_another_process_keeps_both_processes_cpu():
+    """(Keyed by pid alone, the second spin's readings replaced the first's: 0.6 s, not 1.2.)"""
+    usage = run_measured([sys.executable, "-c", PID_AGAIN])
+    assert usage.returncode == 0 and usage.stdout.split() == ["True"], usage.stderr
+    times = usage.timeline.times
+    assert usage.timeline.between(times[0], times[-1])[PYTHON_WORKERS] == pytest.approx(1.2, abs=0.3)
+    assert usage.cpu_s == pytest.approx(1.2, abs=0.3)
+
+
 def _link_run(link: str, repeat: int, workers: float, rdk: float) -> LinkRun:
     return LinkRun(link, 0.0 if link == "unshaped" else 100.0, None if link == "unshaped" else "1gbit", "kappa", repeat,
                    100, 100, 1.0, 2.0, 100.0, 50.0, 270.0, None,

@@ -67,9 +67,10 @@ TUNED_OPTS = ("--topic-partitions", "8")
 # the same two cores in the lab, not on a real link): what a long link costs in CPU, not only
 # in waiting. "outside": the machine's busy CPU no process here spent (the kernel's network
 # work among it); "idle": the cores' time nobody used (the hypervisor's steal left out).
-LAB_PROXY, OUTSIDE, IDLE = "lab proxy", "outside", "idle"
-CPU_GROUPS = (SPARK_JVM, EXECUTOR_JVM, PYTHON_WORKERS, LIBRDKAFKA, DRIVER_PYTHON, BROKER_GROUP, LAB_PROXY, OTHER,
-              OUTSIDE, IDLE)  # fmt: skip
+# A run reading from the object store has the store (S3Proxy) and its host's proxy beside it too.
+LAB_PROXY, OBJECT_STORE, OUTSIDE, IDLE = "lab proxy", "object store", "outside", "idle"
+CPU_GROUPS = (SPARK_JVM, EXECUTOR_JVM, PYTHON_WORKERS, LIBRDKAFKA, DRIVER_PYTHON, BROKER_GROUP, LAB_PROXY, OBJECT_STORE,
+              OTHER, OUTSIDE, IDLE)  # fmt: skip
 PLAIN_SPARK_ROWS = 100_000  # its Java producer's 16 KB batches crawl over 100 ms: its rate is flat in size
 CUTS_S = (15.0, 130.0)  # shorter than the default delivery.timeout.ms (120 s), and longer
 FROM_STORE = "kappa-ingest (default) reading from S3"
@@ -197,15 +198,19 @@ def _measure_from_store(lab: Lab, admin: Admin, store: LocalS3, data: Path, rows
     command = _kappa("exactly-once", ("--s3-endpoint", store.endpoint))(bench_store.uri(data), topic,
                                                                         lab.bootstrap_servers, work)  # fmt: skip
     link = (f"store {rtt_ms:g} ms away" if rtt_ms else "unshaped", rtt_ms, None)
+    beside = {lab.proxies[hosts.STORE]: LAB_PROXY, store.pid: OBJECT_STORE}
     return _measured_run(lab, admin, FROM_STORE, command, bench_store.environment(store), topic, rows, work, link,
-                         repeat)  # fmt: skip
+                         repeat, beside)  # fmt: skip
 
 
 def _measured_run(lab: Lab, admin: Admin, name: str, command: list[str], env: dict[str, str], topic: str, rows: int,
-                  work: Path, link: tuple[str, float, str | None], repeat: int) -> LinkRun:  # fmt: skip
-    """``command`` run on the driver host: its rates, beside the broker's count of its records."""
+                  work: Path, link: tuple[str, float, str | None], repeat: int,
+                  beside_too: dict[int, str] | None = None) -> LinkRun:  # fmt: skip
+    """``command`` run on the driver host: its rates, beside the broker's count of its
+    records; its CPU by group, with the broker's and its proxy's and ``beside_too``'s (pid:
+    group) beside it."""
     label, rtt_ms, rate = link
-    beside = {lab.kafka.brokers[0].pid: BROKER_GROUP, lab.proxies[BROKER]: LAB_PROXY}
+    beside = {lab.kafka.brokers[0].pid: BROKER_GROUP, lab.proxies[BROKER]: LAB_PROXY, **(beside_too or {})}
     usage = run_measured([*lab.net.exec(DRIVER), *command], env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", **env},
                          beside=beside, threads=True)  # fmt: skip
     if usage.returncode != 0:

@@ -58,8 +58,14 @@ def group_of(p: psutil.Process, root: int) -> str:
     return PYTHON_WORKERS if group == DRIVER_PYTHON and p.pid != root else group
 
 
-# A process's pid, or "<pid>/rdk": its librdkafka threads, read apart from the rest of it.
+# A process of the command's tree ("<pid>@<start>": a pid the kernel gives again to a later
+# process, as it does once its counter wraps, is another key), or "<that>/rdk": its librdkafka
+# threads, read apart from the rest of it; a process beside the command, by its pid.
 Key = int | str
+
+
+def process_key(p: psutil.Process) -> str:
+    return f"{p.pid}@{p.create_time()}"
 
 
 @dataclass
@@ -126,7 +132,7 @@ def run_measured(
     started = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
     timeline = CpuTimeline(groups=dict(beside or {}))
-    cpu: dict[int, float] = {}
+    cpu: dict[str, float] = {}
     peak = 0.0
     done = threading.Event()
     others = [psutil.Process(pid) for pid in beside or {}]
@@ -145,13 +151,14 @@ def run_measured(
             for p in procs:
                 try:
                     t = p.cpu_times()
-                    timeline.groups[p.pid] = group = group_of(p, proc.pid)
+                    key = process_key(p)
+                    timeline.groups[key] = group = group_of(p, proc.pid)
                     rdk = producers.cpu(p) if threads and group == PYTHON_WORKERS else None
-                    cpu[p.pid] = readings[p.pid] = t.user + t.system
+                    cpu[key] = readings[key] = t.user + t.system
                     if rdk is not None:  # read first: a worker gone meanwhile leaves neither reading
-                        timeline.groups[f"{p.pid}/rdk"] = LIBRDKAFKA
-                        readings[f"{p.pid}/rdk"] = rdk
-                        readings[p.pid] -= rdk
+                        timeline.groups[f"{key}/rdk"] = LIBRDKAFKA
+                        readings[f"{key}/rdk"] = rdk
+                        readings[key] -= rdk
                     rss += p.memory_info().rss
                 except psutil.Error:
                     continue
@@ -186,15 +193,26 @@ class LibrdkafkaThreads:
     the process's own CPU still holds what it spent)."""
 
     def __init__(self) -> None:
-        self._spent: dict[tuple[int, int], float] = {}
+        self._spent: dict[tuple[str, str], float] = {}  # (process_key, thread's tid@start): its CPU
 
     def cpu(self, p: psutil.Process) -> float:
+        owner = process_key(p)
         for t in p.threads():
-            key = (p.pid, t.id)
+            key = (owner, _thread_key(p.pid, t.id))
             # (a thread is named once it runs: a name not yet librdkafka's is read again)
             if key in self._spent or _thread_name(p.pid, t.id).startswith("rdk:"):
                 self._spent[key] = t.user_time + t.system_time
-        return sum(s for (pid, _), s in self._spent.items() if pid == p.pid)
+        return sum(s for (o, _), s in self._spent.items() if o == owner)
+
+
+def _thread_key(pid: int, tid: int) -> str:
+    """A thread's id and start (clock ticks since boot, ``stat``'s 22nd field): a tid given
+    again to a later thread is another key."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            return f"{tid}@{f.read().rsplit(')', 1)[1].split()[19]}"
+    except (OSError, IndexError):
+        return str(tid)
 
 
 def _thread_name(pid: int, tid: int) -> str:

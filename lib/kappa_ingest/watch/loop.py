@@ -28,6 +28,7 @@ from typing import Any
 
 from kappa_ingest import failpoints
 from kappa_ingest.config import IngestConfig
+from kappa_ingest.config.choices import EXACTLY_ONCE
 from kappa_ingest.delivery import incremental
 from kappa_ingest.delivery.work import Work
 from kappa_ingest.errors import InputError, KafkaUnavailable, KappaError, first_line
@@ -179,7 +180,7 @@ class Watch:
         warming = warmup.start(spark, self.cfg.sink)
         settings, servers, kept = self.cfg.producer_settings(), self.resources.servers(), self.resources.kept()
         coordinator = None
-        if self.cfg.delivery == "exactly-once":
+        if self.cfg.delivery == EXACTLY_ONCE:
             scope = guarantees.scope_prefix(self.cfg.topic, self.cfg.lineage, incremental=True)
             coordinator = kept.warm_coordinator(connection_conf(settings, servers), scope)
         try:
