@@ -5,6 +5,7 @@ the topic's offsets, and the table of what a contestant spends beyond the ceilin
 from __future__ import annotations
 
 import calendar
+import os
 import subprocess
 import sys
 
@@ -91,19 +92,26 @@ def test_a_worker_s_librdkafka_threads_are_told_apart_even_once_ended():
 
 # Spins 0.6 s of CPU in a child; once it has ended, the kernel is told to give its pid to the
 # next process (ns_last_pid: the suite runs as root), and a second child spins 0.6 s under it.
+# The kernel's pid counter is put back after, so that no pid freed meanwhile is given again soon.
 PID_AGAIN = """
-import subprocess, sys, time
+import subprocess, sys
+LAST = "/proc/sys/kernel/ns_last_pid"
 SPIN = "import time; t = time.process_time()\\nwhile time.process_time() - t < 0.6: pass"
+counter = int(open(LAST).read())
 first = subprocess.Popen([sys.executable, "-c", SPIN])
 first.wait()
-for _ in range(20):  # another process may take the pid first: bounded tries
-    with open("/proc/sys/kernel/ns_last_pid", "w") as f:
-        f.write(str(first.pid - 1))
-    second = subprocess.Popen([sys.executable, "-c", "import sys, time; sys.stdin.read(1)\\n" + SPIN],
-                              stdin=subprocess.PIPE)
-    if second.pid == first.pid:
-        break
-    second.kill(); second.wait()
+try:
+    for _ in range(20):  # another process may take the pid first: bounded tries
+        with open(LAST, "w") as f:
+            f.write(str(first.pid - 1))
+        second = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read(1)\\n" + SPIN],
+                                  stdin=subprocess.PIPE)
+        if second.pid == first.pid:
+            break
+        second.kill(); second.wait()
+finally:
+    with open(LAST, "w") as f:
+        f.write(str(max(counter, int(open(LAST).read()))))
 second.communicate(b"go")
 print(second.pid == first.pid)
 """
@@ -111,6 +119,7 @@ print(second.pid == first.pid)
 
 def test_a_pid_given_again_to_another_process_keeps_both_processes_cpu():
     """(Keyed by pid alone, the second spin's readings replaced the first's: 0.6 s, not 1.2.)"""
+    assert os.access("/proc/sys/kernel/ns_last_pid", os.W_OK), "this test gives a pid again: it needs root"
     usage = run_measured([sys.executable, "-c", PID_AGAIN])
     assert usage.returncode == 0 and usage.stdout.split() == ["True"], usage.stderr
     times = usage.timeline.times

@@ -68,9 +68,10 @@ TUNED_OPTS = ("--topic-partitions", "8")
 # in waiting. "outside": the machine's busy CPU no process here spent (the kernel's network
 # work among it); "idle": the cores' time nobody used (the hypervisor's steal left out).
 # A run reading from the object store has the store (S3Proxy) and its host's proxy beside it too.
-LAB_PROXY, OBJECT_STORE, OUTSIDE, IDLE = "lab proxy", "object store", "outside", "idle"
+LAB_PROXY, OBJECT_STORE, STORE_PROXY = "lab proxy", "object store", "store's proxy"
+OUTSIDE, IDLE = "outside", "idle"
 CPU_GROUPS = (SPARK_JVM, EXECUTOR_JVM, PYTHON_WORKERS, LIBRDKAFKA, DRIVER_PYTHON, BROKER_GROUP, LAB_PROXY, OBJECT_STORE,
-              OTHER, OUTSIDE, IDLE)  # fmt: skip
+              STORE_PROXY, OTHER, OUTSIDE, IDLE)  # fmt: skip
 PLAIN_SPARK_ROWS = 100_000  # its Java producer's 16 KB batches crawl over 100 ms: its rate is flat in size
 CUTS_S = (15.0, 130.0)  # shorter than the default delivery.timeout.ms (120 s), and longer
 FROM_STORE = "kappa-ingest (default) reading from S3"
@@ -198,7 +199,7 @@ def _measure_from_store(lab: Lab, admin: Admin, store: LocalS3, data: Path, rows
     command = _kappa("exactly-once", ("--s3-endpoint", store.endpoint))(bench_store.uri(data), topic,
                                                                         lab.bootstrap_servers, work)  # fmt: skip
     link = (f"store {rtt_ms:g} ms away" if rtt_ms else "unshaped", rtt_ms, None)
-    beside = {lab.proxies[hosts.STORE]: LAB_PROXY, store.pid: OBJECT_STORE}
+    beside = {lab.proxies[hosts.STORE]: STORE_PROXY, store.pid: OBJECT_STORE}
     return _measured_run(lab, admin, FROM_STORE, command, bench_store.environment(store), topic, rows, work, link,
                          repeat, beside)  # fmt: skip
 

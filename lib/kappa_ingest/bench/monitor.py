@@ -65,7 +65,22 @@ Key = int | str
 
 
 def process_key(p: psutil.Process) -> str:
-    return f"{p.pid}@{p.create_time()}"
+    """psutil.NoSuchProcess if it has ended."""
+    started = _start_ticks(f"/proc/{p.pid}/stat")
+    if started is None:
+        raise psutil.NoSuchProcess(p.pid)
+    return f"{p.pid}@{started}"
+
+
+def _start_ticks(stat: str) -> str | None:
+    """When a process or thread started, in clock ticks since boot (``stat``'s 22nd field:
+    fixed for its life, where psutil's create_time moves with the wall clock); None if it
+    has ended."""
+    try:
+        with open(stat) as f:
+            return f.read().rsplit(")", 1)[1].split()[19]  # (after its name, which may hold ")")
+    except (OSError, IndexError):
+        return None
 
 
 @dataclass
@@ -198,21 +213,14 @@ class LibrdkafkaThreads:
     def cpu(self, p: psutil.Process) -> float:
         owner = process_key(p)
         for t in p.threads():
-            key = (owner, _thread_key(p.pid, t.id))
+            started = _start_ticks(f"/proc/{p.pid}/task/{t.id}/stat")
+            if started is None:
+                continue  # ended meanwhile: its last reading stays
+            key = (owner, f"{t.id}@{started}")
             # (a thread is named once it runs: a name not yet librdkafka's is read again)
             if key in self._spent or _thread_name(p.pid, t.id).startswith("rdk:"):
                 self._spent[key] = t.user_time + t.system_time
         return sum(s for (o, _), s in self._spent.items() if o == owner)
-
-
-def _thread_key(pid: int, tid: int) -> str:
-    """A thread's id and start (clock ticks since boot, ``stat``'s 22nd field): a tid given
-    again to a later thread is another key."""
-    try:
-        with open(f"/proc/{pid}/task/{tid}/stat") as f:
-            return f"{tid}@{f.read().rsplit(')', 1)[1].split()[19]}"
-    except (OSError, IndexError):
-        return str(tid)
 
 
 def _thread_name(pid: int, tid: int) -> str:
