@@ -168,7 +168,7 @@ def run_measured(
                     t = p.cpu_times()
                     key = process_key(p)
                     timeline.groups[key] = group = group_of(p, proc.pid)
-                    rdk = producers.cpu(p) if threads and group == PYTHON_WORKERS else None
+                    rdk = producers.cpu(p, key) if threads and group == PYTHON_WORKERS else None
                     cpu[key] = readings[key] = t.user + t.system
                     if rdk is not None:  # read first: a worker gone meanwhile leaves neither reading
                         timeline.groups[f"{key}/rdk"] = LIBRDKAFKA
@@ -208,19 +208,20 @@ class LibrdkafkaThreads:
     the process's own CPU still holds what it spent)."""
 
     def __init__(self) -> None:
-        self._spent: dict[tuple[str, str], float] = {}  # (process_key, thread's tid@start): its CPU
+        self._spent: dict[str, dict[str, float]] = {}  # process_key -> its threads' (tid@start) CPU
 
-    def cpu(self, p: psutil.Process) -> float:
-        owner = process_key(p)
+    def cpu(self, p: psutil.Process, owner: str) -> float:
+        """Of ``p``, keyed ``owner`` (:func:`process_key`)."""
+        spent = self._spent.setdefault(owner, {})
         for t in p.threads():
             started = _start_ticks(f"/proc/{p.pid}/task/{t.id}/stat")
             if started is None:
                 continue  # ended meanwhile: its last reading stays
-            key = (owner, f"{t.id}@{started}")
+            key = f"{t.id}@{started}"
             # (a thread is named once it runs: a name not yet librdkafka's is read again)
-            if key in self._spent or _thread_name(p.pid, t.id).startswith("rdk:"):
-                self._spent[key] = t.user_time + t.system_time
-        return sum(s for (o, _), s in self._spent.items() if o == owner)
+            if key in spent or _thread_name(p.pid, t.id).startswith("rdk:"):
+                spent[key] = t.user_time + t.system_time
+        return sum(spent.values())
 
 
 def _thread_name(pid: int, tid: int) -> str:
