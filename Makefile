@@ -53,12 +53,15 @@ integration: setup browser compiler
 # that fails, the set-up fails, saying how to install them (no test skips for want of either).
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo -n)
 APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
+# $(call apt_where_missing,COMMAND,PACKAGES): PACKAGES installed where COMMAND is missing
+# (apt-get's lists refreshed only if the first try fails); a failure is the next line's to report.
+apt_where_missing = command -v $(1) >/dev/null || $(SUDO) sh -c '$(APT_INSTALL) $(2) >/dev/null 2>&1 || { apt-get update -q >/dev/null && $(APT_INSTALL) $(2) >/dev/null; }' || true
 browser:
-	@command -v chromium >/dev/null || $(SUDO) sh -c '$(APT_INSTALL) chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && $(APT_INSTALL) chromium >/dev/null; }' || true
+	@$(call apt_where_missing,chromium,chromium)
 	@command -v chromium >/dev/null || { echo "make: the suite needs Debian's chromium and apt-get could not install it: run 'sudo apt-get install chromium'" >&2; exit 1; }
 
 compiler:
-	@command -v cc >/dev/null || $(SUDO) sh -c '$(APT_INSTALL) gcc libc6-dev >/dev/null 2>&1 || { apt-get update -q >/dev/null && $(APT_INSTALL) gcc libc6-dev >/dev/null; }' || true
+	@$(call apt_where_missing,cc,gcc libc6-dev)
 	@command -v cc >/dev/null || { echo "make: the suite needs a C compiler (cc) for the record loops it tests and apt-get could not install one: run 'sudo apt-get install gcc'" >&2; exit 1; }
 
 # iproute2's ip and tc, for the lab of hosts (network namespaces; the suite runs as root).
@@ -114,7 +117,7 @@ sweep: setup
 PROFILE_ARGS ?= --layout wide30
 profile: setup
 	$(BIN)/pip install -q py-spy
-	@command -v perf >/dev/null || $(SUDO) sh -c '$(APT_INSTALL) linux-perf >/dev/null 2>&1 || { apt-get update -q >/dev/null && $(APT_INSTALL) linux-perf >/dev/null; }' || true
+	@$(call apt_where_missing,perf,linux-perf)
 	$(BIN)/kappa-ingest bench --profile $(PROFILE_ARGS)
 
 scaling: setup

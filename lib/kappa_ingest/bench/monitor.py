@@ -6,6 +6,7 @@ saw it) can be charged to the processes that spent it."""
 from __future__ import annotations
 
 import itertools
+import os
 import subprocess
 import threading
 import time
@@ -64,23 +65,31 @@ def group_of(p: psutil.Process, root: int) -> str:
 Key = int | str
 
 
-def process_key(p: psutil.Process) -> str:
-    """psutil.NoSuchProcess if it has ended."""
-    started = _start_ticks(f"/proc/{p.pid}/stat")
-    if started is None:
-        raise psutil.NoSuchProcess(p.pid)
-    return f"{p.pid}@{started}"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _start_ticks(stat: str) -> str | None:
-    """When a process or thread started, in clock ticks since boot (``stat``'s 22nd field:
-    fixed for its life, where psutil's create_time moves with the wall clock); None if it
-    has ended."""
+@dataclass
+class Stat:
+    """What a process's or thread's ``stat`` says of it: its name, its start in clock ticks
+    since boot (fixed for its life, where psutil's create_time moves with the wall clock),
+    and its CPU seconds."""
+
+    name: str
+    started: str
+    cpu_s: float
+
+
+def _stat(path: str) -> Stat | None:
+    """None if it has ended."""
     try:
-        with open(stat) as f:
-            return f.read().rsplit(")", 1)[1].split()[19]  # (after its name, which may hold ")")
-    except (OSError, IndexError):
+        with open(path) as f:
+            head, _, rest = f.read().rpartition(")")  # (its name, in brackets, may hold ")")
+    except OSError:
         return None
+    fields = rest.split()  # from the 3rd field on: utime and stime are the 14th and 15th, the start the 22nd
+    if len(fields) < 20:
+        return None
+    return Stat(head.partition("(")[2], fields[19], (int(fields[11]) + int(fields[12])) / CLOCK_TICKS)
 
 
 @dataclass
@@ -165,11 +174,13 @@ def run_measured(
             readings: dict[Key, float] = {}
             for p in procs:
                 try:
-                    t = p.cpu_times()
-                    key = process_key(p)
+                    stat = _stat(f"/proc/{p.pid}/stat")
+                    if stat is None:
+                        continue  # ended
+                    key = f"{p.pid}@{stat.started}"
                     timeline.groups[key] = group = group_of(p, proc.pid)
                     rdk = producers.cpu(p, key) if threads and group == PYTHON_WORKERS else None
-                    cpu[key] = readings[key] = t.user + t.system
+                    cpu[key] = readings[key] = stat.cpu_s
                     if rdk is not None:  # read first: a worker gone meanwhile leaves neither reading
                         timeline.groups[f"{key}/rdk"] = LIBRDKAFKA
                         readings[f"{key}/rdk"] = rdk
@@ -208,28 +219,24 @@ class LibrdkafkaThreads:
     the process's own CPU still holds what it spent)."""
 
     def __init__(self) -> None:
-        self._spent: dict[str, dict[str, float]] = {}  # process_key -> its threads' (tid@start) CPU
+        self._spent: dict[str, dict[str, float]] = {}  # a process's key -> its threads' (tid@start) CPU
 
     def cpu(self, p: psutil.Process, owner: str) -> float:
-        """Of ``p``, keyed ``owner`` (:func:`process_key`)."""
+        """Of ``p``, keyed ``owner`` (its pid and start: see Key)."""
         spent = self._spent.setdefault(owner, {})
-        for t in p.threads():
-            started = _start_ticks(f"/proc/{p.pid}/task/{t.id}/stat")
-            if started is None:
+        try:
+            tids = os.listdir(f"/proc/{p.pid}/task")
+        except OSError:
+            raise psutil.NoSuchProcess(p.pid) from None
+        for tid in tids:
+            t = _stat(f"/proc/{p.pid}/task/{tid}/stat")
+            if t is None:
                 continue  # ended meanwhile: its last reading stays
-            key = f"{t.id}@{started}"
+            key = f"{tid}@{t.started}"
             # (a thread is named once it runs: a name not yet librdkafka's is read again)
-            if key in spent or _thread_name(p.pid, t.id).startswith("rdk:"):
-                spent[key] = t.user_time + t.system_time
+            if key in spent or t.name.startswith("rdk:"):
+                spent[key] = t.cpu_s
         return sum(spent.values())
-
-
-def _thread_name(pid: int, tid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/task/{tid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 def machine_cpu() -> tuple[float, float]:
